@@ -1,0 +1,39 @@
+# pg_hudi — the commands the README names. Each one installs what it needs first.
+#   make run     build, install, start a throwaway PostgreSQL 15 with pg_hudi, run sql/demo.sql
+#   make test    every test layer (engine, pg_test, pg_regress, Python interop)
+#   make stop    stop the cluster that `make run` left running
+#   make bench   the benchmarks in bench/
+# Overridable: PG_CONFIG, BUILD (clusters, venv, warehouse), CARGO_TARGET_DIR (shared builds).
+
+SHELL := /bin/bash
+export PG_CONFIG ?= /usr/lib/postgresql/15/bin/pg_config
+export BUILD ?= $(CURDIR)/build
+export CARGO_TARGET_DIR ?= $(HOME)/.cache/pg_hudi/target
+
+.PHONY: run test stop bench deps install test-engine test-pg test-regress test-interop
+
+run:
+	@scripts/run.sh
+
+test:
+	@scripts/test.sh all
+
+# One layer alone.
+test-engine test-pg test-regress test-interop:
+	@scripts/test.sh $(@:test-%=%)
+
+stop:
+	@scripts/run.sh stop
+
+bench:
+	@scripts/deps.sh
+	@shopt -s nullglob; benches=(bench/*/run.sh); \
+	  if [ $${#benches[@]} -eq 0 ]; then echo "bench: no benchmarks yet"; fi; \
+	  for b in "$${benches[@]}"; do echo "=== $$b"; bash "$$b" || exit 1; done
+
+deps:
+	@scripts/deps.sh
+
+install:
+	@scripts/deps.sh system
+	@scripts/install.sh

@@ -1,0 +1,166 @@
+//! Errors of the engine: a kind that callers branch on (the extension maps it to a SQLSTATE),
+//! a message for people, and the context it happened in (a file, a table, an option).
+
+use std::fmt;
+
+/// What went wrong, coarsely: enough for a caller to decide how to report or retry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// A value supplied by the user (an option, a URI, an instant) is not acceptable.
+    InvalidArgument,
+    /// A table, file or instant that should exist does not.
+    NotFound,
+    /// Bytes on storage do not follow the Hudi format (bad checksum, truncated block, ...).
+    Corrupt,
+    /// Valid Hudi, but a feature or version this engine does not handle.
+    Unsupported,
+    /// The caller may not touch this location.
+    PermissionDenied,
+    /// The object store failed (I/O, network, credentials).
+    Storage,
+    /// An invariant of the engine itself broke: a bug.
+    Internal,
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = match self {
+            ErrorKind::InvalidArgument => "invalid argument",
+            ErrorKind::NotFound => "not found",
+            ErrorKind::Corrupt => "corrupt data",
+            ErrorKind::Unsupported => "unsupported",
+            ErrorKind::PermissionDenied => "permission denied",
+            ErrorKind::Storage => "storage error",
+            ErrorKind::Internal => "internal error",
+        };
+        f.write_str(name)
+    }
+}
+
+/// An engine error: kind, message, and the chain of contexts it passed through (innermost first).
+#[derive(Debug)]
+pub struct Error {
+    kind: ErrorKind,
+    message: String,
+    context: Vec<String>,
+    source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+}
+
+/// Result with the engine's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// A new error of `kind` with a message for people.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Error { kind, message: message.into(), context: Vec::new(), source: None }
+    }
+
+    /// Attaches the lower-level error that caused this one.
+    pub fn with_source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.source = Some(Box::new(source));
+        self
+    }
+
+    /// Adds where it happened, e.g. `"reading file:///lake/t/.hoodie/hoodie.properties"`.
+    pub fn context(mut self, context: impl Into<String>) -> Self {
+        self.context.push(context.into());
+        self
+    }
+
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// Contexts, innermost first.
+    pub fn contexts(&self) -> &[String] {
+        &self.context
+    }
+
+    /// The message with the cause appended, without contexts: what a user reads first.
+    pub fn detail(&self) -> String {
+        match &self.source {
+            Some(source) => format!("{}: {}", self.message, source),
+            None => self.message.clone(),
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.detail())?;
+        for context in self.context.iter().rev() {
+            write!(f, " (while {context})")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source.as_deref().map(|s| s as &(dyn std::error::Error + 'static))
+    }
+}
+
+impl From<object_store::Error> for Error {
+    fn from(err: object_store::Error) -> Self {
+        let kind = match &err {
+            object_store::Error::NotFound { .. } => ErrorKind::NotFound,
+            object_store::Error::PermissionDenied { .. }
+            | object_store::Error::Unauthenticated { .. } => ErrorKind::PermissionDenied,
+            object_store::Error::NotSupported { .. } | object_store::Error::NotImplemented => {
+                ErrorKind::Unsupported
+            }
+            _ => ErrorKind::Storage,
+        };
+        let message = match kind {
+            ErrorKind::NotFound => "object not found",
+            ErrorKind::PermissionDenied => "access to object store denied",
+            _ => "object store request failed",
+        };
+        Error::new(kind, message).with_source(err)
+    }
+}
+
+/// Adds context to the error of a `Result` without disturbing the success path.
+pub trait ResultExt<T> {
+    fn context(self, context: impl FnOnce() -> String) -> Result<T>;
+}
+
+impl<T, E: Into<Error>> ResultExt<T> for std::result::Result<T, E> {
+    fn context(self, context: impl FnOnce() -> String) -> Result<T> {
+        self.map_err(|e| e.into().context(context()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn display_shows_cause_and_contexts_outermost_first() {
+        let io = std::io::Error::other("disk on fire");
+        let err = Error::new(ErrorKind::Storage, "cannot read")
+            .with_source(io)
+            .context("reading hoodie.properties")
+            .context("loading table t");
+        assert_eq!(err.kind(), ErrorKind::Storage);
+        assert_eq!(
+            err.to_string(),
+            "cannot read: disk on fire (while loading table t) (while reading hoodie.properties)"
+        );
+    }
+
+    #[test]
+    fn object_store_not_found_maps_to_not_found() {
+        let err: Error = object_store::Error::NotFound {
+            path: "x".into(),
+            source: "gone".into(),
+        }
+        .into();
+        assert_eq!(err.kind(), ErrorKind::NotFound);
+    }
+}

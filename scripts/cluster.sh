@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# A throwaway PostgreSQL 15 cluster with pg_hudi preloaded.
+#   cluster.sh start DIR [PORT] [SOCKET_DIR]   init (once) and start; prints the port
+#   cluster.sh stop DIR                        fast shutdown, if running
+# Without SOCKET_DIR the cluster listens on 127.0.0.1 only (no Unix socket).
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+
+cmd=${1:?usage: cluster.sh start|stop DIR [PORT] [SOCKET_DIR]}
+dir=${2:?cluster directory}
+data=$dir/data
+
+case $cmd in
+start)
+  mkdir -p "$dir"
+  is_root && chown postgres: "$dir"
+  if [ ! -f "$data/PG_VERSION" ]; then
+    as_pg "$(pg_bin initdb)" -D "$data" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 --no-sync >"$dir/initdb.log"
+  fi
+  if as_pg "$(pg_bin pg_ctl)" -D "$data" status >/dev/null 2>&1; then
+    cat "$dir/port"
+    exit 0
+  fi
+  port=${3:-$(free_port)}
+  sockets=${4:-}
+  cat >"$data/postgresql.auto.conf" <<CONF
+port = $port
+listen_addresses = '127.0.0.1'
+unix_socket_directories = '$sockets'
+shared_preload_libraries = 'pg_hudi'
+fsync = off
+synchronous_commit = off
+full_page_writes = off
+max_connections = 50
+log_line_prefix = '%m [%p] %b '
+CONF
+  echo "$port" >"$dir/port"
+  is_root && chown postgres: "$dir/port"
+  as_pg "$(pg_bin pg_ctl)" -D "$data" -l "$dir/server.log" -w -t 60 start >/dev/null
+  echo "$port"
+  ;;
+stop)
+  if [ -f "$data/PG_VERSION" ] && as_pg "$(pg_bin pg_ctl)" -D "$data" status >/dev/null 2>&1; then
+    as_pg "$(pg_bin pg_ctl)" -D "$data" -m fast -w stop >/dev/null
+  fi
+  ;;
+*)
+  echo "unknown command $cmd" >&2
+  exit 2
+  ;;
+esac

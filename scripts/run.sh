@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# `make run`: install what is missing, build and install pg_hudi, start a throwaway cluster
+# with it preloaded, run sql/demo.sql on an embedded file:// warehouse, and leave it running.
+# `run.sh stop` stops that cluster.
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+
+RUN=$(run_dir)
+CLUSTER=$RUN/cluster
+if [ "${1:-}" = stop ]; then
+  "$REPO/scripts/cluster.sh" stop "$CLUSTER"
+  echo "stopped the cluster in $CLUSTER/data"
+  exit 0
+fi
+
+"$REPO/scripts/deps.sh" system
+"$REPO/scripts/install.sh"
+
+# Restart so that a freshly installed library is the one loaded.
+"$REPO/scripts/cluster.sh" stop "$CLUSTER"
+# Prefer the default port and socket so that a bare `psql` reaches the cluster.
+port=5432 sockets=/var/run/postgresql
+if ! python3 -c 'import socket; socket.create_server(("127.0.0.1", 5432)).close()' 2>/dev/null \
+   || ! as_pg test -w "$sockets" 2>/dev/null; then
+  port=$(free_port) sockets=
+fi
+port=$("$REPO/scripts/cluster.sh" start "$CLUSTER" "$port" "$sockets")
+
+user=$(id -un)
+psql_pg() { "$(pg_bin psql)" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$port" -U postgres "$@"; }
+if [ "$(psql_pg -d postgres -Atc "SELECT count(*) FROM pg_roles WHERE rolname = '$user'")" = 0 ]; then
+  psql_pg -d postgres -c "CREATE ROLE \"$user\" SUPERUSER LOGIN"
+fi
+if [ "$(psql_pg -d postgres -Atc "SELECT count(*) FROM pg_database WHERE datname = '$user'")" = 0 ]; then
+  psql_pg -d postgres -c "CREATE DATABASE \"$user\" OWNER \"$user\""
+fi
+
+warehouse=$RUN/warehouse
+mkdir -p "$warehouse"
+is_root && chown postgres: "$warehouse"
+echo "== sql/demo.sql (warehouse file://$warehouse)"
+"$(pg_bin psql)" -X -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$port" -U "$user" -d "$user" \
+  -v warehouse="file://$warehouse" -f "$REPO/sql/demo.sql"
+
+env_line="PGHOST=127.0.0.1 PGPORT=$port"
+[ -n "$sockets" ] && env_line=""
+cat <<MSG
+
+pg_hudi is running: PostgreSQL 15 on port $port, data directory $CLUSTER/data
+(server log: $CLUSTER/server.log, warehouse: file://$warehouse).
+Connect:  ${env_line:+$env_line }psql            (role and database "$user", or -U postgres)
+Try:      ${env_line:+$env_line }psql -c 'SELECT hudi.version()'
+Stop:     make stop
+MSG

@@ -1,0 +1,10 @@
+-- The foreign-data wrapper. Its handler is a plain C-ABI function (it returns the internal
+-- fdw_handler pseudo-type); its validator is generated from Rust (fdw::options).
+CREATE FUNCTION hudi.hudi_fdw_handler() RETURNS fdw_handler
+    AS 'MODULE_PATHNAME', 'hudi_fdw_handler' LANGUAGE C STRICT;
+
+CREATE FOREIGN DATA WRAPPER hudi_fdw
+    HANDLER hudi.hudi_fdw_handler
+    VALIDATOR hudi.hudi_fdw_validator;
+
+COMMENT ON FOREIGN DATA WRAPPER hudi_fdw IS 'Apache Hudi tables on object storage';

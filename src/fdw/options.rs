@@ -1,0 +1,229 @@
+//! Options of the wrapper's objects and their validation (`hudi_fdw_validator`).
+//!
+//! | object        | options |
+//! |---------------|---------|
+//! | server        | `base_uri` (required): `file://`, `s3://`, `gs://`, `az://` or `memory://` |
+//! | user mapping  | object-store credentials (`aws_access_key_id`, ...): secrets live only here |
+//! | foreign table | `path`, `query_type`, `as_of_instant`, `start_instant`, `end_instant`, `primary_key`, `ordering_field`, `partition_by`, `buckets`, `merge_mode` |
+
+use pgrx::prelude::*;
+use pgrx::PgSqlErrorCode;
+
+use engine::storage::{self, StorageUri};
+
+use crate::error::raise;
+use crate::guc;
+
+pub const SERVER_OPTIONS: &[&str] = &["base_uri"];
+pub const TABLE_OPTIONS: &[&str] = &[
+    "path",
+    "query_type",
+    "as_of_instant",
+    "start_instant",
+    "end_instant",
+    "primary_key",
+    "ordering_field",
+    "partition_by",
+    "buckets",
+    "merge_mode",
+];
+pub const QUERY_TYPES: &[&str] = &["snapshot", "read_optimized", "incremental"];
+pub const MERGE_MODES: &[&str] = &["event_time", "commit_time", "partial_update"];
+/// Upper bound for `buckets`: Hudi's bucket file ids have eight digits, but a table with more
+/// file groups than this is a configuration mistake rather than a design.
+pub const MAX_BUCKETS: u32 = 65_536;
+
+/// The kind of catalog object whose options are being validated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OptionTarget {
+    Wrapper,
+    Server,
+    UserMapping,
+    ForeignTable,
+    Column,
+}
+
+impl OptionTarget {
+    fn from_catalog(catalog: pg_sys::Oid) -> OptionTarget {
+        match catalog {
+            pg_sys::ForeignServerRelationId => OptionTarget::Server,
+            pg_sys::UserMappingRelationId => OptionTarget::UserMapping,
+            pg_sys::ForeignTableRelationId => OptionTarget::ForeignTable,
+            pg_sys::AttributeRelationId => OptionTarget::Column,
+            _ => OptionTarget::Wrapper,
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            OptionTarget::Wrapper => "the hudi_fdw wrapper",
+            OptionTarget::Server => "a hudi_fdw server",
+            OptionTarget::UserMapping => "a hudi_fdw user mapping",
+            OptionTarget::ForeignTable => "a hudi_fdw foreign table",
+            OptionTarget::Column => "a hudi_fdw foreign table column",
+        }
+    }
+}
+
+/// Splits PostgreSQL's `name=value` option strings.
+fn parse_options(options: Option<Vec<Option<String>>>) -> Vec<(String, String)> {
+    options
+        .unwrap_or_default()
+        .into_iter()
+        .flatten()
+        .map(|option| match option.split_once('=') {
+            Some((name, value)) => (name.to_owned(), value.to_owned()),
+            None => (option, String::new()),
+        })
+        .collect()
+}
+
+/// Validates options of the wrapper, servers, user mappings, foreign tables and columns.
+#[pg_extern]
+pub fn hudi_fdw_validator(options: Option<Vec<Option<String>>>, catalog: Option<pg_sys::Oid>) {
+    let target = OptionTarget::from_catalog(catalog.unwrap_or(pg_sys::InvalidOid));
+    let options = parse_options(options);
+    match target {
+        OptionTarget::Server => validate_server(&options),
+        OptionTarget::UserMapping => validate_user_mapping(&options),
+        OptionTarget::ForeignTable => validate_table(&options),
+        OptionTarget::Wrapper | OptionTarget::Column => {
+            if let Some((name, _)) = options.first() {
+                raise(
+                    PgSqlErrorCode::ERRCODE_FDW_INVALID_OPTION_NAME,
+                    format!("invalid option \"{name}\" for {}; it takes no options", target.describe()),
+                    None,
+                );
+            }
+        }
+    }
+}
+
+fn unknown_option(name: &str, target: OptionTarget, valid: &[&str]) -> ! {
+    let hint = storage::is_credential_option(storage::Scheme::S3, name)
+        || storage::is_credential_option(storage::Scheme::Gcs, name)
+        || storage::is_credential_option(storage::Scheme::Azure, name);
+    raise(
+        PgSqlErrorCode::ERRCODE_FDW_INVALID_OPTION_NAME,
+        format!("invalid option \"{name}\" for {}; valid options: {}", target.describe(), valid.join(", ")),
+        hint.then(|| "Credentials belong in USER MAPPING options.".to_owned()),
+    )
+}
+
+fn bad_value(name: &str, value: &str, why: impl std::fmt::Display) -> ! {
+    raise(
+        PgSqlErrorCode::ERRCODE_FDW_INVALID_ATTRIBUTE_VALUE,
+        format!("invalid value \"{value}\" for option \"{name}\": {why}"),
+        None,
+    )
+}
+
+fn validate_server(options: &[(String, String)]) {
+    for (name, value) in options {
+        match name.as_str() {
+            "base_uri" => {
+                let uri = StorageUri::parse(value).unwrap_or_else(|e| bad_value(name, value, e.message()));
+                check_location_access(&uri);
+            }
+            _ => unknown_option(name, OptionTarget::Server, SERVER_OPTIONS),
+        }
+    }
+    if !options.iter().any(|(name, _)| name == "base_uri") {
+        raise(
+            PgSqlErrorCode::ERRCODE_FDW_DYNAMIC_PARAMETER_VALUE_NEEDED,
+            "hudi_fdw servers need the option base_uri",
+            Some("For example: OPTIONS (base_uri 'file:///srv/lake') or (base_uri 's3://bucket/lake').".into()),
+        );
+    }
+}
+
+fn validate_user_mapping(options: &[(String, String)]) {
+    for (name, _) in options {
+        let known = [storage::Scheme::S3, storage::Scheme::Gcs, storage::Scheme::Azure]
+            .into_iter()
+            .any(|scheme| storage::is_credential_option(scheme, name));
+        if !known {
+            raise(
+                PgSqlErrorCode::ERRCODE_FDW_INVALID_OPTION_NAME,
+                format!(
+                    "invalid option \"{name}\" for {}; valid options are object-store settings such as {}",
+                    OptionTarget::UserMapping.describe(),
+                    storage::COMMON_CREDENTIAL_OPTIONS.join(", ")
+                ),
+                None,
+            );
+        }
+    }
+}
+
+fn validate_table(options: &[(String, String)]) {
+    for (name, value) in options {
+        match name.as_str() {
+            "path" => validate_table_path(value),
+            "query_type" if !QUERY_TYPES.contains(&value.as_str()) => {
+                bad_value(name, value, format_args!("expected one of {}", QUERY_TYPES.join(", ")))
+            }
+            "as_of_instant" | "start_instant" | "end_instant" => validate_instant(name, value),
+            "primary_key" | "ordering_field" | "partition_by" => {
+                if value.split(',').any(|field| field.trim().is_empty()) {
+                    bad_value(name, value, "expected a comma-separated list of column names")
+                }
+            }
+            "buckets" => match value.trim().parse::<u32>() {
+                Ok(n) if (1..=MAX_BUCKETS).contains(&n) => {}
+                _ => bad_value(name, value, format_args!("expected an integer from 1 to {MAX_BUCKETS}")),
+            },
+            "merge_mode" if !MERGE_MODES.contains(&value.as_str()) => {
+                bad_value(name, value, format_args!("expected one of {}", MERGE_MODES.join(", ")))
+            }
+            "query_type" | "merge_mode" => {}
+            _ => unknown_option(name, OptionTarget::ForeignTable, TABLE_OPTIONS),
+        }
+    }
+    if !options.iter().any(|(name, _)| name == "path") {
+        raise(
+            PgSqlErrorCode::ERRCODE_FDW_DYNAMIC_PARAMETER_VALUE_NEEDED,
+            "hudi_fdw foreign tables need the option path",
+            Some("path is relative to the server's base_uri, or an absolute URI.".into()),
+        );
+    }
+}
+
+/// A table path is relative to the server's base (checked when the table is opened) or an
+/// absolute URI, which must be valid and allowed here.
+fn validate_table_path(value: &str) {
+    if value.contains("://") {
+        let uri = StorageUri::parse(value).unwrap_or_else(|e| bad_value("path", value, e.message()));
+        check_location_access(&uri);
+    } else if value.trim_matches('/').split('/').any(|s| s == ".." || s == ".") {
+        bad_value("path", value, "a relative path must stay below the server's base_uri");
+    }
+}
+
+/// Instants are Hudi timeline timestamps: `yyyyMMddHHmmssSSS` (or the older 14 digits).
+fn validate_instant(name: &str, value: &str) {
+    let digits = value.len() == 14 || value.len() == 17;
+    if !digits || !value.bytes().all(|b| b.is_ascii_digit()) {
+        bad_value(name, value, "expected a Hudi instant such as 20261130120000000 (yyyyMMddHHmmssSSS)")
+    }
+}
+
+/// `file://` locations are open to superusers anywhere and to other roles only under
+/// `hudi.allowed_file_roots`: a file:// table reads and writes as the server's OS user.
+pub fn check_location_access(uri: &StorageUri) {
+    if uri.scheme() != storage::Scheme::File || unsafe { pg_sys::superuser() } {
+        return;
+    }
+    let roots = guc::string_value(&guc::ALLOWED_FILE_ROOTS);
+    let allowed = roots.split(',').map(str::trim).filter(|r| !r.is_empty()).any(|root| {
+        let root = if root.contains("://") { root.to_owned() } else { format!("file://{root}") };
+        StorageUri::parse(&root).is_ok_and(|root| uri.is_within(&root))
+    });
+    if !allowed {
+        raise(
+            PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+            format!("permission denied for location \"{uri}\""),
+            Some("Only superusers may use file:// locations outside hudi.allowed_file_roots.".into()),
+        );
+    }
+}

@@ -1,0 +1,37 @@
+//! Configuration parameters (`hudi.*`).
+
+use std::ffi::CString;
+
+use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
+
+/// `hudi.allowed_file_roots`: directories under which roles other than superusers may place
+/// `file://` servers and tables (comma-separated absolute paths or `file://` URIs).
+pub static ALLOWED_FILE_ROOTS: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
+
+/// `hudi.worker_database`: the database the background worker connects to.
+pub static WORKER_DATABASE: GucSetting<Option<CString>> =
+    GucSetting::<Option<CString>>::new(Some(c"postgres"));
+
+pub fn register() {
+    GucRegistry::define_string_guc(
+        c"hudi.allowed_file_roots",
+        c"Directories where non-superusers may place file:// Hudi tables.",
+        c"Comma-separated absolute paths or file:// URIs. Superusers may use any location.",
+        &ALLOWED_FILE_ROOTS,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_string_guc(
+        c"hudi.worker_database",
+        c"Database the pg_hudi background worker connects to.",
+        c"",
+        &WORKER_DATABASE,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
+}
+
+/// The value of a string GUC as a Rust string (empty when unset).
+pub fn string_value(setting: &GucSetting<Option<CString>>) -> String {
+    setting.get().map(|v| v.to_string_lossy().into_owned()).unwrap_or_default()
+}

@@ -1,0 +1,112 @@
+//! pg_hudi: PostgreSQL as an engine on Apache Hudi merge-on-read tables.
+//!
+//! This crate is the thin PostgreSQL side: the foreign-data wrapper, SQL functions, transaction
+//! glue and the background worker. Everything about the Hudi format lives in the `engine` crate.
+
+use pgrx::prelude::*;
+
+mod api;
+mod error;
+mod fdw;
+mod guc;
+mod runtime;
+mod worker;
+
+::pgrx::pg_module_magic!();
+
+// The wrapper itself: hand-written SQL, created after the validator function it names.
+extension_sql_file!("../sql/fdw.sql", name = "fdw", requires = [fdw::options::hudi_fdw_validator]);
+
+/// Library load: GUCs always; the background worker only when loaded at server start.
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub extern "C-unwind" fn _PG_init() {
+    guc::register();
+    // SAFETY: a plain global set by the postmaster while it loads preload libraries.
+    if unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
+        worker::register();
+    }
+}
+
+#[cfg(any(test, feature = "pg_test"))]
+#[pg_schema]
+mod tests {
+    use pgrx::prelude::*;
+
+    #[pg_test]
+    fn version_names_the_table_versions() {
+        let version = Spi::get_one::<String>("SELECT hudi.version()").unwrap().unwrap();
+        assert!(version.starts_with(&format!("pg_hudi {}", env!("CARGO_PKG_VERSION"))), "{version}");
+        assert!(version.contains("reads Hudi table versions 6, 8, 9"), "{version}");
+        assert!(version.contains("writes 8"), "{version}");
+    }
+
+    #[pg_test]
+    fn server_keeps_a_valid_base_uri() {
+        Spi::run("CREATE SERVER lake FOREIGN DATA WRAPPER hudi_fdw OPTIONS (base_uri 's3://bucket/lake')")
+            .unwrap();
+        let options = Spi::get_one::<Vec<String>>("SELECT srvoptions FROM pg_foreign_server WHERE srvname = 'lake'")
+            .unwrap()
+            .unwrap();
+        assert_eq!(options, ["base_uri=s3://bucket/lake"]);
+    }
+
+    #[pg_test]
+    #[should_panic(expected = "invalid option \"bogus\" for a hudi_fdw server; valid options: base_uri")]
+    fn unknown_server_option_is_rejected_with_the_valid_ones() {
+        Spi::run("CREATE SERVER lake FOREIGN DATA WRAPPER hudi_fdw OPTIONS (base_uri 'memory:///x', bogus '1')")
+            .unwrap();
+    }
+
+    #[pg_test]
+    #[should_panic(expected = "hudi_fdw servers need the option base_uri")]
+    fn server_without_base_uri_is_rejected() {
+        Spi::run("CREATE SERVER lake FOREIGN DATA WRAPPER hudi_fdw").unwrap();
+    }
+
+    /// The backend's runtime drives engine I/O, and engine errors arrive as PostgreSQL errors.
+    #[pg_test]
+    #[should_panic(expected = "object not found")]
+    fn runtime_drives_engine_io_and_errors_become_ereports() {
+        use engine::storage::{Storage, StorageUri};
+        let uri = StorageUri::parse("memory:///pg-test").unwrap();
+        let storage = Storage::open(&uri, &Default::default()).unwrap();
+        crate::runtime::block_on(storage.put("a", bytes_of("hello"))).unwrap();
+        let read = crate::runtime::block_on(storage.get("a")).unwrap();
+        assert_eq!(&read[..], b"hello");
+        let missing = crate::runtime::block_on(storage.get("b"));
+        crate::error::OrReport::or_report(missing);
+    }
+
+    fn bytes_of(s: &'static str) -> engine::storage::Bytes {
+        engine::storage::Bytes::from_static(s.as_bytes())
+    }
+
+    #[pg_test]
+    fn background_worker_runs_with_its_backend_type() {
+        // The postmaster starts the worker asynchronously; give it a moment.
+        let mut seen = 0;
+        for _ in 0..100 {
+            seen = Spi::get_one::<i64>(
+                "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_hudi worker'",
+            )
+            .unwrap()
+            .unwrap();
+            if seen > 0 {
+                break;
+            }
+            Spi::run("SELECT pg_sleep(0.1)").unwrap();
+        }
+        assert_eq!(seen, 1);
+    }
+}
+
+/// Hooks for `cargo pgrx test`.
+#[cfg(test)]
+pub mod pg_test {
+    pub fn setup(_options: Vec<&str>) {}
+
+    pub fn postgresql_conf_options() -> Vec<&'static str> {
+        vec!["shared_preload_libraries = 'pg_hudi'"]
+    }
+}

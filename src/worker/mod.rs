@@ -1,0 +1,48 @@
+//! The `pg_hudi worker` background process. It will run table services (compaction, cleaning,
+//! rollback of failed writes) and lookup-cache refreshes; for now it starts, connects, waits on
+//! its latch and exits cleanly on SIGTERM or when the postmaster dies.
+
+use std::time::Duration;
+
+use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, SignalWakeFlags};
+use pgrx::prelude::*;
+
+use crate::guc;
+
+/// The worker's name and its `backend_type` in `pg_stat_activity`.
+pub const WORKER_NAME: &str = "pg_hudi worker";
+
+/// How long the worker sleeps between rounds when nothing wakes it.
+const NAP: Duration = Duration::from_secs(10);
+
+/// Registers the worker with the postmaster (only valid during `shared_preload_libraries`).
+pub fn register() {
+    BackgroundWorkerBuilder::new(WORKER_NAME)
+        .set_type(WORKER_NAME)
+        .set_library("pg_hudi")
+        .set_function("pg_hudi_worker_main")
+        .enable_spi_access()
+        // A failed worker is restarted after this delay; it never takes the cluster down.
+        .set_restart_time(Some(Duration::from_secs(10)))
+        .load();
+}
+
+/// Entry point, looked up by name by the postmaster (hence exported unmangled).
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub extern "C-unwind" fn pg_hudi_worker_main(_argument: pg_sys::Datum) {
+    BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
+    let database = guc::string_value(&guc::WORKER_DATABASE);
+    BackgroundWorker::connect_worker_to_spi(Some(&database), None);
+    log!("{WORKER_NAME} started (database \"{database}\")");
+
+    while BackgroundWorker::wait_latch(Some(NAP)) {
+        if BackgroundWorker::sighup_received() {
+            // SAFETY: called on the worker's main thread, outside any transaction.
+            unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
+        }
+    }
+    // wait_latch returns false on SIGTERM or postmaster death; returning exits with status 0,
+    // which tells the postmaster not to restart us.
+    log!("{WORKER_NAME} exiting");
+}

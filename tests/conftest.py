@@ -1,0 +1,57 @@
+"""Shared pytest fixtures: the Spark-written Hudi fixtures and throwaway PostgreSQL clusters."""
+
+import os
+import pathlib
+import subprocess
+
+import psycopg
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+CLUSTER_SH = REPO / "scripts" / "cluster.sh"
+
+
+@pytest.fixture(scope="session")
+def fixtures_root():
+    root = pathlib.Path(os.environ.get("HUDI_FIXTURES", REPO.parent / "shared" / "fixtures" / "hudi"))
+    assert root.is_dir(), f"fixtures not found at {root} (set HUDI_FIXTURES)"
+    return root
+
+
+class Cluster:
+    """A PostgreSQL 15 cluster of its own, with pg_hudi preloaded, on a free loopback port."""
+
+    def __init__(self, directory):
+        self.directory = pathlib.Path(directory)
+        self.port = None
+
+    def start(self):
+        out = subprocess.run([CLUSTER_SH, "start", self.directory], check=True,
+                             capture_output=True, text=True)
+        self.port = int(out.stdout.strip().splitlines()[-1])
+        return self
+
+    def stop(self):
+        subprocess.run([CLUSTER_SH, "stop", self.directory], check=True, capture_output=True)
+
+    @property
+    def data_dir(self):
+        return self.directory / "data"
+
+    def log(self):
+        return (self.directory / "server.log").read_text(errors="replace")
+
+    def connect(self, dbname="postgres"):
+        return psycopg.connect(host="127.0.0.1", port=self.port, user="postgres",
+                               dbname=dbname, autocommit=True)
+
+
+@pytest.fixture
+def cluster(request):
+    """A fresh cluster per test, under the run folder that the postgres user can reach."""
+    run_dir = pathlib.Path(os.environ.get("PG_HUDI_RUN_DIR", REPO / "build"))
+    directory = run_dir / "pytest" / request.node.name
+    subprocess.run(["rm", "-rf", directory], check=True)
+    c = Cluster(directory).start()
+    yield c
+    c.stop()
