@@ -8,3 +8,6 @@ CREATE FOREIGN DATA WRAPPER hudi_fdw
     VALIDATOR hudi.hudi_fdw_validator;
 
 COMMENT ON FOREIGN DATA WRAPPER hudi_fdw IS 'Apache Hudi tables on object storage';
+
+-- Every role may call the hudi.* functions; each checks its own privileges (locations, tables).
+GRANT USAGE ON SCHEMA hudi TO PUBLIC;

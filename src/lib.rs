@@ -19,7 +19,6 @@ extension_sql_file!("../sql/fdw.sql", name = "fdw", requires = [fdw::options::hu
 
 /// Library load: GUCs always; the background worker only when loaded at server start.
 #[pg_guard]
-#[unsafe(no_mangle)]
 pub extern "C-unwind" fn _PG_init() {
     guc::register();
     // SAFETY: a plain global set by the postmaster while it loads preload libraries.

@@ -53,9 +53,15 @@ SELECT ftrelid::regclass, ftoptions FROM pg_foreign_table ORDER BY 1::text;
 -- reading is not part of this version yet: a clear error, not a crash
 SELECT pg_temp.try($$SELECT * FROM customers$$);
 
+-- table_properties reads hoodie.properties; missing tables and bad URIs are clear errors
+SELECT pg_temp.try($$SELECT * FROM hudi.table_properties('file:///nonexistent/table')$$);
+SELECT pg_temp.try($$SELECT * FROM hudi.table_properties('memory:///nothing/here')$$);
+SELECT pg_temp.try($$SELECT * FROM hudi.table_properties('http://example.com/t')$$);
+
 -- file:// locations: superusers anywhere, other roles only under hudi.allowed_file_roots
 CREATE ROLE regress_lake_user;
 GRANT USAGE ON FOREIGN DATA WRAPPER hudi_fdw TO regress_lake_user;
+GRANT CREATE ON SCHEMA public TO regress_lake_user;
 SET hudi.allowed_file_roots = '/srv/shared, file:///data/lake';
 SET ROLE regress_lake_user;
 SELECT pg_temp.try($$SET hudi.allowed_file_roots = '/'$$);
@@ -64,6 +70,7 @@ SELECT pg_temp.try($$CREATE SERVER mine FOREIGN DATA WRAPPER hudi_fdw OPTIONS (b
 SELECT pg_temp.try($$CREATE SERVER mine FOREIGN DATA WRAPPER hudi_fdw OPTIONS (base_uri 'file:///data/lake/../../etc')$$);
 SELECT pg_temp.try($$CREATE SERVER mine FOREIGN DATA WRAPPER hudi_fdw OPTIONS (base_uri 'file:///data/lake/team')$$);
 SELECT pg_temp.try($$CREATE SERVER mine_s3 FOREIGN DATA WRAPPER hudi_fdw OPTIONS (base_uri 's3://bucket/x')$$);
+SELECT pg_temp.try($$SELECT * FROM hudi.table_properties('file:///etc/t')$$);
 SELECT pg_temp.try($$CREATE FOREIGN TABLE sneaky (id int) SERVER mine_s3 OPTIONS (path 'file:///etc/t')$$);
 RESET ROLE;
 SELECT srvname, srvowner::regrole FROM pg_foreign_server WHERE srvname LIKE 'mine%' ORDER BY 1;
