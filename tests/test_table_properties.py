@@ -15,6 +15,14 @@ def reference_properties(base):
     return {k: v.replace("\\:", ":").replace("\\=", "=") for k, v in options.items()}
 
 
+def give_to_postgres(parent, base):
+    shutil.chown(parent, "postgres")
+    for root, dirs, files in os.walk(base):
+        shutil.chown(root, "postgres")
+        for name in files:
+            shutil.chown(os.path.join(root, name), "postgres")
+
+
 def test_every_fixture_reads_like_the_reference_reader(cluster, fixtures_root):
     # Unpack below the cluster's folder: the server runs as its own OS user and must read it.
     tables = cluster.directory / "tables"
@@ -25,10 +33,7 @@ def test_every_fixture_reads_like_the_reference_reader(cluster, fixtures_root):
         for relative in hudi_rows.fixture_zips(fixtures_root):
             base = hudi_rows.unpack(fixtures_root, relative, tables)
             if os.geteuid() == 0:
-                shutil.chown(tables, "postgres")
-                for root, dirs, files in os.walk(tables):
-                    for name in dirs + files:
-                        shutil.chown(os.path.join(root, name), "postgres")
+                give_to_postgres(tables, base)
             rows = conn.execute("SELECT key, value FROM hudi.table_properties(%s)",
                                 (f"file://{base}",)).fetchall()
             ours = dict(rows)
