@@ -2,9 +2,14 @@
 //! on any `object_store`. Plain Rust; it knows nothing of PostgreSQL.
 
 pub mod error;
+pub mod log;
 pub mod lookup;
+pub mod ordering;
+pub mod read;
 pub mod storage;
 pub mod table;
+pub mod timeline;
+pub mod view;
 
 pub use error::{Error, ErrorKind, Result};
 

@@ -224,6 +224,42 @@ impl Storage {
         read.await.context(|| format!("reading {}/{}", self.uri, relative))
     }
 
+    /// Objects directly in the directory `relative` (not below it): `(name, size)` pairs. A
+    /// missing directory is empty.
+    pub async fn list_dir(&self, relative: &str) -> Result<Vec<(String, u64)>> {
+        let prefix = self.path(relative);
+        match self.store.list_with_delimiter(Some(&prefix)).await {
+            Ok(listing) => Ok(listing
+                .objects
+                .into_iter()
+                .filter_map(|o| o.location.filename().map(|n| (n.to_owned(), o.size)))
+                .collect()),
+            Err(object_store::Error::NotFound { .. }) => Ok(Vec::new()),
+            Err(e) => Err(Error::from(e).context(format!("listing {}/{}", self.uri, relative))),
+        }
+    }
+
+    /// Every object below `relative`, as `(path relative to this location, size)` pairs.
+    pub async fn list_recursive(&self, relative: &str) -> Result<Vec<(String, u64)>> {
+        use futures::TryStreamExt;
+        let prefix = self.path(relative);
+        let base = self.prefix.as_ref().len();
+        let listed: std::result::Result<Vec<_>, _> =
+            self.store.list(Some(&prefix)).try_collect().await;
+        match listed {
+            Ok(objects) => Ok(objects
+                .into_iter()
+                .map(|o| {
+                    let full = o.location.as_ref();
+                    let rel = if base == 0 { full } else { full.get(base..).unwrap_or("") };
+                    (rel.trim_start_matches('/').to_owned(), o.size)
+                })
+                .collect()),
+            Err(object_store::Error::NotFound { .. }) => Ok(Vec::new()),
+            Err(e) => Err(Error::from(e).context(format!("listing {}/{}", self.uri, relative))),
+        }
+    }
+
     /// Writes a whole object, replacing any previous one.
     pub async fn put(&self, relative: &str, bytes: Bytes) -> Result<()> {
         let path = self.path(relative);

@@ -1,6 +1,7 @@
 //! The table as a whole: its configuration in `.hoodie/hoodie.properties`.
 
 pub mod config;
+pub mod files;
 pub mod properties;
 
 pub use config::{MergeMode, TableConfig, TableType, TimelineTimezone};

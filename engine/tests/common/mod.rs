@@ -1,5 +1,7 @@
 //! Helpers shared by the integration tests: finding and unpacking the Spark-written fixtures.
 
+pub mod expected;
+
 use std::fs;
 use std::path::{Path, PathBuf};
 

@@ -1,0 +1,88 @@
+//! The table's Arrow schema: the five meta fields, then the data fields of the Avro writer
+//! schema; and the alignment of batches decoded from files of older or differently typed
+//! writers (Spark's Parquet, Avro log blocks) to it.
+
+use std::sync::Arc;
+
+use arrow::array::{new_null_array, ArrayRef};
+use arrow::compute::{cast_with_options, CastOptions};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::record_batch::{RecordBatch, RecordBatchOptions};
+use arrow_avro::reader::ReaderBuilder;
+use arrow_avro::schema::{AvroSchema, Fingerprint, FingerprintAlgorithm, SchemaStore};
+
+use crate::error::{Error, ErrorKind, Result};
+
+/// The meta fields every Hudi record carries, in order (hudi-format.md §5).
+pub const META_FIELDS: [&str; 5] = [
+    "_hoodie_commit_time",
+    "_hoodie_commit_seqno",
+    "_hoodie_record_key",
+    "_hoodie_partition_path",
+    "_hoodie_file_name",
+];
+
+/// Index of `_hoodie_record_key` in a table schema.
+pub const RECORD_KEY_COLUMN: usize = 2;
+
+/// Converts an Avro record schema (JSON) to Arrow, as `arrow-avro` decodes it.
+pub fn arrow_schema_of_avro(avro_json: &str) -> Result<SchemaRef> {
+    let invalid = |e: arrow::error::ArrowError| {
+        Error::new(ErrorKind::Corrupt, "the table's Avro schema cannot be used").with_source(e)
+    };
+    let mut store = SchemaStore::new_with_type(FingerprintAlgorithm::Id);
+    store.set(Fingerprint::Id(0), AvroSchema::new(avro_json.to_owned())).map_err(invalid)?;
+    let decoder = ReaderBuilder::new()
+        .with_writer_schema_store(store)
+        .with_active_fingerprint(Fingerprint::Id(0))
+        .build_decoder()
+        .map_err(invalid)?;
+    Ok(decoder.schema())
+}
+
+/// The table schema: meta fields (nullable strings) first when the table populates them, then
+/// `data`'s fields without any meta field it may already contain.
+pub fn table_schema(data: &Schema, with_meta_fields: bool) -> SchemaRef {
+    let mut fields: Vec<Field> = if with_meta_fields {
+        META_FIELDS.iter().map(|n| Field::new(*n, DataType::Utf8, true)).collect()
+    } else {
+        Vec::new()
+    };
+    fields.extend(
+        data.fields()
+            .iter()
+            .filter(|f| !META_FIELDS.contains(&f.name().as_str()))
+            .map(|f| f.as_ref().clone().with_nullable(true).with_metadata(Default::default())),
+    );
+    Arc::new(Schema::new(fields))
+}
+
+/// Re-shapes `batch` to `target`: columns by name, cast to the target type, missing ones null.
+pub fn align_batch(batch: &RecordBatch, target: &SchemaRef) -> Result<RecordBatch> {
+    let rows = batch.num_rows();
+    let options = CastOptions { safe: false, ..Default::default() };
+    let columns = target
+        .fields()
+        .iter()
+        .map(|field| -> Result<ArrayRef> {
+            match batch.column_by_name(field.name()) {
+                Some(column) if column.data_type() == field.data_type() => Ok(column.clone()),
+                Some(column) => cast_with_options(column, field.data_type(), &options).map_err(|e| {
+                    Error::new(
+                        ErrorKind::Corrupt,
+                        format!(
+                            "column {} of type {} cannot be read as {}",
+                            field.name(),
+                            column.data_type(),
+                            field.data_type()
+                        ),
+                    )
+                    .with_source(e)
+                }),
+                None => Ok(new_null_array(field.data_type(), rows)),
+            }
+        })
+        .collect::<Result<Vec<_>>>()?;
+    RecordBatch::try_new_with_options(target.clone(), columns, &RecordBatchOptions::new().with_row_count(Some(rows)))
+        .map_err(|e| Error::new(ErrorKind::Internal, "cannot assemble aligned batch").with_source(e))
+}

@@ -1,0 +1,172 @@
+//! The timeline: which actions were requested, are in flight, or completed, and when they
+//! completed (hudi-format.md §2). Layout 1 (table v6) keeps instants flat in `.hoodie/` and
+//! records no completion time; layout 2 (v8, v9) keeps them in `.hoodie/timeline/` and names
+//! completed instants `<requested>_<completion>.<action>`.
+
+pub mod instant;
+pub mod metadata;
+
+use std::collections::BTreeMap;
+
+pub use instant::{InstantFile, State};
+
+use crate::error::Result;
+use crate::storage::Storage;
+use crate::table::TableConfig;
+
+/// One action on the timeline in its most advanced state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Instant {
+    /// Requested instant time.
+    pub timestamp: String,
+    /// The action, as completed (`commit` for a finished compaction) or as pending.
+    pub action: String,
+    /// The action as requested (`compaction`, `clustering`, or the same as `action`).
+    pub requested_action: String,
+    pub state: State,
+    /// Completion time: from the file name in layout 2; `None` in layout 1 and when pending.
+    pub completion: Option<String>,
+    /// Timeline file of the most advanced state.
+    pub file_name: String,
+}
+
+impl Instant {
+    pub fn is_completed(&self) -> bool {
+        self.state == State::Completed
+    }
+
+    /// Completed actions that write data files readers must see.
+    pub fn is_completed_write(&self) -> bool {
+        self.is_completed() && matches!(self.action.as_str(), "commit" | "deltacommit" | "replacecommit")
+    }
+}
+
+/// All instants of a table, ordered by requested time.
+#[derive(Debug, Clone)]
+pub struct Timeline {
+    layout: u32,
+    dir: String,
+    instants: Vec<Instant>,
+    by_timestamp: BTreeMap<String, usize>,
+}
+
+impl Timeline {
+    /// Lists and parses the timeline directory of the table at `storage`.
+    pub async fn load(storage: &Storage, config: &TableConfig) -> Result<Timeline> {
+        let files = storage.list_dir(&config.timeline_dir).await?;
+        let parsed = files.iter().filter_map(|(name, _)| InstantFile::parse(name));
+        Ok(Timeline::from_files(config.timeline_layout, &config.timeline_dir, parsed))
+    }
+
+    /// Builds a timeline from parsed file names (any order).
+    pub fn from_files(layout: u32, dir: &str, files: impl IntoIterator<Item = InstantFile>) -> Timeline {
+        let mut grouped: BTreeMap<String, Vec<InstantFile>> = BTreeMap::new();
+        for file in files {
+            grouped.entry(file.timestamp.clone()).or_default().push(file);
+        }
+        let mut instants = Vec::with_capacity(grouped.len());
+        for (timestamp, mut files) in grouped {
+            files.sort_by_key(|f| f.state);
+            let requested_action = files[0].action.clone();
+            let Some(latest) = files.pop() else { continue };
+            instants.push(Instant {
+                timestamp,
+                action: latest.action,
+                requested_action,
+                state: latest.state,
+                completion: latest.completion,
+                file_name: latest.file_name,
+            });
+        }
+        let by_timestamp =
+            instants.iter().enumerate().map(|(i, instant)| (instant.timestamp.clone(), i)).collect();
+        Timeline { layout, dir: dir.to_owned(), instants, by_timestamp }
+    }
+
+    pub fn layout(&self) -> u32 {
+        self.layout
+    }
+
+    /// Directory of the timeline files, relative to the table's base path.
+    pub fn dir(&self) -> &str {
+        &self.dir
+    }
+
+    pub fn instants(&self) -> &[Instant] {
+        &self.instants
+    }
+
+    pub fn get(&self, timestamp: &str) -> Option<&Instant> {
+        self.by_timestamp.get(timestamp).map(|&i| &self.instants[i])
+    }
+
+    pub fn is_completed(&self, timestamp: &str) -> bool {
+        self.get(timestamp).is_some_and(Instant::is_completed)
+    }
+
+    /// When the action requested at `timestamp` completed, for ordering and slicing: the
+    /// completion time in layout 2, the requested time itself in layout 1 (which orders
+    /// actions by requested time). `None` while pending or unknown.
+    pub fn completion_time(&self, timestamp: &str) -> Option<&str> {
+        let instant = self.get(timestamp).filter(|i| i.is_completed())?;
+        Some(instant.completion.as_deref().unwrap_or(&instant.timestamp))
+    }
+
+    /// Completed writes (commit, deltacommit, replacecommit), by requested time.
+    pub fn completed_writes(&self) -> impl DoubleEndedIterator<Item = &Instant> {
+        self.instants.iter().filter(|i| i.is_completed_write())
+    }
+
+    /// The latest completed write: what a snapshot read sees by default.
+    pub fn latest_completed_write(&self) -> Option<&Instant> {
+        self.completed_writes().next_back()
+    }
+
+    /// Compactions requested or in flight, by requested time.
+    pub fn pending_compactions(&self) -> impl Iterator<Item = &Instant> {
+        self.instants.iter().filter(|i| !i.is_completed() && i.requested_action == "compaction")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn timeline(names: &[&str]) -> Timeline {
+        Timeline::from_files(2, ".hoodie/timeline", names.iter().filter_map(|n| InstantFile::parse(n)))
+    }
+
+    #[test]
+    fn merges_states_and_maps_compaction_to_commit() {
+        let t = timeline(&[
+            "20251220210129235.compaction.requested",
+            "20251220210129235.compaction.inflight",
+            "20251220210129235_20251220210129883.commit",
+            "20251220210130911.deltacommit.requested",
+            "20251220210130911.deltacommit.inflight",
+            "20251220210123755_20251220210124336.deltacommit",
+            "20251220210123755.deltacommit.requested",
+        ]);
+        assert_eq!(t.instants().len(), 3);
+        let compaction = t.get("20251220210129235").unwrap();
+        assert_eq!((compaction.action.as_str(), compaction.requested_action.as_str()), ("commit", "compaction"));
+        assert_eq!(t.completion_time("20251220210129235"), Some("20251220210129883"));
+        assert!(!t.is_completed("20251220210130911"));
+        assert_eq!(t.completion_time("20251220210130911"), None);
+        assert_eq!(t.latest_completed_write().unwrap().timestamp, "20251220210129235");
+        assert_eq!(t.pending_compactions().count(), 0);
+    }
+
+    #[test]
+    fn layout_1_orders_by_requested_time() {
+        let t = Timeline::from_files(
+            1,
+            ".hoodie",
+            ["20250126040823628.deltacommit", "20250126040936578.rollback.requested"]
+                .iter()
+                .filter_map(|n| InstantFile::parse(n)),
+        );
+        assert_eq!(t.completion_time("20250126040823628"), Some("20250126040823628"));
+        assert!(!t.is_completed("20250126040936578"));
+    }
+}

@@ -1,0 +1,224 @@
+//! The file system view: file groups and their file slices (hudi-format.md §7.1–7.3), built
+//! by listing storage (tables without a metadata table, §9).
+
+use std::collections::{BTreeMap, HashSet};
+
+use crate::error::Result;
+use crate::storage::Storage;
+use crate::table::files::{BaseFile, DataFile, LogFile};
+use crate::timeline::Timeline;
+
+/// One version of a file group: a base file (absent for a slice made only of logs) and the
+/// log files written on top of it, oldest first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileSlice {
+    /// Partition path relative to the table (`""` when not partitioned).
+    pub partition: String,
+    pub file_id: String,
+    /// Instant that keys this slice: the base file's instant, or the first log's.
+    pub base_instant: String,
+    pub base_file: Option<BaseFile>,
+    pub log_files: Vec<LogFile>,
+}
+
+impl FileSlice {
+    fn path_of(&self, name: &str) -> String {
+        if self.partition.is_empty() {
+            name.to_owned()
+        } else {
+            format!("{}/{name}", self.partition)
+        }
+    }
+
+    /// Path of the base file relative to the table.
+    pub fn base_path(&self) -> Option<String> {
+        self.base_file.as_ref().map(|b| self.path_of(&b.name))
+    }
+
+    /// Path of a log file of this slice relative to the table.
+    pub fn log_path(&self, log: &LogFile) -> String {
+        self.path_of(&log.name)
+    }
+}
+
+#[derive(Debug, Default, Clone)]
+struct FileGroupFiles {
+    bases: Vec<BaseFile>,
+    logs: Vec<LogFile>,
+}
+
+/// Every data file of the table, grouped by `(partition, file id)`.
+#[derive(Debug, Clone)]
+pub struct FileSystemView {
+    groups: BTreeMap<(String, String), FileGroupFiles>,
+}
+
+impl FileSystemView {
+    /// Lists the table's data files (everything outside `.hoodie/` that parses as one).
+    pub async fn load(storage: &Storage) -> Result<FileSystemView> {
+        let listing = storage.list_recursive("").await?;
+        Ok(FileSystemView::from_listing(listing))
+    }
+
+    /// Builds the view from `(relative path, size)` pairs.
+    pub fn from_listing(listing: impl IntoIterator<Item = (String, u64)>) -> FileSystemView {
+        let mut groups: BTreeMap<(String, String), FileGroupFiles> = BTreeMap::new();
+        for (path, size) in listing {
+            if path.starts_with(".hoodie/") || path == ".hoodie" {
+                continue;
+            }
+            let (partition, name) = match path.rsplit_once('/') {
+                Some((partition, name)) => (partition.to_owned(), name),
+                None => (String::new(), path.as_str()),
+            };
+            match DataFile::parse(name, size) {
+                Some(DataFile::Base(base)) => {
+                    groups.entry((partition, base.file_id.clone())).or_default().bases.push(base)
+                }
+                Some(DataFile::Log(log)) if !log.is_cdc => {
+                    groups.entry((partition, log.file_id.clone())).or_default().logs.push(log)
+                }
+                _ => {}
+            }
+        }
+        FileSystemView { groups }
+    }
+
+    /// Partition paths that hold data files.
+    pub fn partitions(&self) -> Vec<&str> {
+        let mut partitions: Vec<&str> = self.groups.keys().map(|(p, _)| p.as_str()).collect();
+        partitions.dedup();
+        partitions
+    }
+
+    /// The slice of every file group that a read as of `as_of` (a requested instant time,
+    /// inclusive) sees. Base files of pending or later instants and file groups replaced by a
+    /// completed replacecommit are excluded; log files are attached by completion time in
+    /// layout 2 and by the base instant in their name in layout 1.
+    pub fn latest_slices(
+        &self,
+        timeline: &Timeline,
+        as_of: &str,
+        replaced: &HashSet<(String, String)>,
+    ) -> Vec<FileSlice> {
+        let mut out = Vec::new();
+        for ((partition, file_id), files) in &self.groups {
+            if replaced.contains(&(partition.clone(), file_id.clone())) {
+                continue;
+            }
+            let mut slices: BTreeMap<String, FileSlice> = BTreeMap::new();
+            for base in &files.bases {
+                if base.instant.as_str() <= as_of && timeline.is_completed(&base.instant) {
+                    slices.insert(
+                        base.instant.clone(),
+                        FileSlice {
+                            partition: partition.clone(),
+                            file_id: file_id.clone(),
+                            base_instant: base.instant.clone(),
+                            base_file: Some(base.clone()),
+                            log_files: Vec::new(),
+                        },
+                    );
+                }
+            }
+            // Logs in the order they apply: by completion (layout 2) or name instant (layout 1),
+            // then version and write token.
+            let mut logs: Vec<(&str, &LogFile)> = Vec::new();
+            for log in &files.logs {
+                if log.instant.as_str() > as_of {
+                    continue;
+                }
+                if timeline.layout() >= 2 {
+                    if let Some(completed) = timeline.completion_time(&log.instant) {
+                        logs.push((completed, log));
+                    }
+                } else {
+                    // Layout 1 names logs after the slice's base instant; visibility is decided
+                    // per block by the instant in its header.
+                    logs.push((log.instant.as_str(), log));
+                }
+            }
+            logs.sort_by(|a, b| (a.0, a.1.version_order_key()).cmp(&(b.0, b.1.version_order_key())));
+            for (order_time, log) in logs {
+                let key = if timeline.layout() >= 2 { order_time } else { log.instant.as_str() };
+                let slice_key = slices.range(..=key.to_owned()).next_back().map(|(k, _)| k.clone());
+                let slice_key = slice_key.unwrap_or_else(|| log.instant.clone());
+                slices
+                    .entry(slice_key.clone())
+                    .or_insert_with(|| FileSlice {
+                        partition: partition.clone(),
+                        file_id: file_id.clone(),
+                        base_instant: slice_key,
+                        base_file: None,
+                        log_files: Vec::new(),
+                    })
+                    .log_files
+                    .push(log.clone());
+            }
+            if let Some((_, latest)) = slices.into_iter().next_back() {
+                out.push(latest);
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::timeline::InstantFile;
+
+    fn timeline(layout: u32, names: &[&str]) -> Timeline {
+        Timeline::from_files(layout, "t", names.iter().filter_map(|n| InstantFile::parse(n)))
+    }
+
+    #[test]
+    fn a_log_completed_after_a_compaction_belongs_to_the_new_slice() {
+        // hudi-format.md §7.2 worked example (v8_trips_8i3u1d), reduced to one file group.
+        let t = timeline(2, &[
+            "20251220210108078_20251220210109593.deltacommit",
+            "20251220210128625_20251220210129197.deltacommit",
+            "20251220210129235_20251220210129883.commit",
+            "20251220210130911_20251220210131755.deltacommit",
+            "20251220210130000.deltacommit.inflight",
+        ]);
+        let fg = "8aa68f7e-0000-0000-0000-000000000000-0";
+        let view = FileSystemView::from_listing([
+            (format!("city=x/{fg}_0-1-1_20251220210108078.parquet"), 1),
+            (format!("city=x/.{fg}_20251220210128625.log.1_0-2-2"), 1),
+            (format!("city=x/{fg}_2-1112-3192_20251220210129235.parquet"), 1),
+            (format!("city=x/.{fg}_20251220210130911.log.1_0-1139-3316"), 1),
+            (format!("city=x/.{fg}_20251220210130000.log.1_0-9-9"), 1),
+            ("city=x/.hoodie_partition_metadata".to_owned(), 1),
+            (".hoodie/hoodie.properties".to_owned(), 1),
+        ]);
+        let latest = view.latest_slices(&t, "99999999999999999", &HashSet::new());
+        assert_eq!(latest.len(), 1);
+        let slice = &latest[0];
+        assert_eq!(slice.base_instant, "20251220210129235");
+        let logs: Vec<_> = slice.log_files.iter().map(|l| l.instant.as_str()).collect();
+        assert_eq!(logs, ["20251220210130911"], "pending deltacommit's log is invisible");
+
+        // As of before the compaction: the old slice with the log that completed before it.
+        let old = view.latest_slices(&t, "20251220210129000", &HashSet::new());
+        assert_eq!(old[0].base_instant, "20251220210108078");
+        assert_eq!(old[0].log_files.len(), 1);
+        assert_eq!(old[0].base_path().unwrap(), format!("city=x/{fg}_0-1-1_20251220210108078.parquet"));
+    }
+
+    #[test]
+    fn replaced_groups_and_uncommitted_bases_are_excluded() {
+        let (i1, i2, i3) = ("20250101000000001", "20250101000000002", "20250101000000003");
+        let t = timeline(1, &[&format!("{i1}.commit"), &format!("{i2}.replacecommit"), &format!("{i3}.commit.requested")]);
+        let view = FileSystemView::from_listing([
+            (format!("p/a-0_0-0-0_{i1}.parquet"), 1),
+            (format!("p/b-0_0-0-0_{i2}.parquet"), 1),
+            (format!("p/c-0_0-0-0_{i3}.parquet"), 1),
+        ]);
+        let replaced = [("p".to_owned(), "a-0".to_owned())].into();
+        let latest = view.latest_slices(&t, "99999999999999999", &replaced);
+        let ids: Vec<_> = latest.iter().map(|s| s.file_id.as_str()).collect();
+        assert_eq!(ids, ["b-0"]);
+        assert_eq!(view.partitions(), ["p"]);
+    }
+}
