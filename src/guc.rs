@@ -12,7 +12,19 @@ pub static ALLOWED_FILE_ROOTS: GucSetting<Option<CString>> = GucSetting::<Option
 pub static WORKER_DATABASE: GucSetting<Option<CString>> =
     GucSetting::<Option<CString>>::new(Some(c"postgres"));
 
+/// `hudi.as_of_instant`: time travel for every Hudi table read in the session (overrides the
+/// tables' `as_of_instant` option).
+pub static AS_OF_INSTANT: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
+
 pub fn register() {
+    GucRegistry::define_string_guc(
+        c"hudi.as_of_instant",
+        c"Reads Hudi tables as of this instant (yyyyMMddHHmmssSSS).",
+        c"Empty means the latest snapshot. Overrides the as_of_instant table option.",
+        &AS_OF_INSTANT,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
     GucRegistry::define_string_guc(
         c"hudi.allowed_file_roots",
         c"Directories where non-superusers may place file:// Hudi tables.",

@@ -6,6 +6,7 @@
 use pgrx::prelude::*;
 
 mod api;
+mod datum;
 mod error;
 mod fdw;
 mod guc;

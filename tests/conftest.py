@@ -46,6 +46,17 @@ class Cluster:
                                dbname=dbname, autocommit=True)
 
 
+def give_to_postgres(path):
+    """Lets the server (the postgres OS user, when we are root) read and write below `path`."""
+    if os.geteuid() != 0:
+        return
+    import shutil
+    for root, dirs, files in os.walk(path):
+        shutil.chown(root, "postgres")
+        for name in files:
+            shutil.chown(os.path.join(root, name), "postgres")
+
+
 @pytest.fixture
 def cluster(request):
     """A fresh cluster per test, under the run folder that the postgres user can reach."""

@@ -1,10 +1,8 @@
 """pg_hudi's `hudi.table_properties` (the engine's hoodie.properties reader, through SQL)
 returns, for every fixture, the same properties as the reference reader `hudi` 0.5.0."""
 
-import os
-import shutil
-
 import hudi_rows
+from conftest import give_to_postgres
 from hudi import HudiTableBuilder
 
 
@@ -13,14 +11,6 @@ def reference_properties(base):
     options.pop("hoodie.base.path", None)  # a reader option, not a table property
     # hudi-rs keeps Java's escapes (`\:`) in values; the properties format says to undo them.
     return {k: v.replace("\\:", ":").replace("\\=", "=") for k, v in options.items()}
-
-
-def give_to_postgres(parent, base):
-    shutil.chown(parent, "postgres")
-    for root, dirs, files in os.walk(base):
-        shutil.chown(root, "postgres")
-        for name in files:
-            shutil.chown(os.path.join(root, name), "postgres")
 
 
 def test_every_fixture_reads_like_the_reference_reader(cluster, fixtures_root):
@@ -32,8 +22,7 @@ def test_every_fixture_reads_like_the_reference_reader(cluster, fixtures_root):
         conn.execute("CREATE EXTENSION pg_hudi")
         for relative in hudi_rows.fixture_zips(fixtures_root):
             base = hudi_rows.unpack(fixtures_root, relative, tables)
-            if os.geteuid() == 0:
-                give_to_postgres(tables, base)
+            give_to_postgres(tables)
             rows = conn.execute("SELECT key, value FROM hudi.table_properties(%s)",
                                 (f"file://{base}",)).fetchall()
             ours = dict(rows)

@@ -50,7 +50,7 @@ SELECT pg_temp.try($$CREATE FOREIGN TABLE customers (id bigint, name text, count
 SELECT pg_temp.try($$CREATE FOREIGN TABLE elsewhere (id int) SERVER lake OPTIONS (path 'gs://other/t')$$);
 SELECT ftrelid::regclass, ftoptions FROM pg_foreign_table ORDER BY 1::text;
 
--- reading is not part of this version yet: a clear error, not a crash
+-- reading a table that does not exist is a clear error, not a crash
 SELECT pg_temp.try($$SELECT * FROM customers$$);
 
 -- table_properties reads hoodie.properties; missing tables and bad URIs are clear errors

@@ -1,10 +1,13 @@
-//! The `hudi_fdw` foreign-data wrapper: handler and option validation. Planning, scanning and
-//! modification callbacks are filled in by the read and write paths.
+//! The `hudi_fdw` foreign-data wrapper: the handler's routine table, option validation,
+//! scans and `IMPORT FOREIGN SCHEMA`.
 
+pub mod import;
 pub mod options;
+pub mod scan;
+pub mod table;
 
 use pgrx::prelude::*;
-use pgrx::{PgBox, PgSqlErrorCode};
+use pgrx::PgBox;
 
 /// `fmgr` info record for the handler, which is declared by hand in `sql/fdw.sql`.
 #[unsafe(no_mangle)]
@@ -19,21 +22,14 @@ pub extern "C" fn pg_finfo_hudi_fdw_handler() -> &'static pg_sys::Pg_finfo_recor
 #[unsafe(no_mangle)]
 pub extern "C-unwind" fn hudi_fdw_handler(_fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
     let mut routine = unsafe { PgBox::<pg_sys::FdwRoutine>::alloc_node(pg_sys::NodeTag::T_FdwRoutine) };
-    // Planning starts here for every query on a foreign table, so no other scan callback can
-    // be reached before this one refuses.
-    routine.GetForeignRelSize = Some(get_foreign_rel_size);
+    routine.GetForeignRelSize = Some(scan::get_foreign_rel_size);
+    routine.GetForeignPaths = Some(scan::get_foreign_paths);
+    routine.GetForeignPlan = Some(scan::get_foreign_plan);
+    routine.BeginForeignScan = Some(scan::begin_foreign_scan);
+    routine.IterateForeignScan = Some(scan::iterate_foreign_scan);
+    routine.ReScanForeignScan = Some(scan::rescan_foreign_scan);
+    routine.EndForeignScan = Some(scan::end_foreign_scan);
+    routine.ImportForeignSchema = Some(import::import_foreign_schema);
     pg_sys::Datum::from(routine.into_pg())
 }
 
-#[pg_guard]
-extern "C-unwind" fn get_foreign_rel_size(
-    _root: *mut pg_sys::PlannerInfo,
-    _baserel: *mut pg_sys::RelOptInfo,
-    _foreigntableid: pg_sys::Oid,
-) {
-    crate::error::raise(
-        PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-        "reading hudi_fdw foreign tables is not available in this version of pg_hudi",
-        None,
-    );
-}

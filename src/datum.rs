@@ -1,0 +1,383 @@
+//! Arrow ↔ PostgreSQL values, in one place: which PostgreSQL type may hold which Arrow type,
+//! what type `IMPORT FOREIGN SCHEMA` declares for each, and the conversion of one Arrow value
+//! to a `Datum`.
+//!
+//! | Arrow (from Hudi's Avro)            | PostgreSQL |
+//! |-------------------------------------|------------|
+//! | boolean                             | boolean |
+//! | int8/16/32 (Avro int)               | integer (also smallint, bigint, numeric, float) |
+//! | int64 (Avro long)                   | bigint |
+//! | float32 / float64                   | real / double precision |
+//! | decimal(p, s)                       | numeric(p, s) |
+//! | utf8                                | text (also varchar) |
+//! | binary, fixed                       | bytea |
+//! | date32                              | date |
+//! | timestamp (micros, millis) with tz  | timestamp with time zone (also timestamp) |
+//! | timestamp without tz                | timestamp |
+//! | struct, map, list                   | jsonb (a struct and a map become objects, a list an array) |
+//!
+//! Any Arrow value can also be read into `text` (its display form, nested values as JSON).
+
+use std::ffi::CString;
+use std::fmt::Write as _;
+use std::str::FromStr;
+
+use arrow::array::{Array, AsArray};
+use arrow::datatypes::{self as types, DataType, TimeUnit};
+use pgrx::prelude::*;
+use pgrx::{AnyNumeric, IntoDatum};
+
+/// Days from 1970-01-01 (Arrow) to 2000-01-01 (PostgreSQL).
+const PG_EPOCH_DAYS: i64 = 10_957;
+/// Microseconds from 1970-01-01 to 2000-01-01.
+const PG_EPOCH_MICROS: i64 = PG_EPOCH_DAYS * 86_400_000_000;
+
+/// The PostgreSQL types a foreign table column may have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PgKind {
+    Bool,
+    Int2,
+    Int4,
+    Int8,
+    Float4,
+    Float8,
+    Numeric,
+    Text,
+    Bytea,
+    Date,
+    Timestamp,
+    TimestampTz,
+    Jsonb,
+}
+
+impl PgKind {
+    pub fn from_type_oid(oid: pg_sys::Oid) -> Option<PgKind> {
+        Some(match oid {
+            pg_sys::BOOLOID => PgKind::Bool,
+            pg_sys::INT2OID => PgKind::Int2,
+            pg_sys::INT4OID => PgKind::Int4,
+            pg_sys::INT8OID => PgKind::Int8,
+            pg_sys::FLOAT4OID => PgKind::Float4,
+            pg_sys::FLOAT8OID => PgKind::Float8,
+            pg_sys::NUMERICOID => PgKind::Numeric,
+            pg_sys::TEXTOID | pg_sys::VARCHAROID | pg_sys::BPCHAROID => PgKind::Text,
+            pg_sys::BYTEAOID => PgKind::Bytea,
+            pg_sys::DATEOID => PgKind::Date,
+            pg_sys::TIMESTAMPOID => PgKind::Timestamp,
+            pg_sys::TIMESTAMPTZOID => PgKind::TimestampTz,
+            pg_sys::JSONBOID => PgKind::Jsonb,
+            _ => return None,
+        })
+    }
+
+    /// Whether a column of this kind can hold every value of `data_type`.
+    pub fn accepts(self, data_type: &DataType) -> bool {
+        use DataType as D;
+        let integer = |bits: u32| match data_type {
+            D::Int8 | D::UInt8 => bits >= 8,
+            D::Int16 => bits >= 16,
+            D::UInt16 | D::Int32 => bits >= 32,
+            D::UInt32 | D::Int64 => bits >= 64,
+            _ => false,
+        };
+        match self {
+            PgKind::Text => true,
+            PgKind::Bool => matches!(data_type, D::Boolean),
+            PgKind::Int2 => integer(16),
+            PgKind::Int4 => integer(32),
+            PgKind::Int8 => integer(64),
+            PgKind::Float4 | PgKind::Float8 => {
+                data_type.is_floating() || data_type.is_integer() || matches!(data_type, D::Decimal128(..))
+            }
+            PgKind::Numeric => data_type.is_integer() || matches!(data_type, D::Decimal128(..) | D::Decimal256(..)),
+            PgKind::Bytea => matches!(data_type, D::Binary | D::LargeBinary | D::FixedSizeBinary(_) | D::BinaryView),
+            PgKind::Date => matches!(data_type, D::Date32 | D::Date64),
+            PgKind::Timestamp | PgKind::TimestampTz => matches!(data_type, D::Timestamp(..)),
+            PgKind::Jsonb => data_type.is_nested(),
+        }
+    }
+}
+
+/// The column type `IMPORT FOREIGN SCHEMA` declares for an Arrow type.
+pub fn declared_type(data_type: &DataType) -> String {
+    use DataType as D;
+    match data_type {
+        D::Boolean => "boolean".into(),
+        D::Int8 | D::Int16 | D::Int32 | D::UInt8 | D::UInt16 => "integer".into(),
+        D::Int64 | D::UInt32 => "bigint".into(),
+        D::UInt64 => "numeric(20, 0)".into(),
+        D::Float16 | D::Float32 => "real".into(),
+        D::Float64 => "double precision".into(),
+        D::Decimal128(p, s) | D::Decimal256(p, s) => format!("numeric({p}, {s})"),
+        D::Binary | D::LargeBinary | D::FixedSizeBinary(_) | D::BinaryView => "bytea".into(),
+        D::Date32 | D::Date64 => "date".into(),
+        D::Timestamp(_, Some(_)) => "timestamp with time zone".into(),
+        D::Timestamp(_, None) => "timestamp without time zone".into(),
+        d if d.is_nested() => "jsonb".into(),
+        _ => "text".into(),
+    }
+}
+
+/// Why a value cannot be stored; the caller adds the column name.
+pub type ConversionError = String;
+
+fn integer_at(array: &dyn Array, row: usize) -> Option<i128> {
+    macro_rules! get {
+        ($t:ty) => {
+            Some(array.as_primitive::<$t>().value(row) as i128)
+        };
+    }
+    match array.data_type() {
+        DataType::Int8 => get!(types::Int8Type),
+        DataType::Int16 => get!(types::Int16Type),
+        DataType::Int32 => get!(types::Int32Type),
+        DataType::Int64 => get!(types::Int64Type),
+        DataType::UInt8 => get!(types::UInt8Type),
+        DataType::UInt16 => get!(types::UInt16Type),
+        DataType::UInt32 => get!(types::UInt32Type),
+        DataType::UInt64 => get!(types::UInt64Type),
+        _ => None,
+    }
+}
+
+fn float_at(array: &dyn Array, row: usize) -> Option<f64> {
+    match array.data_type() {
+        DataType::Float16 => Some(array.as_primitive::<types::Float16Type>().value(row).to_f64()),
+        DataType::Float32 => Some(f64::from(array.as_primitive::<types::Float32Type>().value(row))),
+        DataType::Float64 => Some(array.as_primitive::<types::Float64Type>().value(row)),
+        DataType::Decimal128(_, s) => {
+            Some(array.as_primitive::<types::Decimal128Type>().value(row) as f64 / 10f64.powi(i32::from(*s)))
+        }
+        _ => integer_at(array, row).map(|i| i as f64),
+    }
+}
+
+/// `unscaled × 10^-scale` as exact decimal text.
+pub fn decimal_text(unscaled: i128, scale: i8) -> String {
+    let digits = unscaled.unsigned_abs().to_string();
+    let sign = if unscaled < 0 { "-" } else { "" };
+    if scale <= 0 {
+        return format!("{sign}{digits}{}", "0".repeat(scale.unsigned_abs() as usize));
+    }
+    let scale = scale as usize;
+    let padded = format!("{digits:0>width$}", width = scale + 1);
+    let (int, frac) = padded.split_at(padded.len() - scale);
+    format!("{sign}{int}.{frac}")
+}
+
+fn decimal_at(array: &dyn Array, row: usize) -> Option<String> {
+    match array.data_type() {
+        DataType::Decimal128(_, s) => Some(decimal_text(array.as_primitive::<types::Decimal128Type>().value(row), *s)),
+        DataType::Decimal256(..) => Some(arrow::util::display::array_value_to_string(array, row).ok()?),
+        _ => integer_at(array, row).map(|i| i.to_string()),
+    }
+}
+
+/// Microseconds since 1970 of a timestamp value.
+fn timestamp_micros(array: &dyn Array, row: usize) -> Option<i64> {
+    let DataType::Timestamp(unit, _) = array.data_type() else { return None };
+    Some(match unit {
+        TimeUnit::Second => array.as_primitive::<types::TimestampSecondType>().value(row).saturating_mul(1_000_000),
+        TimeUnit::Millisecond => array.as_primitive::<types::TimestampMillisecondType>().value(row).saturating_mul(1000),
+        TimeUnit::Microsecond => array.as_primitive::<types::TimestampMicrosecondType>().value(row),
+        TimeUnit::Nanosecond => array.as_primitive::<types::TimestampNanosecondType>().value(row) / 1000,
+    })
+}
+
+fn days_at(array: &dyn Array, row: usize) -> Option<i64> {
+    match array.data_type() {
+        DataType::Date32 => Some(i64::from(array.as_primitive::<types::Date32Type>().value(row))),
+        DataType::Date64 => Some(array.as_primitive::<types::Date64Type>().value(row).div_euclid(86_400_000)),
+        _ => None,
+    }
+}
+
+/// Writes the value at `row` as JSON: structs and maps as objects, lists as arrays, decimals
+/// as exact numbers, bytes as hex strings, dates and timestamps as ISO strings.
+pub fn write_json(out: &mut String, array: &dyn Array, row: usize) {
+    if array.is_null(row) {
+        out.push_str("null");
+        return;
+    }
+    let quoted = |out: &mut String, s: &str| out.push_str(&serde_json::Value::from(s).to_string());
+    match array.data_type() {
+        DataType::Boolean => out.push_str(if array.as_boolean().value(row) { "true" } else { "false" }),
+        DataType::Struct(fields) => {
+            let s = array.as_struct();
+            out.push('{');
+            for (i, field) in fields.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                quoted(out, field.name());
+                out.push(':');
+                write_json(out, s.column(i).as_ref(), row);
+            }
+            out.push('}');
+        }
+        DataType::List(_) | DataType::LargeList(_) | DataType::FixedSizeList(..) => {
+            let values = match array.data_type() {
+                DataType::List(_) => array.as_list::<i32>().value(row),
+                DataType::LargeList(_) => array.as_list::<i64>().value(row),
+                _ => array.as_fixed_size_list().value(row),
+            };
+            out.push('[');
+            for i in 0..values.len() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_json(out, values.as_ref(), i);
+            }
+            out.push(']');
+        }
+        DataType::Map(..) => {
+            let entries = array.as_map().value(row);
+            let (keys, values) = (entries.column(0), entries.column(1));
+            out.push('{');
+            for i in 0..entries.len() {
+                if i > 0 {
+                    out.push(',');
+                }
+                let key = arrow::util::display::array_value_to_string(keys.as_ref(), i).unwrap_or_default();
+                quoted(out, &key);
+                out.push(':');
+                write_json(out, values.as_ref(), i);
+            }
+            out.push('}');
+        }
+        DataType::Decimal128(..) | DataType::Decimal256(..) => out.push_str(&decimal_at(array, row).unwrap_or_default()),
+        d if d.is_integer() => {
+            let _ = write!(out, "{}", integer_at(array, row).unwrap_or_default());
+        }
+        d if d.is_floating() => match float_at(array, row) {
+            Some(f) if f.is_finite() => {
+                let _ = write!(out, "{f}");
+            }
+            Some(f) => quoted(out, &f.to_string()),
+            None => out.push_str("null"),
+        },
+        DataType::Binary | DataType::LargeBinary | DataType::FixedSizeBinary(_) | DataType::BinaryView => {
+            let bytes: &[u8] = match array.data_type() {
+                DataType::Binary => array.as_binary::<i32>().value(row),
+                DataType::LargeBinary => array.as_binary::<i64>().value(row),
+                DataType::BinaryView => array.as_binary_view().value(row),
+                _ => array.as_fixed_size_binary().value(row),
+            };
+            let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+            quoted(out, &hex);
+        }
+        _ => {
+            let text = arrow::util::display::array_value_to_string(array, row).unwrap_or_default();
+            quoted(out, &text);
+        }
+    }
+}
+
+fn text_at(array: &dyn Array, row: usize) -> String {
+    match array.data_type() {
+        DataType::Utf8 => array.as_string::<i32>().value(row).to_owned(),
+        DataType::LargeUtf8 => array.as_string::<i64>().value(row).to_owned(),
+        DataType::Utf8View => array.as_string_view().value(row).to_owned(),
+        d if d.is_nested() => {
+            let mut json = String::new();
+            write_json(&mut json, array, row);
+            json
+        }
+        DataType::Decimal128(..) => decimal_at(array, row).unwrap_or_default(),
+        _ => arrow::util::display::array_value_to_string(array, row).unwrap_or_default(),
+    }
+}
+
+/// The `Datum` for the value at `row` of `array` in a column of `kind` (`None` for SQL NULL).
+/// The kind must accept the array's type ([`PgKind::accepts`]); values out of the column's
+/// range are errors.
+pub fn to_datum(kind: PgKind, array: &dyn Array, row: usize) -> Result<Option<pg_sys::Datum>, ConversionError> {
+    if array.is_null(row) {
+        return Ok(None);
+    }
+    let mismatch = || format!("a value of type {} cannot be stored in this column", array.data_type());
+    let out_of_range = |what: &str| format!("value out of range for type {what}");
+    Ok(match kind {
+        PgKind::Bool => array.as_boolean_opt().ok_or_else(mismatch)?.value(row).into_datum(),
+        PgKind::Int2 => {
+            let v = integer_at(array, row).ok_or_else(mismatch)?;
+            i16::try_from(v).map_err(|_| out_of_range("smallint"))?.into_datum()
+        }
+        PgKind::Int4 => {
+            let v = integer_at(array, row).ok_or_else(mismatch)?;
+            i32::try_from(v).map_err(|_| out_of_range("integer"))?.into_datum()
+        }
+        PgKind::Int8 => {
+            let v = integer_at(array, row).ok_or_else(mismatch)?;
+            i64::try_from(v).map_err(|_| out_of_range("bigint"))?.into_datum()
+        }
+        PgKind::Float4 => (float_at(array, row).ok_or_else(mismatch)? as f32).into_datum(),
+        PgKind::Float8 => float_at(array, row).ok_or_else(mismatch)?.into_datum(),
+        PgKind::Numeric => {
+            let text = decimal_at(array, row).ok_or_else(mismatch)?;
+            AnyNumeric::from_str(&text).map_err(|e| format!("invalid numeric {text}: {e}"))?.into_datum()
+        }
+        PgKind::Text => text_at(array, row).into_datum(),
+        PgKind::Bytea => {
+            let bytes: &[u8] = match array.data_type() {
+                DataType::Binary => array.as_binary::<i32>().value(row),
+                DataType::LargeBinary => array.as_binary::<i64>().value(row),
+                DataType::BinaryView => array.as_binary_view().value(row),
+                DataType::FixedSizeBinary(_) => array.as_fixed_size_binary().value(row),
+                _ => return Err(mismatch()),
+            };
+            bytes.into_datum()
+        }
+        PgKind::Date => {
+            let days = days_at(array, row).ok_or_else(mismatch)? - PG_EPOCH_DAYS;
+            Some(pg_sys::Datum::from(i32::try_from(days).map_err(|_| out_of_range("date"))?))
+        }
+        PgKind::Timestamp | PgKind::TimestampTz => {
+            let micros = timestamp_micros(array, row).ok_or_else(mismatch)?;
+            Some(pg_sys::Datum::from(micros.saturating_sub(PG_EPOCH_MICROS)))
+        }
+        PgKind::Jsonb => {
+            let mut json = String::new();
+            write_json(&mut json, array, row);
+            let text = CString::new(json).map_err(|_| "JSON text contains a NUL byte".to_owned())?;
+            // SAFETY: jsonb_in takes one cstring argument and returns a jsonb datum.
+            unsafe { pgrx::direct_function_call_as_datum(pg_sys::jsonb_in, &[text.as_c_str().into_datum()]) }
+        }
+    })
+}
+
+#[cfg(any(test, feature = "pg_test"))]
+#[pg_schema]
+mod tests {
+    use super::*;
+
+    #[pg_test]
+    fn decimal_text_is_exact() {
+        assert_eq!(decimal_text(1234567890, 5), "12345.67890");
+        assert_eq!(decimal_text(-150, 2), "-1.50");
+        assert_eq!(decimal_text(5, 3), "0.005");
+        assert_eq!(decimal_text(7, -2), "700");
+    }
+
+    #[pg_test]
+    fn declared_types_accept_their_arrow_types() {
+        for data_type in [
+            DataType::Boolean,
+            DataType::Int32,
+            DataType::Int64,
+            DataType::Float32,
+            DataType::Decimal128(10, 5),
+            DataType::Utf8,
+            DataType::Binary,
+            DataType::Date32,
+            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+        ] {
+            let declared = declared_type(&data_type);
+            let oid = Spi::get_one::<pg_sys::Oid>(&format!("SELECT '{declared}'::regtype::oid")).unwrap().unwrap();
+            let kind = PgKind::from_type_oid(oid).unwrap();
+            assert!(kind.accepts(&data_type), "{declared} for {data_type}");
+        }
+        assert!(!PgKind::Int4.accepts(&DataType::Int64));
+        assert!(!PgKind::Bool.accepts(&DataType::Utf8));
+    }
+}

@@ -1,0 +1,123 @@
+//! `IMPORT FOREIGN SCHEMA`: one foreign table per Hudi table found under the server's base
+//! URI (or a sub-path of it named by the remote schema), with the meta columns first and the
+//! data columns typed from the table's schema.
+
+use std::collections::BTreeSet;
+use std::ffi::{CStr, CString};
+
+use engine::read::schema::META_FIELDS;
+use engine::read::TableReader;
+use engine::storage::{Storage, StorageUri};
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+
+use crate::datum;
+use crate::error::OrReport;
+use crate::fdw::table::options_of;
+use crate::runtime::block_on;
+
+/// The remote schema name that means "everything under the base URI".
+pub const ROOT_SCHEMA: &str = "root";
+
+unsafe fn quote_ident(name: &str) -> String {
+    let c = CString::new(name).unwrap_or_default();
+    CStr::from_ptr(pg_sys::quote_identifier(c.as_ptr())).to_string_lossy().into_owned()
+}
+
+fn quote_literal(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
+}
+
+/// Table directories (relative to `storage`) that hold `.hoodie/hoodie.properties`, excluding
+/// the metadata tables nested inside `.hoodie/`.
+async fn find_tables(storage: &Storage) -> engine::Result<Vec<String>> {
+    let listing = storage.list_recursive("").await?;
+    let mut tables = BTreeSet::new();
+    for (path, _) in listing {
+        let Some(dir) = path.strip_suffix(".hoodie/hoodie.properties") else { continue };
+        let dir = dir.trim_end_matches('/');
+        if dir.split('/').any(|part| part == ".hoodie") {
+            continue;
+        }
+        tables.insert(dir.to_owned());
+    }
+    Ok(tables.into_iter().collect())
+}
+
+fn wanted(stmt: &pg_sys::ImportForeignSchemaStmt, name: &str) -> bool {
+    // SAFETY: table_list is a List of RangeVar for LIMIT TO / EXCEPT.
+    let listed = unsafe {
+        let list = stmt.table_list;
+        let mut found = false;
+        if !list.is_null() {
+            for i in 0..(*list).length {
+                let rv = (*(*list).elements.offset(i as isize)).ptr_value as *mut pg_sys::RangeVar;
+                found |= CStr::from_ptr((*rv).relname).to_string_lossy() == name;
+            }
+        }
+        found
+    };
+    match stmt.list_type {
+        pg_sys::ImportForeignSchemaType::FDW_IMPORT_SCHEMA_LIMIT_TO => listed,
+        pg_sys::ImportForeignSchemaType::FDW_IMPORT_SCHEMA_EXCEPT => !listed,
+        _ => true,
+    }
+}
+
+#[pg_guard]
+pub unsafe extern "C-unwind" fn import_foreign_schema(
+    stmt: *mut pg_sys::ImportForeignSchemaStmt,
+    server_oid: pg_sys::Oid,
+) -> *mut pg_sys::List {
+    let server = pg_sys::GetForeignServer(server_oid);
+    let server_name = CStr::from_ptr((*server).servername).to_string_lossy().into_owned();
+    let base = StorageUri::parse(options_of((*server).options).get("base_uri").map_or("", String::as_str)).or_report();
+    let remote = CStr::from_ptr((*stmt).remote_schema).to_string_lossy().into_owned();
+    let local = CStr::from_ptr((*stmt).local_schema).to_string_lossy().into_owned();
+    let prefix = if remote == ROOT_SCHEMA { String::new() } else { remote.trim_matches('/').to_owned() };
+    let search = base.resolve(&prefix).or_report();
+    crate::fdw::options::check_location_access(&search);
+    let credentials = std::collections::BTreeMap::new();
+    let storage = Storage::open(&search, &credentials).or_report();
+
+    let tables = block_on(find_tables(&storage)).or_report();
+    let leaf = |dir: &str| -> String {
+        let name = dir.rsplit('/').next().filter(|n| !n.is_empty());
+        name.unwrap_or_else(|| search.as_str().rsplit('/').next().unwrap_or("hudi_table")).to_owned()
+    };
+    let mut commands: *mut pg_sys::List = std::ptr::null_mut();
+    for dir in &tables {
+        // A table is named after its directory; when two share that name, after its whole
+        // path below the search root (`/` as `__`).
+        let mut name = leaf(dir);
+        if tables.iter().filter(|other| leaf(other) == name).count() > 1 {
+            name = dir.replace('/', "__");
+        }
+        let name = name.as_str();
+        if !wanted(&*stmt, name) {
+            continue;
+        }
+        let table_uri = search.resolve(dir).or_report();
+        let reader = block_on(TableReader::open(Storage::open(&table_uri, &credentials).or_report())).or_report();
+        let mut columns: Vec<String> =
+            META_FIELDS.iter().map(|f| format!("{} text", quote_ident(f))).collect();
+        for field in reader.schema().fields() {
+            if META_FIELDS.contains(&field.name().as_str()) {
+                continue;
+            }
+            columns.push(format!("{} {}", quote_ident(field.name()), datum::declared_type(field.data_type())));
+        }
+        let path = [prefix.as_str(), dir.as_str()].iter().filter(|p| !p.is_empty()).copied().collect::<Vec<_>>().join("/");
+        let command = format!(
+            "CREATE FOREIGN TABLE {}.{} ({}) SERVER {} OPTIONS (path {})",
+            quote_ident(&local),
+            quote_ident(name),
+            columns.join(", "),
+            quote_ident(&server_name),
+            quote_literal(&path)
+        );
+        let command = CString::new(command).unwrap_or_default();
+        commands = pg_sys::lappend(commands, pg_sys::pstrdup(command.as_ptr()) as *mut std::ffi::c_void);
+    }
+    commands
+}

@@ -1,0 +1,319 @@
+//! Planning and executing scans of Hudi foreign tables. Columns are bound to the table's
+//! fields by name at plan time (errors name both sides); the executor reads one file slice at
+//! a time, so a backend holds at most one merged slice in memory.
+
+use std::ffi::{c_void, CStr};
+
+use arrow::datatypes::Schema;
+use arrow::record_batch::RecordBatch;
+use engine::read::schema::META_FIELDS;
+use engine::read::TableReader;
+use engine::view::FileSlice;
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use pgrx::PgSqlErrorCode;
+
+use crate::datum::{self, PgKind};
+use crate::error::{raise, OrReport};
+use crate::fdw::table::ForeignHudiTable;
+use crate::guc;
+use crate::runtime::block_on;
+
+/// Where a declared column's values come from.
+#[derive(Debug, Clone, Copy)]
+struct ColumnBinding {
+    /// Index of the Arrow column, or `None` for a meta column the table does not populate.
+    source: Option<usize>,
+    kind: PgKind,
+}
+
+unsafe fn type_name(oid: pg_sys::Oid) -> String {
+    CStr::from_ptr(pg_sys::format_type_be(oid)).to_string_lossy().into_owned()
+}
+
+/// Binds every live attribute of `tupdesc` to a field of `schema`: exact name first, then a
+/// unique case-insensitive match. Missing columns and types that cannot hold the field's values
+/// are errors naming both.
+unsafe fn bind_columns(
+    tupdesc: pg_sys::TupleDesc,
+    schema: &Schema,
+    relation: &str,
+    location: &str,
+) -> Vec<Option<ColumnBinding>> {
+    let attributes = (*tupdesc).attrs.as_slice((*tupdesc).natts as usize);
+    attributes
+        .iter()
+        .map(|attr| {
+            if attr.attisdropped {
+                return None;
+            }
+            let name = CStr::from_ptr(attr.attname.data.as_ptr()).to_string_lossy().into_owned();
+            let kind = PgKind::from_type_oid(attr.atttypid).unwrap_or_else(|| {
+                raise(
+                    PgSqlErrorCode::ERRCODE_FDW_INVALID_DATA_TYPE,
+                    format!(
+                        "column \"{name}\" of foreign table \"{relation}\" has type {}, which hudi_fdw does not read",
+                        type_name(attr.atttypid)
+                    ),
+                    Some("Use boolean, smallint, integer, bigint, real, double precision, numeric, text, varchar, bytea, date, timestamp, timestamptz or jsonb.".into()),
+                )
+            });
+            let exact = schema.index_of(&name).ok();
+            let source = exact.or_else(|| {
+                let mut matches = schema.fields().iter().enumerate().filter(|(_, f)| f.name().eq_ignore_ascii_case(&name));
+                match (matches.next(), matches.next()) {
+                    (Some((i, _)), None) => Some(i),
+                    _ => None,
+                }
+            });
+            match source {
+                Some(index) => {
+                    let field = schema.field(index);
+                    if !kind.accepts(field.data_type()) {
+                        raise(
+                            PgSqlErrorCode::ERRCODE_FDW_INVALID_DATA_TYPE,
+                            format!(
+                                "column \"{name}\" of foreign table \"{relation}\" has type {}, which cannot hold Hudi field \"{}\" of type {}",
+                                type_name(attr.atttypid),
+                                field.name(),
+                                field.data_type()
+                            ),
+                            Some(format!("Declare it as {} (or text).", datum::declared_type(field.data_type()))),
+                        );
+                    }
+                    Some(ColumnBinding { source: Some(index), kind })
+                }
+                // A table without meta fields still answers for them, with NULLs.
+                None if META_FIELDS.contains(&name.as_str()) => Some(ColumnBinding { source: None, kind }),
+                None => {
+                    let fields: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+                    raise(
+                        PgSqlErrorCode::ERRCODE_FDW_COLUMN_NAME_NOT_FOUND,
+                        format!(
+                            "column \"{name}\" of foreign table \"{relation}\" does not exist in the Hudi table at {location}"
+                        ),
+                        Some(format!("The table's fields are: {}.", fields.join(", "))),
+                    )
+                }
+            }
+        })
+        .collect()
+}
+
+/// How a scan reads: which instant and which query type.
+#[derive(Debug, Clone)]
+struct ReadSpec {
+    as_of: Option<String>,
+    read_optimized: bool,
+}
+
+fn read_spec(table: &ForeignHudiTable) -> ReadSpec {
+    let query_type = table.options.get("query_type").map_or("snapshot", String::as_str);
+    if query_type == "incremental" {
+        raise(
+            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            "incremental queries are not available in this version of pg_hudi",
+            None,
+        );
+    }
+    let session = guc::string_value(&guc::AS_OF_INSTANT);
+    let as_of = if session.trim().is_empty() { table.options.get("as_of_instant").cloned() } else { Some(session) };
+    if let Some(instant) = &as_of {
+        if !(instant.len() == 14 || instant.len() == 17) || !instant.bytes().all(|b| b.is_ascii_digit()) {
+            raise(
+                PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+                format!("invalid instant \"{instant}\" for hudi.as_of_instant"),
+                Some("Use a Hudi instant such as 20261130120000000 (yyyyMMddHHmmssSSS).".into()),
+            );
+        }
+    }
+    ReadSpec { as_of, read_optimized: query_type == "read_optimized" }
+}
+
+fn slices_to_read(reader: &TableReader, spec: &ReadSpec) -> Vec<FileSlice> {
+    let mut slices = block_on(reader.snapshot_slices(spec.as_of.as_deref())).or_report();
+    if spec.read_optimized {
+        slices.retain_mut(|slice| {
+            slice.log_files.clear();
+            slice.base_file.is_some()
+        });
+    }
+    slices
+}
+
+unsafe fn relation_name(relid: pg_sys::Oid) -> String {
+    let name = pg_sys::get_rel_name(relid);
+    if name.is_null() { relid.to_u32().to_string() } else { CStr::from_ptr(name).to_string_lossy().into_owned() }
+}
+
+/// Plan time: check the declared columns against the table and estimate its size.
+#[pg_guard]
+pub unsafe extern "C-unwind" fn get_foreign_rel_size(
+    _root: *mut pg_sys::PlannerInfo,
+    baserel: *mut pg_sys::RelOptInfo,
+    relid: pg_sys::Oid,
+) {
+    let table = ForeignHudiTable::of_relation(relid);
+    let spec = read_spec(&table);
+    let reader = table.open_reader();
+    let relation = pg_sys::RelationIdGetRelation(relid);
+    bind_columns((*relation).rd_att, reader.schema(), &relation_name(relid), &table.uri.to_string());
+    pg_sys::RelationClose(relation);
+    let slices = slices_to_read(&reader, &spec);
+    let bytes: u64 = slices
+        .iter()
+        .map(|s| s.base_file.as_ref().map_or(0, |b| b.size) + s.log_files.iter().map(|l| l.size).sum::<u64>())
+        .sum();
+    // Compressed Parquet holds roughly one row per 50 bytes; ANALYZE refines this.
+    (*baserel).rows = (bytes as f64 / 50.0).max(1.0);
+}
+
+#[pg_guard]
+pub unsafe extern "C-unwind" fn get_foreign_paths(
+    root: *mut pg_sys::PlannerInfo,
+    baserel: *mut pg_sys::RelOptInfo,
+    _relid: pg_sys::Oid,
+) {
+    let rows = (*baserel).rows;
+    let startup = 100.0;
+    let total = startup + rows * 0.02;
+    let path = pg_sys::create_foreignscan_path(
+        root,
+        baserel,
+        std::ptr::null_mut(),
+        rows,
+        startup,
+        total,
+        std::ptr::null_mut(),
+        std::ptr::null_mut(),
+        std::ptr::null_mut(),
+        std::ptr::null_mut(),
+    );
+    pg_sys::add_path(baserel, path as *mut pg_sys::Path);
+}
+
+/// Every qual stays with PostgreSQL, which rechecks all of them.
+#[pg_guard]
+pub unsafe extern "C-unwind" fn get_foreign_plan(
+    _root: *mut pg_sys::PlannerInfo,
+    baserel: *mut pg_sys::RelOptInfo,
+    _relid: pg_sys::Oid,
+    _best_path: *mut pg_sys::ForeignPath,
+    tlist: *mut pg_sys::List,
+    scan_clauses: *mut pg_sys::List,
+    outer_plan: *mut pg_sys::Plan,
+) -> *mut pg_sys::ForeignScan {
+    let quals = pg_sys::extract_actual_clauses(scan_clauses, false);
+    pg_sys::make_foreignscan(
+        tlist,
+        quals,
+        (*baserel).relid,
+        std::ptr::null_mut(),
+        std::ptr::null_mut(),
+        std::ptr::null_mut(),
+        std::ptr::null_mut(),
+        outer_plan,
+    )
+}
+
+/// Executor state of one scan, owned by `ForeignScanState::fdw_state`.
+struct ScanState {
+    reader: TableReader,
+    spec: ReadSpec,
+    slices: Vec<FileSlice>,
+    next_slice: usize,
+    batch: Option<RecordBatch>,
+    next_row: usize,
+    columns: Vec<Option<ColumnBinding>>,
+}
+
+/// Frees the state when the query's memory goes away, also after an error (when
+/// `EndForeignScan` is not called).
+unsafe extern "C-unwind" fn release_scan_state(node: *mut c_void) {
+    let node = node as *mut pg_sys::ForeignScanState;
+    let state = (*node).fdw_state as *mut ScanState;
+    if !state.is_null() {
+        (*node).fdw_state = std::ptr::null_mut();
+        drop(Box::from_raw(state));
+    }
+}
+
+#[pg_guard]
+pub unsafe extern "C-unwind" fn begin_foreign_scan(node: *mut pg_sys::ForeignScanState, eflags: i32) {
+    if eflags & pg_sys::EXEC_FLAG_EXPLAIN_ONLY as i32 != 0 {
+        return;
+    }
+    let relation = (*node).ss.ss_currentRelation;
+    let relid = (*relation).rd_id;
+    let table = ForeignHudiTable::of_relation(relid);
+    let spec = read_spec(&table);
+    let reader = table.open_reader();
+    let columns = bind_columns((*relation).rd_att, reader.schema(), &relation_name(relid), &table.uri.to_string());
+    let slices = slices_to_read(&reader, &spec);
+    let state = Box::new(ScanState { reader, spec, slices, next_slice: 0, batch: None, next_row: 0, columns });
+    (*node).fdw_state = Box::into_raw(state) as *mut c_void;
+
+    let query_memory = (*(*node).ss.ps.state).es_query_cxt;
+    let callback = pg_sys::MemoryContextAllocZero(query_memory, std::mem::size_of::<pg_sys::MemoryContextCallback>())
+        as *mut pg_sys::MemoryContextCallback;
+    (*callback).func = Some(release_scan_state);
+    (*callback).arg = node as *mut c_void;
+    pg_sys::MemoryContextRegisterResetCallback(query_memory, callback);
+}
+
+#[pg_guard]
+pub unsafe extern "C-unwind" fn iterate_foreign_scan(node: *mut pg_sys::ForeignScanState) -> *mut pg_sys::TupleTableSlot {
+    let slot = (*node).ss.ss_ScanTupleSlot;
+    pg_sys::ExecClearTuple(slot);
+    let state = &mut *((*node).fdw_state as *mut ScanState);
+    loop {
+        if let Some(batch) = &state.batch {
+            if state.next_row < batch.num_rows() {
+                let row = state.next_row;
+                state.next_row += 1;
+                let natts = (*(*slot).tts_tupleDescriptor).natts as usize;
+                let values = std::slice::from_raw_parts_mut((*slot).tts_values, natts);
+                let nulls = std::slice::from_raw_parts_mut((*slot).tts_isnull, natts);
+                for (i, binding) in state.columns.iter().enumerate().take(natts) {
+                    let datum = match binding {
+                        Some(ColumnBinding { source: Some(index), kind }) => {
+                            datum::to_datum(*kind, batch.column(*index).as_ref(), row).unwrap_or_else(|why| {
+                                raise(
+                                    PgSqlErrorCode::ERRCODE_FDW_INVALID_DATA_TYPE,
+                                    format!("cannot read column {}: {why}", i + 1),
+                                    None,
+                                )
+                            })
+                        }
+                        _ => None,
+                    };
+                    values[i] = datum.unwrap_or(pg_sys::Datum::from(0));
+                    nulls[i] = datum.is_none();
+                }
+                pg_sys::ExecStoreVirtualTuple(slot);
+                return slot;
+            }
+        }
+        if state.next_slice >= state.slices.len() {
+            state.batch = None;
+            return slot;
+        }
+        let slice = &state.slices[state.next_slice];
+        state.next_slice += 1;
+        state.batch = block_on(state.reader.read_slice(slice, state.spec.as_of.as_deref())).or_report();
+        state.next_row = 0;
+    }
+}
+
+#[pg_guard]
+pub unsafe extern "C-unwind" fn rescan_foreign_scan(node: *mut pg_sys::ForeignScanState) {
+    let state = &mut *((*node).fdw_state as *mut ScanState);
+    state.next_slice = 0;
+    state.batch = None;
+    state.next_row = 0;
+}
+
+#[pg_guard]
+pub unsafe extern "C-unwind" fn end_foreign_scan(node: *mut pg_sys::ForeignScanState) {
+    release_scan_state(node as *mut c_void);
+}

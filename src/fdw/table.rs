@@ -1,0 +1,76 @@
+//! Where a foreign table's Hudi table lives and how to open it: server `base_uri` + table
+//! `path`, credentials from the current user's mapping, and the table's read options.
+
+use std::collections::BTreeMap;
+use std::ffi::CStr;
+
+use engine::read::TableReader;
+use engine::storage::{Scheme, Storage, StorageUri};
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+
+use crate::error::OrReport;
+
+/// `DefElem` options of a catalog list as name → value.
+///
+/// # Safety
+/// `list` must be a valid `List` of `DefElem` nodes (or null).
+pub unsafe fn options_of(list: *mut pg_sys::List) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    if list.is_null() {
+        return out;
+    }
+    for i in 0..(*list).length {
+        let def = (*(*list).elements.offset(i as isize)).ptr_value as *mut pg_sys::DefElem;
+        let name = CStr::from_ptr((*def).defname).to_string_lossy().into_owned();
+        let value = CStr::from_ptr(pg_sys::defGetString(def)).to_string_lossy().into_owned();
+        out.insert(name, value);
+    }
+    out
+}
+
+/// A foreign table resolved to its storage location and options.
+#[derive(Debug, Clone)]
+pub struct ForeignHudiTable {
+    pub uri: StorageUri,
+    pub credentials: BTreeMap<String, String>,
+    /// The table's own options (`query_type`, `as_of_instant`, ...).
+    pub options: BTreeMap<String, String>,
+}
+
+/// Credentials of the current user for `server`: its user mapping's options, or the PUBLIC
+/// mapping's, or none.
+unsafe fn credentials(server: pg_sys::Oid) -> BTreeMap<String, String> {
+    PgTryBuilder::new(|| options_of((*pg_sys::GetUserMapping(pg_sys::GetUserId(), server)).options))
+        .catch_others(|_| BTreeMap::new())
+        .execute()
+}
+
+impl ForeignHudiTable {
+    /// Resolves the foreign table `relid` (server `base_uri` + table `path`).
+    pub fn of_relation(relid: pg_sys::Oid) -> ForeignHudiTable {
+        // SAFETY: catalog lookups for an existing foreign table, on the main thread.
+        unsafe {
+            let table = pg_sys::GetForeignTable(relid);
+            let server = pg_sys::GetForeignServer((*table).serverid);
+            let server_options = options_of((*server).options);
+            let options = options_of((*table).options);
+            let base = StorageUri::parse(server_options.get("base_uri").map_or("", String::as_str)).or_report();
+            let uri = base.resolve(options.get("path").map_or("", String::as_str)).or_report();
+            let credentials = match uri.scheme() {
+                Scheme::File | Scheme::Memory => BTreeMap::new(),
+                _ => credentials((*server).serverid),
+            };
+            ForeignHudiTable { uri, credentials, options }
+        }
+    }
+
+    pub fn storage(&self) -> Storage {
+        Storage::open(&self.uri, &self.credentials).or_report()
+    }
+
+    /// Opens the table for reading (loads config, timeline, file listing and schema).
+    pub fn open_reader(&self) -> TableReader {
+        crate::runtime::block_on(TableReader::open(self.storage())).or_report()
+    }
+}
