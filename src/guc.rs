@@ -16,7 +16,28 @@ pub static WORKER_DATABASE: GucSetting<Option<CString>> =
 /// tables' `as_of_instant` option).
 pub static AS_OF_INSTANT: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
 
+/// `hudi.start_instant` / `hudi.end_instant`: the range `(start, end]` of incremental reads in
+/// the session (override the tables' options).
+pub static START_INSTANT: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
+pub static END_INSTANT: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
+
 pub fn register() {
+    GucRegistry::define_string_guc(
+        c"hudi.start_instant",
+        c"Start (exclusive) of incremental reads of Hudi tables.",
+        c"A completion time on table version 8+, an instant time on version 6. Overrides the start_instant table option.",
+        &START_INSTANT,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_string_guc(
+        c"hudi.end_instant",
+        c"End (inclusive) of incremental reads of Hudi tables.",
+        c"Empty means the latest commit. Overrides the end_instant table option.",
+        &END_INSTANT,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
     GucRegistry::define_string_guc(
         c"hudi.as_of_instant",
         c"Reads Hudi tables as of this instant (yyyyMMddHHmmssSSS).",

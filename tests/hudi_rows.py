@@ -9,6 +9,7 @@ bytes as hex, maps as lists of [key, value] pairs.
 import datetime
 import decimal
 import json
+import math
 import pathlib
 import zipfile
 
@@ -63,3 +64,19 @@ def unpack(root, relative_zip, into):
     base = pathlib.Path(into) / relative_zip.stem
     assert (base / ".hoodie").is_dir(), f"{relative_zip} has no {relative_zip.stem}/.hoodie"
     return base
+
+
+def same(ours, expected):
+    """Value equality, with real/double compared to 6 significant digits (PostgreSQL prints
+    float4 rounded) and Arrow maps (lists of [key, value]) equal to jsonb objects."""
+    if isinstance(expected, float) or isinstance(ours, float):
+        return ours is not None and expected is not None and math.isclose(ours, expected, rel_tol=1e-6)
+    if isinstance(ours, dict) and isinstance(expected, list):
+        if not all(isinstance(p, list) and len(p) == 2 for p in expected):
+            return False
+        expected = {str(k): v for k, v in expected}
+    if isinstance(ours, dict) and isinstance(expected, dict):
+        return ours.keys() == expected.keys() and all(same(ours[k], expected[k]) for k in ours)
+    if isinstance(ours, list) and isinstance(expected, list):
+        return len(ours) == len(expected) and all(same(a, b) for a, b in zip(ours, expected))
+    return ours == expected

@@ -1,32 +1,14 @@
 """Every shipped fixture, imported with IMPORT FOREIGN SCHEMA and read with SELECT *, returns
 exactly the rows of its expected/ file (the reference reader's snapshot)."""
 
-import math
-import pathlib
-
 import pytest
 
 import hudi_rows
 from conftest import give_to_postgres
+from hudi_rows import same
 
 META = ["_hoodie_commit_time", "_hoodie_commit_seqno", "_hoodie_record_key",
         "_hoodie_partition_path", "_hoodie_file_name"]
-
-
-def same(ours, expected):
-    """Value equality, with real/double compared to 6 significant digits (PostgreSQL prints
-    float4 rounded) and Arrow maps (lists of [key, value]) equal to jsonb objects."""
-    if isinstance(expected, float) or isinstance(ours, float):
-        return ours is not None and expected is not None and math.isclose(ours, expected, rel_tol=1e-6)
-    if isinstance(ours, dict) and isinstance(expected, list):
-        if not all(isinstance(p, list) and len(p) == 2 for p in expected):
-            return False
-        expected = {str(k): v for k, v in expected}
-    if isinstance(ours, dict) and isinstance(expected, dict):
-        return ours.keys() == expected.keys() and all(same(ours[k], expected[k]) for k in ours)
-    if isinstance(ours, list) and isinstance(expected, list):
-        return len(ours) == len(expected) and all(same(a, b) for a, b in zip(ours, expected))
-    return ours == expected
 
 
 @pytest.fixture

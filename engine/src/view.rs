@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashSet};
 use crate::error::Result;
 use crate::storage::Storage;
 use crate::table::files::{BaseFile, DataFile, LogFile};
-use crate::timeline::Timeline;
+use crate::timeline::{ReadBound, Timeline};
 
 /// One version of a file group: a base file (absent for a slice made only of logs) and the
 /// log files written on top of it, oldest first.
@@ -38,6 +38,15 @@ impl FileSlice {
     /// Path of a log file of this slice relative to the table.
     pub fn log_path(&self, log: &LogFile) -> String {
         self.path_of(&log.name)
+    }
+}
+
+/// In layout 1 a log file is named after its slice's base instant, so its blocks can only be
+/// newer: it is needed unless that instant is already past a requested-time bound.
+fn bound_allows_requested(bound: &ReadBound, instant: &str) -> bool {
+    match bound {
+        ReadBound::RequestedBy(t) => instant <= t.as_str(),
+        ReadBound::Latest | ReadBound::CompletedBy(_) => true,
     }
 }
 
@@ -91,14 +100,14 @@ impl FileSystemView {
         partitions
     }
 
-    /// The slice of every file group that a read as of `as_of` (a requested instant time,
-    /// inclusive) sees. Base files of pending or later instants and file groups replaced by a
-    /// completed replacecommit are excluded; log files are attached by completion time in
-    /// layout 2 and by the base instant in their name in layout 1.
+    /// The slice of every file group that a read within `bound` sees. Base files of pending or
+    /// invisible instants and file groups replaced by a completed replacecommit are excluded;
+    /// log files are attached by completion time in layout 2 and by the base instant in their
+    /// name in layout 1 (whose blocks are filtered by instant when read).
     pub fn latest_slices(
         &self,
         timeline: &Timeline,
-        as_of: &str,
+        bound: &ReadBound,
         replaced: &HashSet<(String, String)>,
     ) -> Vec<FileSlice> {
         let mut out = Vec::new();
@@ -108,7 +117,7 @@ impl FileSystemView {
             }
             let mut slices: BTreeMap<String, FileSlice> = BTreeMap::new();
             for base in &files.bases {
-                if base.instant.as_str() <= as_of && timeline.is_completed(&base.instant) {
+                if timeline.is_visible(&base.instant, bound) {
                     slices.insert(
                         base.instant.clone(),
                         FileSlice {
@@ -125,14 +134,13 @@ impl FileSystemView {
             // then version and write token.
             let mut logs: Vec<(&str, &LogFile)> = Vec::new();
             for log in &files.logs {
-                if log.instant.as_str() > as_of {
-                    continue;
-                }
                 if timeline.layout() >= 2 {
                     if let Some(completed) = timeline.completion_time(&log.instant) {
-                        logs.push((completed, log));
+                        if timeline.is_visible(&log.instant, bound) {
+                            logs.push((completed, log));
+                        }
                     }
-                } else {
+                } else if bound_allows_requested(bound, &log.instant) {
                     // Layout 1 names logs after the slice's base instant; visibility is decided
                     // per block by the instant in its header.
                     logs.push((log.instant.as_str(), log));
@@ -192,7 +200,7 @@ mod tests {
             ("city=x/.hoodie_partition_metadata".to_owned(), 1),
             (".hoodie/hoodie.properties".to_owned(), 1),
         ]);
-        let latest = view.latest_slices(&t, "99999999999999999", &HashSet::new());
+        let latest = view.latest_slices(&t, &ReadBound::Latest, &HashSet::new());
         assert_eq!(latest.len(), 1);
         let slice = &latest[0];
         assert_eq!(slice.base_instant, "20251220210129235");
@@ -200,7 +208,7 @@ mod tests {
         assert_eq!(logs, ["20251220210130911"], "pending deltacommit's log is invisible");
 
         // As of before the compaction: the old slice with the log that completed before it.
-        let old = view.latest_slices(&t, "20251220210129000", &HashSet::new());
+        let old = view.latest_slices(&t, &ReadBound::RequestedBy("20251220210129000".into()), &HashSet::new());
         assert_eq!(old[0].base_instant, "20251220210108078");
         assert_eq!(old[0].log_files.len(), 1);
         assert_eq!(old[0].base_path().unwrap(), format!("city=x/{fg}_0-1-1_20251220210108078.parquet"));
@@ -216,7 +224,7 @@ mod tests {
             (format!("p/c-0_0-0-0_{i3}.parquet"), 1),
         ]);
         let replaced = [("p".to_owned(), "a-0".to_owned())].into();
-        let latest = view.latest_slices(&t, "99999999999999999", &replaced);
+        let latest = view.latest_slices(&t, &ReadBound::Latest, &replaced);
         let ids: Vec<_> = latest.iter().map(|s| s.file_id.as_str()).collect();
         assert_eq!(ids, ["b-0"]);
         assert_eq!(view.partitions(), ["p"]);

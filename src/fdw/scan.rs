@@ -7,7 +7,8 @@ use std::ffi::{c_void, CStr};
 use arrow::datatypes::Schema;
 use arrow::record_batch::RecordBatch;
 use engine::read::schema::META_FIELDS;
-use engine::read::TableReader;
+use engine::read::{ChangeRange, TableReader, OPERATION_COLUMN};
+use engine::timeline::ReadBound;
 use engine::view::FileSlice;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -83,8 +84,11 @@ unsafe fn bind_columns(
                     }
                     Some(ColumnBinding { source: Some(index), kind })
                 }
-                // A table without meta fields still answers for them, with NULLs.
-                None if META_FIELDS.contains(&name.as_str()) => Some(ColumnBinding { source: None, kind }),
+                // A table without meta fields still answers for them, with NULLs; so does
+                // _hoodie_operation outside incremental reads.
+                None if META_FIELDS.contains(&name.as_str()) || name == OPERATION_COLUMN => {
+                    Some(ColumnBinding { source: None, kind })
+                }
                 None => {
                     let fields: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
                     raise(
@@ -100,39 +104,65 @@ unsafe fn bind_columns(
         .collect()
 }
 
-/// How a scan reads: which instant and which query type.
+/// What a scan reads: a snapshot (latest, as of an instant, or base files only) or the
+/// changes of an incremental range.
 #[derive(Debug, Clone)]
-struct ReadSpec {
-    as_of: Option<String>,
-    read_optimized: bool,
+enum ReadSpec {
+    Snapshot { bound: ReadBound, read_optimized: bool },
+    Incremental { range: ChangeRange },
+}
+
+/// A session GUC if set, else the table option.
+fn instant_setting(
+    setting: &pgrx::GucSetting<Option<std::ffi::CString>>,
+    table: &ForeignHudiTable,
+    option: &str,
+) -> Option<String> {
+    let session = guc::string_value(setting);
+    let value = if session.trim().is_empty() { table.options.get(option).cloned() } else { Some(session) };
+    if let Some(instant) = &value {
+        if !(instant.len() == 14 || instant.len() == 17) || !instant.bytes().all(|b| b.is_ascii_digit()) {
+            raise(
+                PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+                format!("invalid instant \"{instant}\" for {option}"),
+                Some("Use a Hudi instant such as 20261130120000000 (yyyyMMddHHmmssSSS).".into()),
+            );
+        }
+    }
+    value
 }
 
 fn read_spec(table: &ForeignHudiTable) -> ReadSpec {
     let query_type = table.options.get("query_type").map_or("snapshot", String::as_str);
     if query_type == "incremental" {
-        raise(
-            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-            "incremental queries are not available in this version of pg_hudi",
-            None,
-        );
+        let start = instant_setting(&guc::START_INSTANT, table, "start_instant");
+        let end = instant_setting(&guc::END_INSTANT, table, "end_instant");
+        return ReadSpec::Incremental { range: ChangeRange { start, end } };
     }
-    let session = guc::string_value(&guc::AS_OF_INSTANT);
-    let as_of = if session.trim().is_empty() { table.options.get("as_of_instant").cloned() } else { Some(session) };
-    if let Some(instant) = &as_of {
-        if !(instant.len() == 14 || instant.len() == 17) || !instant.bytes().all(|b| b.is_ascii_digit()) {
-            raise(
-                PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-                format!("invalid instant \"{instant}\" for hudi.as_of_instant"),
-                Some("Use a Hudi instant such as 20261130120000000 (yyyyMMddHHmmssSSS).".into()),
-            );
+    let as_of = instant_setting(&guc::AS_OF_INSTANT, table, "as_of_instant");
+    ReadSpec::Snapshot { bound: TableReader::snapshot_bound(as_of.as_deref()), read_optimized: query_type == "read_optimized" }
+}
+
+impl ReadSpec {
+    fn bound(&self, reader: &TableReader) -> ReadBound {
+        match self {
+            ReadSpec::Snapshot { bound, .. } => bound.clone(),
+            ReadSpec::Incremental { range } => reader.change_bound(range),
         }
     }
-    ReadSpec { as_of, read_optimized: query_type == "read_optimized" }
+
+    /// The columns a scan can produce.
+    fn schema<'r>(&self, reader: &'r TableReader) -> &'r Schema {
+        match self {
+            ReadSpec::Snapshot { .. } => reader.schema(),
+            ReadSpec::Incremental { .. } => reader.changes_schema(),
+        }
+    }
 }
 
 fn slices_to_read(reader: &TableReader, spec: &ReadSpec) -> Vec<FileSlice> {
-    let mut slices = block_on(reader.snapshot_slices(spec.as_of.as_deref())).or_report();
-    if spec.read_optimized {
+    let mut slices = block_on(reader.slices(&spec.bound(reader))).or_report();
+    if let ReadSpec::Snapshot { read_optimized: true, .. } = spec {
         slices.retain_mut(|slice| {
             slice.log_files.clear();
             slice.base_file.is_some()
@@ -157,7 +187,7 @@ pub unsafe extern "C-unwind" fn get_foreign_rel_size(
     let spec = read_spec(&table);
     let reader = table.open_reader();
     let relation = pg_sys::RelationIdGetRelation(relid);
-    bind_columns((*relation).rd_att, reader.schema(), &relation_name(relid), &table.uri.to_string());
+    bind_columns((*relation).rd_att, spec.schema(&reader), &relation_name(relid), &table.uri.to_string());
     pg_sys::RelationClose(relation);
     let slices = slices_to_read(&reader, &spec);
     let bytes: u64 = slices
@@ -220,6 +250,8 @@ pub unsafe extern "C-unwind" fn get_foreign_plan(
 struct ScanState {
     reader: TableReader,
     spec: ReadSpec,
+    bound: ReadBound,
+    with_deletes: bool,
     slices: Vec<FileSlice>,
     next_slice: usize,
     batch: Option<RecordBatch>,
@@ -248,9 +280,25 @@ pub unsafe extern "C-unwind" fn begin_foreign_scan(node: *mut pg_sys::ForeignSca
     let table = ForeignHudiTable::of_relation(relid);
     let spec = read_spec(&table);
     let reader = table.open_reader();
-    let columns = bind_columns((*relation).rd_att, reader.schema(), &relation_name(relid), &table.uri.to_string());
+    let schema = spec.schema(&reader);
+    let columns = bind_columns((*relation).rd_att, schema, &relation_name(relid), &table.uri.to_string());
+    // Deletes are reported only to scans that can show them.
+    let with_deletes = schema
+        .index_of(OPERATION_COLUMN)
+        .is_ok_and(|i| columns.iter().any(|c| c.is_some_and(|c| c.source == Some(i))));
     let slices = slices_to_read(&reader, &spec);
-    let state = Box::new(ScanState { reader, spec, slices, next_slice: 0, batch: None, next_row: 0, columns });
+    let bound = spec.bound(&reader);
+    let state = Box::new(ScanState {
+        reader,
+        spec,
+        bound,
+        with_deletes,
+        slices,
+        next_slice: 0,
+        batch: None,
+        next_row: 0,
+        columns,
+    });
     (*node).fdw_state = Box::into_raw(state) as *mut c_void;
 
     let query_memory = (*(*node).ss.ps.state).es_query_cxt;
@@ -300,7 +348,12 @@ pub unsafe extern "C-unwind" fn iterate_foreign_scan(node: *mut pg_sys::ForeignS
         }
         let slice = &state.slices[state.next_slice];
         state.next_slice += 1;
-        state.batch = block_on(state.reader.read_slice(slice, state.spec.as_of.as_deref())).or_report();
+        state.batch = match &state.spec {
+            ReadSpec::Snapshot { .. } => block_on(state.reader.read_slice(slice, &state.bound)).or_report(),
+            ReadSpec::Incremental { range } => {
+                block_on(state.reader.read_slice_changes(slice, range, state.with_deletes)).or_report()
+            }
+        };
         state.next_row = 0;
     }
 }

@@ -1,26 +1,37 @@
-//! Reading tables: snapshot queries (latest or as of an instant) over file slices, one slice at
-//! a time. Memory is bounded by one file slice: its base file's rows plus its log records.
+//! Reading tables: snapshot queries (latest or as of an instant) and incremental queries
+//! (the rows changed by the commits of a range) over file slices, one slice at a time. Memory
+//! is bounded by one file slice: its base file's rows plus its log records.
 
 pub mod merge;
 pub mod schema;
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
-use arrow::compute::concat_batches;
-use arrow::datatypes::SchemaRef;
+use arrow::array::{new_null_array, Array, ArrayRef, StringArray};
+use arrow::compute::{concat_batches, filter_record_batch};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 use crate::error::{Error, ErrorKind, Result, ResultExt};
 use crate::log::{decode_block, read_blocks, BlockContent, BlockType};
-use crate::read::merge::{merge, MergeRule, MergeSource};
+use crate::read::merge::{merge, Merged, MergeRule, MergeSource};
 use crate::storage::Storage;
 use crate::table::{self, TableConfig};
-use crate::timeline::{metadata, Timeline};
+use crate::timeline::{metadata, ReadBound, Timeline};
 use crate::view::{FileSlice, FileSystemView};
 
-/// An instant after every real one: "no upper bound".
-pub const END_OF_TIME: &str = "99999999999999999";
+/// The column incremental reads add: `I` (insert), `U` (update) or `D` (delete).
+pub const OPERATION_COLUMN: &str = "_hoodie_operation";
+
+/// An incremental range: the commits that completed in `(start, end]` (completion times on
+/// layout-2 tables, requested times on layout 1); open bounds when `None`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ChangeRange {
+    pub start: Option<String>,
+    pub end: Option<String>,
+}
 
 /// A table opened for reading: its configuration, timeline, files and schema, loaded once.
 #[derive(Debug, Clone)]
@@ -30,6 +41,7 @@ pub struct TableReader {
     timeline: Timeline,
     view: FileSystemView,
     schema: SchemaRef,
+    changes_schema: SchemaRef,
 }
 
 impl TableReader {
@@ -38,14 +50,17 @@ impl TableReader {
         let config = table::load_config(&storage).await?;
         let timeline = Timeline::load(&storage, &config).await?;
         let view = FileSystemView::load(&storage).await?;
-        let avro = match metadata::latest_schema(&storage, &timeline, END_OF_TIME).await? {
+        let avro = match metadata::latest_schema(&storage, &timeline).await? {
             Some(schema) => schema,
             None => config.create_schema.clone().ok_or_else(|| {
                 Error::new(ErrorKind::Corrupt, "the table has neither a create schema nor a commit schema")
             })?,
         };
         let schema = schema::table_schema(&*schema::arrow_schema_of_avro(&avro)?, config.populate_meta_fields);
-        Ok(TableReader { storage, config, timeline, view, schema })
+        let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+        fields.push(Field::new(OPERATION_COLUMN, DataType::Utf8, true));
+        let changes_schema = Arc::new(Schema::new(fields));
+        Ok(TableReader { storage, config, timeline, view, schema, changes_schema })
     }
 
     pub fn config(&self) -> &TableConfig {
@@ -62,46 +77,156 @@ impl TableReader {
         &self.schema
     }
 
+    /// [`Self::schema`] plus `_hoodie_operation`: the rows of incremental reads.
+    pub fn changes_schema(&self) -> &SchemaRef {
+        &self.changes_schema
+    }
+
     /// The instant a snapshot read without `as_of` sees.
     pub fn latest_instant(&self) -> Option<&str> {
         self.timeline.latest_completed_write().map(|i| i.timestamp.as_str())
     }
 
-    /// The file slices a snapshot as of `as_of` (requested instant, inclusive; latest when
-    /// `None`) reads.
-    pub async fn snapshot_slices(&self, as_of: Option<&str>) -> Result<Vec<FileSlice>> {
-        let as_of = as_of.unwrap_or(END_OF_TIME);
-        let replaced: HashSet<(String, String)> =
-            metadata::replaced_file_groups(&self.storage, &self.timeline, as_of).await?;
-        Ok(self.view.latest_slices(&self.timeline, as_of, &replaced))
+    /// The file slices a read within `bound` sees.
+    pub async fn slices(&self, bound: &ReadBound) -> Result<Vec<FileSlice>> {
+        let replaced = metadata::replaced_file_groups(&self.storage, &self.timeline, bound).await?;
+        Ok(self.view.latest_slices(&self.timeline, bound, &replaced))
+    }
+
+    /// The bound of a snapshot as of `as_of` (requested instant, inclusive; latest if `None`).
+    pub fn snapshot_bound(as_of: Option<&str>) -> ReadBound {
+        as_of.map_or(ReadBound::Latest, |t| ReadBound::RequestedBy(t.to_owned()))
+    }
+
+    /// The bound an incremental read of `range` reads up to.
+    pub fn change_bound(&self, range: &ChangeRange) -> ReadBound {
+        range.end.clone().map_or(ReadBound::Latest, ReadBound::CompletedBy)
     }
 
     /// All rows of the snapshot as of `as_of`. Convenient for small tables and tests; large
-    /// scans read [`Self::snapshot_slices`] one [`Self::read_slice`] at a time.
+    /// scans read [`Self::slices`] one [`Self::read_slice`] at a time.
     pub async fn read_snapshot(&self, as_of: Option<&str>) -> Result<Vec<RecordBatch>> {
+        let bound = Self::snapshot_bound(as_of);
         let mut out = Vec::new();
-        for slice in self.snapshot_slices(as_of).await? {
-            if let Some(batch) = self.read_slice(&slice, as_of).await? {
-                out.push(batch);
-            }
+        for slice in self.slices(&bound).await? {
+            out.extend(self.read_slice(&slice, &bound).await?);
         }
         Ok(out)
     }
 
-    /// The merged rows of one file slice as of `as_of`: the base file, then every log block
-    /// written by a completed instant at or before `as_of` and not rolled back.
-    pub async fn read_slice(&self, slice: &FileSlice, as_of: Option<&str>) -> Result<Option<RecordBatch>> {
-        let as_of = as_of.unwrap_or(END_OF_TIME);
+    /// All changed rows of `range` (see [`Self::read_slice_changes`]).
+    pub async fn read_changes(&self, range: &ChangeRange, with_deletes: bool) -> Result<Vec<RecordBatch>> {
+        let mut out = Vec::new();
+        for slice in self.slices(&self.change_bound(range)).await? {
+            out.extend(self.read_slice_changes(&slice, range, with_deletes).await?);
+        }
+        Ok(out)
+    }
+
+    /// The merged rows of one file slice within `bound`.
+    pub async fn read_slice(&self, slice: &FileSlice, bound: &ReadBound) -> Result<Option<RecordBatch>> {
+        Ok(self.merge_slice(slice, bound, None).await?.rows)
+    }
+
+    /// The rows of one file slice changed by the commits of `range`, with `_hoodie_operation`:
+    /// each key's latest version in the range, `I` if the key did not exist before the range
+    /// and `U` if it did; with `with_deletes`, also a `D` row (key and partition path only) for
+    /// each key the range deleted. Keys inserted and deleted within the range do not appear.
+    pub async fn read_slice_changes(
+        &self,
+        slice: &FileSlice,
+        range: &ChangeRange,
+        with_deletes: bool,
+    ) -> Result<Option<RecordBatch>> {
+        if !self.config.populate_meta_fields {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                "incremental queries need the _hoodie_commit_time meta field, which this table does not populate",
+            ));
+        }
+        let instants = self.timeline.writes_in_range(range.start.as_deref(), range.end.as_deref());
+        if instants.is_empty() {
+            return Ok(None);
+        }
+        let merged = self.merge_slice(slice, &self.change_bound(range), Some(&instants)).await?;
+        let mut parts = Vec::new();
+        if let Some(rows) = &merged.rows {
+            let commit_times = rows.column(schema::COMMIT_TIME_COLUMN);
+            let commit_times = commit_times.as_any().downcast_ref::<StringArray>().ok_or_else(|| {
+                Error::new(ErrorKind::Internal, "_hoodie_commit_time is not a string column")
+            })?;
+            let keep: arrow::array::BooleanArray = (0..rows.num_rows())
+                .map(|i| Some(commit_times.is_valid(i) && instants.contains(commit_times.value(i))))
+                .collect();
+            let operations: StringArray = merged
+                .alive_before_range
+                .iter()
+                .map(|&alive| Some(if alive { "U" } else { "I" }))
+                .collect();
+            let mut columns: Vec<ArrayRef> = rows.columns().to_vec();
+            columns.push(Arc::new(operations));
+            let with_operation = RecordBatch::try_new(self.changes_schema.clone(), columns)
+                .map_err(|e| Error::new(ErrorKind::Internal, "cannot assemble changes").with_source(e))?;
+            let changed = filter_record_batch(&with_operation, &keep)
+                .map_err(|e| Error::new(ErrorKind::Internal, "cannot filter changes").with_source(e))?;
+            if changed.num_rows() > 0 {
+                parts.push(changed);
+            }
+        }
+        if with_deletes && !merged.deleted.is_empty() {
+            parts.push(self.delete_rows(&merged)?);
+        }
+        match parts.len() {
+            0 => Ok(None),
+            1 => Ok(parts.pop()),
+            _ => concat_batches(&self.changes_schema, &parts)
+                .map(Some)
+                .map_err(|e| Error::new(ErrorKind::Internal, "cannot concatenate changes").with_source(e)),
+        }
+    }
+
+    /// `D` rows: commit time, record key and partition path of each deleted key.
+    fn delete_rows(&self, merged: &Merged) -> Result<RecordBatch> {
+        let n = merged.deleted.len();
+        let columns: Vec<ArrayRef> = self
+            .changes_schema
+            .fields()
+            .iter()
+            .map(|field| -> ArrayRef {
+                let strings = |values: Vec<Option<&str>>| Arc::new(StringArray::from(values)) as ArrayRef;
+                match field.name().as_str() {
+                    "_hoodie_commit_time" => strings(merged.deleted.iter().map(|d| Some(d.instant.as_str())).collect()),
+                    "_hoodie_record_key" => strings(merged.deleted.iter().map(|d| Some(d.record_key.as_str())).collect()),
+                    "_hoodie_partition_path" => {
+                        strings(merged.deleted.iter().map(|d| d.partition_path.as_deref()).collect())
+                    }
+                    OPERATION_COLUMN => strings(vec![Some("D"); n]),
+                    _ => new_null_array(field.data_type(), n),
+                }
+            })
+            .collect();
+        RecordBatch::try_new(self.changes_schema.clone(), columns)
+            .map_err(|e| Error::new(ErrorKind::Internal, "cannot assemble delete rows").with_source(e))
+    }
+
+    /// Reads and merges one slice: the base file, then every log block written by an instant
+    /// visible within `bound` and not rolled back.
+    async fn merge_slice(
+        &self,
+        slice: &FileSlice,
+        bound: &ReadBound,
+        change_range: Option<&HashSet<String>>,
+    ) -> Result<Merged> {
         let mut sources = Vec::new();
         if let Some(path) = slice.base_path() {
-            let base = self.read_parquet(&path).await?;
-            sources.push(MergeSource::Data(base));
+            sources.push(MergeSource::Data(self.read_parquet(&path).await?));
         }
-        if slice.log_files.is_empty() {
-            return Ok(sources.into_iter().next().and_then(|s| match s {
+        if slice.log_files.is_empty() && change_range.is_none() {
+            let rows = sources.into_iter().find_map(|s| match s {
                 MergeSource::Data(batch) if batch.num_rows() > 0 => Some(batch),
                 _ => None,
-            }));
+            });
+            return Ok(Merged { rows, ..Default::default() });
         }
         if !self.config.populate_meta_fields {
             return Err(Error::new(
@@ -123,9 +248,10 @@ impl TableReader {
                 continue;
             }
             let Some(instant) = block.instant() else { continue };
-            if instant > as_of || !self.timeline.is_completed(instant) || rolled_back.contains(instant) {
+            if !self.timeline.is_visible(instant, bound) || rolled_back.contains(instant) {
                 continue;
             }
+            let instant = instant.to_owned();
             let content = decode_block(&block).context(|| format!("reading block at {} of {path}", block.offset))?;
             match content {
                 Some(BlockContent::Data(batches)) => {
@@ -133,13 +259,12 @@ impl TableReader {
                         sources.push(MergeSource::Data(schema::align_batch(&batch, &self.schema)?));
                     }
                 }
-                Some(BlockContent::Deletes(deletes)) => sources.push(MergeSource::Deletes(deletes)),
+                Some(BlockContent::Deletes(records)) => sources.push(MergeSource::Deletes { records, instant }),
                 None => {}
             }
         }
-        let ordering_column =
-            self.config.ordering_fields.first().and_then(|f| self.schema.index_of(f).ok());
-        merge(&self.schema, sources, ordering_column, MergeRule { mode: self.config.merge_mode })
+        let ordering_column = self.config.ordering_fields.first().and_then(|f| self.schema.index_of(f).ok());
+        merge(&self.schema, sources, ordering_column, MergeRule { mode: self.config.merge_mode }, change_range)
     }
 
     async fn read_parquet(&self, path: &str) -> Result<RecordBatch> {

@@ -22,6 +22,9 @@ pub const META_FIELDS: [&str; 5] = [
     "_hoodie_file_name",
 ];
 
+/// Index of `_hoodie_commit_time` in a table schema.
+pub const COMMIT_TIME_COLUMN: usize = 0;
+
 /// Index of `_hoodie_record_key` in a table schema.
 pub const RECORD_KEY_COLUMN: usize = 2;
 

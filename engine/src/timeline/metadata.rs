@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::storage::Storage;
-use crate::timeline::{Instant, Timeline};
+use crate::timeline::{Instant, ReadBound, Timeline};
 
 /// Reads the content of `instant`'s timeline file as JSON (`Null` for an empty file).
 pub async fn read_instant(storage: &Storage, timeline: &Timeline, instant: &Instant) -> Result<Value> {
@@ -72,16 +72,16 @@ fn avro_to_json(value: apache_avro::types::Value) -> Value {
     }
 }
 
-/// `(partition path, file id)` of every file group replaced by a completed replacecommit at or
-/// before `as_of` (insert overwrite, clustering).
+/// `(partition path, file id)` of every file group replaced by a completed replacecommit
+/// visible within `bound` (insert overwrite, clustering).
 pub async fn replaced_file_groups(
     storage: &Storage,
     timeline: &Timeline,
-    as_of: &str,
+    bound: &ReadBound,
 ) -> Result<HashSet<(String, String)>> {
     let mut replaced = HashSet::new();
     for instant in timeline.completed_writes() {
-        if instant.action != "replacecommit" || instant.timestamp.as_str() > as_of {
+        if instant.action != "replacecommit" || !timeline.is_visible(&instant.timestamp, bound) {
             continue;
         }
         let metadata = read_instant(storage, timeline, instant).await?;
@@ -96,13 +96,10 @@ pub async fn replaced_file_groups(
     Ok(replaced)
 }
 
-/// The writer schema (Avro JSON, without meta fields) of the latest completed write at or
-/// before `as_of` that recorded one in `extraMetadata.schema`.
-pub async fn latest_schema(storage: &Storage, timeline: &Timeline, as_of: &str) -> Result<Option<String>> {
+/// The writer schema (Avro JSON, without meta fields) of the latest completed write that
+/// recorded one in `extraMetadata.schema`.
+pub async fn latest_schema(storage: &Storage, timeline: &Timeline) -> Result<Option<String>> {
     for instant in timeline.completed_writes().rev() {
-        if instant.timestamp.as_str() > as_of {
-            continue;
-        }
         let metadata = read_instant(storage, timeline, instant).await?;
         let schema = metadata.pointer("/extraMetadata/schema").and_then(Value::as_str);
         if let Some(schema) = schema.filter(|s| !s.trim().is_empty()) {

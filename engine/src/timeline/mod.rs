@@ -41,6 +41,18 @@ impl Instant {
     }
 }
 
+/// Which completed instants a read sees.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReadBound {
+    /// Everything completed so far.
+    Latest,
+    /// Instants requested at or before this time: time travel (`as_of`), inclusive.
+    RequestedBy(String),
+    /// Instants that completed at or before this time: the end of an incremental range on a
+    /// layout-2 table (in layout 1, where no completion time exists, the requested time).
+    CompletedBy(String),
+}
+
 /// All instants of a table, ordered by requested time.
 #[derive(Debug, Clone)]
 pub struct Timeline {
@@ -110,6 +122,28 @@ impl Timeline {
     pub fn completion_time(&self, timestamp: &str) -> Option<&str> {
         let instant = self.get(timestamp).filter(|i| i.is_completed())?;
         Some(instant.completion.as_deref().unwrap_or(&instant.timestamp))
+    }
+
+    /// Whether the action requested at `timestamp` is completed and inside `bound`.
+    pub fn is_visible(&self, timestamp: &str, bound: &ReadBound) -> bool {
+        let Some(completed) = self.completion_time(timestamp) else { return false };
+        match bound {
+            ReadBound::Latest => true,
+            ReadBound::RequestedBy(t) => timestamp <= t.as_str(),
+            ReadBound::CompletedBy(t) => completed <= t.as_str(),
+        }
+    }
+
+    /// Requested instants of the completed writes whose completion time (layout 2) or
+    /// requested time (layout 1) lies in `(start, end]`; `None` bounds are open.
+    pub fn writes_in_range(&self, start: Option<&str>, end: Option<&str>) -> std::collections::HashSet<String> {
+        self.completed_writes()
+            .filter(|i| {
+                let t = i.completion.as_deref().unwrap_or(&i.timestamp);
+                start.is_none_or(|s| t > s) && end.is_none_or(|e| t <= e)
+            })
+            .map(|i| i.timestamp.clone())
+            .collect()
     }
 
     /// Completed writes (commit, deltacommit, replacecommit), by requested time.
