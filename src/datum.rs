@@ -28,9 +28,9 @@ use pgrx::prelude::*;
 use pgrx::{AnyNumeric, IntoDatum};
 
 /// Days from 1970-01-01 (Arrow) to 2000-01-01 (PostgreSQL).
-const PG_EPOCH_DAYS: i64 = 10_957;
+pub const PG_EPOCH_DAYS: i64 = 10_957;
 /// Microseconds from 1970-01-01 to 2000-01-01.
-const PG_EPOCH_MICROS: i64 = PG_EPOCH_DAYS * 86_400_000_000;
+pub const PG_EPOCH_MICROS: i64 = PG_EPOCH_DAYS * 86_400_000_000;
 
 /// The PostgreSQL types a foreign table column may have.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

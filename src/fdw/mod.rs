@@ -3,6 +3,7 @@
 
 pub mod import;
 pub mod options;
+pub mod pushdown;
 pub mod scan;
 pub mod table;
 
@@ -29,6 +30,7 @@ pub extern "C-unwind" fn hudi_fdw_handler(_fcinfo: pg_sys::FunctionCallInfo) -> 
     routine.IterateForeignScan = Some(scan::iterate_foreign_scan);
     routine.ReScanForeignScan = Some(scan::rescan_foreign_scan);
     routine.EndForeignScan = Some(scan::end_foreign_scan);
+    routine.ExplainForeignScan = Some(scan::explain_foreign_scan);
     routine.ImportForeignSchema = Some(import::import_foreign_schema);
     pg_sys::Datum::from(routine.into_pg())
 }

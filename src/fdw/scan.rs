@@ -7,7 +7,7 @@ use std::ffi::{c_void, CStr};
 use arrow::datatypes::Schema;
 use arrow::record_batch::RecordBatch;
 use engine::read::schema::META_FIELDS;
-use engine::read::{ChangeRange, TableReader, OPERATION_COLUMN};
+use engine::read::{ChangeRange, ScanOptions, ScanStats, TableReader, OPERATION_COLUMN};
 use engine::timeline::ReadBound;
 use engine::view::FileSlice;
 use pgrx::pg_sys;
@@ -16,6 +16,7 @@ use pgrx::PgSqlErrorCode;
 
 use crate::datum::{self, PgKind};
 use crate::error::{raise, OrReport};
+use crate::fdw::pushdown::{self, FieldNames};
 use crate::fdw::table::ForeignHudiTable;
 use crate::guc;
 use crate::runtime::block_on;
@@ -104,6 +105,40 @@ unsafe fn bind_columns(
         .collect()
 }
 
+/// What planning decided, carried to execution and EXPLAIN in the plan's `fdw_private`.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+struct PlanInfo {
+    options: ScanOptions,
+    /// Partitions and file slices kept of the total, at plan time.
+    stats: (usize, usize, usize, usize),
+}
+
+impl PlanInfo {
+    unsafe fn to_list(&self) -> *mut pg_sys::List {
+        let json = std::ffi::CString::new(serde_json::to_string(self).unwrap_or_default()).unwrap_or_default();
+        let node = pg_sys::makeString(pg_sys::pstrdup(json.as_ptr()));
+        pg_sys::lappend(std::ptr::null_mut(), node as *mut c_void)
+    }
+
+    unsafe fn from_list(list: *mut pg_sys::List) -> PlanInfo {
+        if list.is_null() || (*list).length < 1 {
+            return PlanInfo::default();
+        }
+        let node = (*(*list).elements).ptr_value as *mut pg_sys::String;
+        let json = CStr::from_ptr((*node).sval).to_string_lossy();
+        serde_json::from_str(&json).unwrap_or_default()
+    }
+}
+
+/// Attribute number → Hudi field name of the bound columns.
+fn field_names(columns: &[Option<ColumnBinding>], schema: &Schema) -> FieldNames {
+    columns
+        .iter()
+        .enumerate()
+        .filter_map(|(i, c)| Some(((i + 1) as i16, schema.field(c.as_ref()?.source?).name().clone())))
+        .collect()
+}
+
 /// What a scan reads: a snapshot (latest, as of an instant, or base files only) or the
 /// changes of an incremental range.
 #[derive(Debug, Clone)]
@@ -160,15 +195,15 @@ impl ReadSpec {
     }
 }
 
-fn slices_to_read(reader: &TableReader, spec: &ReadSpec) -> Vec<FileSlice> {
-    let mut slices = block_on(reader.slices(&spec.bound(reader))).or_report();
+fn slices_to_read(reader: &TableReader, spec: &ReadSpec, options: &ScanOptions) -> (Vec<FileSlice>, ScanStats) {
+    let (mut slices, stats) = block_on(reader.pruned_slices(&spec.bound(reader), options)).or_report();
     if let ReadSpec::Snapshot { read_optimized: true, .. } = spec {
         slices.retain_mut(|slice| {
             slice.log_files.clear();
             slice.base_file.is_some()
         });
     }
-    slices
+    (slices, stats)
 }
 
 unsafe fn relation_name(relid: pg_sys::Oid) -> String {
@@ -187,15 +222,26 @@ pub unsafe extern "C-unwind" fn get_foreign_rel_size(
     let spec = read_spec(&table);
     let reader = table.open_reader();
     let relation = pg_sys::RelationIdGetRelation(relid);
-    bind_columns((*relation).rd_att, spec.schema(&reader), &relation_name(relid), &table.uri.to_string());
+    let schema = spec.schema(&reader);
+    let columns = bind_columns((*relation).rd_att, schema, &relation_name(relid), &table.uri.to_string());
     pg_sys::RelationClose(relation);
-    let slices = slices_to_read(&reader, &spec);
+    let fields = field_names(&columns, schema);
+    let options = ScanOptions {
+        filter: pushdown::scan_filter(baserel, &fields),
+        columns: pushdown::used_columns(baserel, &fields),
+    };
+    let (slices, stats) = slices_to_read(&reader, &spec, &options);
     let bytes: u64 = slices
         .iter()
         .map(|s| s.base_file.as_ref().map_or(0, |b| b.size) + s.log_files.iter().map(|l| l.size).sum::<u64>())
         .sum();
     // Compressed Parquet holds roughly one row per 50 bytes; ANALYZE refines this.
     (*baserel).rows = (bytes as f64 / 50.0).max(1.0);
+    let info = PlanInfo {
+        options,
+        stats: (stats.partitions_kept, stats.partitions_total, stats.slices_kept, stats.slices_total),
+    };
+    (*baserel).fdw_private = info.to_list() as *mut c_void;
 }
 
 #[pg_guard]
@@ -239,7 +285,7 @@ pub unsafe extern "C-unwind" fn get_foreign_plan(
         quals,
         (*baserel).relid,
         std::ptr::null_mut(),
-        std::ptr::null_mut(),
+        (*baserel).fdw_private as *mut pg_sys::List,
         std::ptr::null_mut(),
         std::ptr::null_mut(),
         outer_plan,
@@ -251,6 +297,8 @@ struct ScanState {
     reader: TableReader,
     spec: ReadSpec,
     bound: ReadBound,
+    options: ScanOptions,
+    stats: ScanStats,
     with_deletes: bool,
     slices: Vec<FileSlice>,
     next_slice: usize,
@@ -286,12 +334,16 @@ pub unsafe extern "C-unwind" fn begin_foreign_scan(node: *mut pg_sys::ForeignSca
     let with_deletes = schema
         .index_of(OPERATION_COLUMN)
         .is_ok_and(|i| columns.iter().any(|c| c.is_some_and(|c| c.source == Some(i))));
-    let slices = slices_to_read(&reader, &spec);
+    let plan = (*node).ss.ps.plan as *mut pg_sys::ForeignScan;
+    let options = PlanInfo::from_list((*plan).fdw_private).options;
+    let (slices, stats) = slices_to_read(&reader, &spec, &options);
     let bound = spec.bound(&reader);
     let state = Box::new(ScanState {
         reader,
         spec,
         bound,
+        options,
+        stats,
         with_deletes,
         slices,
         next_slice: 0,
@@ -348,10 +400,11 @@ pub unsafe extern "C-unwind" fn iterate_foreign_scan(node: *mut pg_sys::ForeignS
         }
         let slice = &state.slices[state.next_slice];
         state.next_slice += 1;
+        let (reader, options, stats) = (&state.reader, &state.options, &mut state.stats);
         state.batch = match &state.spec {
-            ReadSpec::Snapshot { .. } => block_on(state.reader.read_slice(slice, &state.bound)).or_report(),
+            ReadSpec::Snapshot { .. } => block_on(reader.read_slice(slice, &state.bound, options, stats)).or_report(),
             ReadSpec::Incremental { range } => {
-                block_on(state.reader.read_slice_changes(slice, range, state.with_deletes)).or_report()
+                block_on(reader.read_slice_changes(slice, range, state.with_deletes, options, stats)).or_report()
             }
         };
         state.next_row = 0;
@@ -369,4 +422,53 @@ pub unsafe extern "C-unwind" fn rescan_foreign_scan(node: *mut pg_sys::ForeignSc
 #[pg_guard]
 pub unsafe extern "C-unwind" fn end_foreign_scan(node: *mut pg_sys::ForeignScanState) {
     release_scan_state(node as *mut c_void);
+}
+
+unsafe fn explain_text(label: &str, value: &str, es: *mut pg_sys::ExplainState) {
+    let label = std::ffi::CString::new(label).unwrap_or_default();
+    let value = std::ffi::CString::new(value).unwrap_or_default();
+    pg_sys::ExplainPropertyText(label.as_ptr(), value.as_ptr(), es);
+}
+
+/// EXPLAIN VERBOSE: the query, pushed filters, and how much of the table the scan keeps.
+#[pg_guard]
+pub unsafe extern "C-unwind" fn explain_foreign_scan(node: *mut pg_sys::ForeignScanState, es: *mut pg_sys::ExplainState) {
+    if !(*es).verbose {
+        return;
+    }
+    let relation = (*node).ss.ss_currentRelation;
+    let table = ForeignHudiTable::of_relation((*relation).rd_id);
+    let query = match read_spec(&table) {
+        ReadSpec::Snapshot { bound, read_optimized } => {
+            let kind = if read_optimized { "read optimized" } else { "snapshot" };
+            match bound {
+                ReadBound::RequestedBy(t) => format!("{kind} as of {t}"),
+                _ => format!("{kind} (latest)"),
+            }
+        }
+        ReadSpec::Incremental { range } => format!(
+            "incremental ({}, {}]",
+            range.start.as_deref().unwrap_or("start"),
+            range.end.as_deref().unwrap_or("latest")
+        ),
+    };
+    explain_text("Hudi Query", &query, es);
+    explain_text("Hudi Table", table.uri.as_str(), es);
+    let plan = (*node).ss.ps.plan as *mut pg_sys::ForeignScan;
+    let info = PlanInfo::from_list((*plan).fdw_private);
+    if !info.options.filter.is_empty() {
+        let filters: Vec<String> = info.options.filter.predicates.iter().map(|p| p.to_string()).collect();
+        explain_text("Hudi Filters", &filters.join(" AND "), es);
+    }
+    let state = (*node).fdw_state as *const ScanState;
+    let (partitions_kept, partitions_total, slices_kept, slices_total) = match state.as_ref() {
+        Some(s) => (s.stats.partitions_kept, s.stats.partitions_total, s.stats.slices_kept, s.stats.slices_total),
+        None => info.stats,
+    };
+    explain_text("Hudi Partitions", &format!("{partitions_kept} of {partitions_total}"), es);
+    explain_text("Hudi File Slices", &format!("{slices_kept} of {slices_total}"), es);
+    if let Some(state) = state.as_ref() {
+        let stats = state.stats;
+        explain_text("Hudi Row Groups", &format!("{} of {} read", stats.row_groups_kept, stats.row_groups_total), es);
+    }
 }

@@ -2,6 +2,7 @@
 //! (the rows changed by the commits of a range) over file slices, one slice at a time. Memory
 //! is bounded by one file slice: its base file's rows plus its log records.
 
+pub mod filter;
 pub mod merge;
 pub mod schema;
 
@@ -13,9 +14,12 @@ use arrow::compute::{concat_batches, filter_record_batch};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::ProjectionMask;
+use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, ErrorKind, Result, ResultExt};
 use crate::log::{decode_block, read_blocks, BlockContent, BlockType};
+use crate::read::filter::ScanFilter;
 use crate::read::merge::{merge, Merged, MergeRule, MergeSource};
 use crate::storage::Storage;
 use crate::table::{self, TableConfig};
@@ -31,6 +35,25 @@ pub const OPERATION_COLUMN: &str = "_hoodie_operation";
 pub struct ChangeRange {
     pub start: Option<String>,
     pub end: Option<String>,
+}
+
+/// What a scan asks for beyond the bound: filters that may skip data, and the columns it
+/// needs (others come back as NULL; `None` means all).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ScanOptions {
+    pub filter: ScanFilter,
+    pub columns: Option<Vec<String>>,
+}
+
+/// How much of the table a scan kept, for EXPLAIN.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ScanStats {
+    pub partitions_total: usize,
+    pub partitions_kept: usize,
+    pub slices_total: usize,
+    pub slices_kept: usize,
+    pub row_groups_total: usize,
+    pub row_groups_kept: usize,
 }
 
 /// A table opened for reading: its configuration, timeline, files and schema, loaded once.
@@ -93,6 +116,38 @@ impl TableReader {
         Ok(self.view.latest_slices(&self.timeline, bound, &replaced))
     }
 
+    /// The number of buckets when the table uses the simple bucket index.
+    pub fn bucket_count(&self) -> Option<u32> {
+        let props = &self.config.properties;
+        let is_bucket = props.get("hoodie.index.type").is_some_and(|t| t.eq_ignore_ascii_case("BUCKET"));
+        let simple = props.get("hoodie.index.bucket.engine").is_none_or(|e| e.eq_ignore_ascii_case("SIMPLE"));
+        let buckets = props.get("hoodie.bucket.index.num.buckets")?.trim().parse().ok()?;
+        (is_bucket && simple).then_some(buckets)
+    }
+
+    /// The slices within `bound` that `options.filter` does not rule out, and how many of the
+    /// table's partitions and slices that is.
+    pub async fn pruned_slices(&self, bound: &ReadBound, options: &ScanOptions) -> Result<(Vec<FileSlice>, ScanStats)> {
+        let all = self.slices(bound).await?;
+        let mut stats = ScanStats { slices_total: all.len(), ..Default::default() };
+        let partitions: std::collections::BTreeSet<&str> = all.iter().map(|s| s.partition.as_str()).collect();
+        stats.partitions_total = partitions.len();
+        let kept_partitions: HashSet<&str> = partitions
+            .into_iter()
+            .filter(|p| options.filter.may_match_partition(&self.config, &self.schema, p))
+            .collect();
+        stats.partitions_kept = kept_partitions.len();
+        let bucket = self.bucket_count().and_then(|n| options.filter.bucket(&self.config, n));
+        let kept: Vec<FileSlice> = all
+            .iter()
+            .filter(|s| kept_partitions.contains(s.partition.as_str()))
+            .filter(|s| bucket.is_none_or(|b| crate::table::bucket::bucket_of_file_id(&s.file_id) == Some(b)))
+            .cloned()
+            .collect();
+        stats.slices_kept = kept.len();
+        Ok((kept, stats))
+    }
+
     /// The bound of a snapshot as of `as_of` (requested instant, inclusive; latest if `None`).
     pub fn snapshot_bound(as_of: Option<&str>) -> ReadBound {
         as_of.map_or(ReadBound::Latest, |t| ReadBound::RequestedBy(t.to_owned()))
@@ -107,25 +162,33 @@ impl TableReader {
     /// scans read [`Self::slices`] one [`Self::read_slice`] at a time.
     pub async fn read_snapshot(&self, as_of: Option<&str>) -> Result<Vec<RecordBatch>> {
         let bound = Self::snapshot_bound(as_of);
+        let options = ScanOptions::default();
         let mut out = Vec::new();
         for slice in self.slices(&bound).await? {
-            out.extend(self.read_slice(&slice, &bound).await?);
+            out.extend(self.read_slice(&slice, &bound, &options, &mut ScanStats::default()).await?);
         }
         Ok(out)
     }
 
     /// All changed rows of `range` (see [`Self::read_slice_changes`]).
     pub async fn read_changes(&self, range: &ChangeRange, with_deletes: bool) -> Result<Vec<RecordBatch>> {
+        let (options, mut stats) = (ScanOptions::default(), ScanStats::default());
         let mut out = Vec::new();
         for slice in self.slices(&self.change_bound(range)).await? {
-            out.extend(self.read_slice_changes(&slice, range, with_deletes).await?);
+            out.extend(self.read_slice_changes(&slice, range, with_deletes, &options, &mut stats).await?);
         }
         Ok(out)
     }
 
     /// The merged rows of one file slice within `bound`.
-    pub async fn read_slice(&self, slice: &FileSlice, bound: &ReadBound) -> Result<Option<RecordBatch>> {
-        Ok(self.merge_slice(slice, bound, None).await?.rows)
+    pub async fn read_slice(
+        &self,
+        slice: &FileSlice,
+        bound: &ReadBound,
+        options: &ScanOptions,
+        stats: &mut ScanStats,
+    ) -> Result<Option<RecordBatch>> {
+        Ok(self.merge_slice(slice, bound, None, options, stats).await?.rows)
     }
 
     /// The rows of one file slice changed by the commits of `range`, with `_hoodie_operation`:
@@ -137,6 +200,8 @@ impl TableReader {
         slice: &FileSlice,
         range: &ChangeRange,
         with_deletes: bool,
+        options: &ScanOptions,
+        stats: &mut ScanStats,
     ) -> Result<Option<RecordBatch>> {
         if !self.config.populate_meta_fields {
             return Err(Error::new(
@@ -148,7 +213,7 @@ impl TableReader {
         if instants.is_empty() {
             return Ok(None);
         }
-        let merged = self.merge_slice(slice, &self.change_bound(range), Some(&instants)).await?;
+        let merged = self.merge_slice(slice, &self.change_bound(range), Some(&instants), options, stats).await?;
         let mut parts = Vec::new();
         if let Some(rows) = &merged.rows {
             let commit_times = rows.column(schema::COMMIT_TIME_COLUMN);
@@ -210,16 +275,21 @@ impl TableReader {
     }
 
     /// Reads and merges one slice: the base file, then every log block written by an instant
-    /// visible within `bound` and not rolled back.
+    /// visible within `bound` and not rolled back. Row groups are skipped by statistics only
+    /// when the slice has no logs: a log version may lose to a base version that the filter
+    /// alone would have dropped.
     async fn merge_slice(
         &self,
         slice: &FileSlice,
         bound: &ReadBound,
         change_range: Option<&HashSet<String>>,
+        options: &ScanOptions,
+        stats: &mut ScanStats,
     ) -> Result<Merged> {
         let mut sources = Vec::new();
         if let Some(path) = slice.base_path() {
-            sources.push(MergeSource::Data(self.read_parquet(&path).await?));
+            let prune = slice.log_files.is_empty();
+            sources.push(MergeSource::Data(self.read_parquet(&path, options, prune, stats).await?));
         }
         if slice.log_files.is_empty() && change_range.is_none() {
             let rows = sources.into_iter().find_map(|s| match s {
@@ -267,12 +337,42 @@ impl TableReader {
         merge(&self.schema, sources, ordering_column, MergeRule { mode: self.config.merge_mode }, change_range)
     }
 
-    async fn read_parquet(&self, path: &str) -> Result<RecordBatch> {
+    /// The columns a read must decode: the requested ones plus what merging needs.
+    fn needed_columns(&self, options: &ScanOptions) -> Option<HashSet<String>> {
+        let mut needed: HashSet<String> = options.columns.as_ref()?.iter().cloned().collect();
+        needed.extend(["_hoodie_commit_time", "_hoodie_record_key", "_hoodie_partition_path"].map(str::to_owned));
+        needed.extend(self.config.ordering_fields.iter().cloned());
+        Some(needed)
+    }
+
+    async fn read_parquet(&self, path: &str, options: &ScanOptions, prune: bool, stats: &mut ScanStats) -> Result<RecordBatch> {
         let bytes = self.storage.get(path).await?;
         let invalid = |e: parquet::errors::ParquetError| {
             Error::new(ErrorKind::Corrupt, format!("invalid Parquet file {}/{path}", self.storage.uri())).with_source(e)
         };
-        let reader = ParquetRecordBatchReaderBuilder::try_new(bytes).and_then(|b| b.build()).map_err(invalid)?;
+        let mut builder = ParquetRecordBatchReaderBuilder::try_new(bytes).map_err(invalid)?;
+        let total = builder.metadata().num_row_groups();
+        stats.row_groups_total += total;
+        if prune && !options.filter.is_empty() {
+            let groups = options.filter.row_groups(builder.metadata(), builder.schema(), builder.parquet_schema());
+            stats.row_groups_kept += groups.len();
+            builder = builder.with_row_groups(groups);
+        } else {
+            stats.row_groups_kept += total;
+        }
+        if let Some(needed) = self.needed_columns(options) {
+            let roots: Vec<usize> = builder
+                .schema()
+                .fields()
+                .iter()
+                .enumerate()
+                .filter(|(_, f)| needed.contains(f.name()))
+                .map(|(i, _)| i)
+                .collect();
+            let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
+            builder = builder.with_projection(mask);
+        }
+        let reader = builder.build().map_err(invalid)?;
         let mut batches = Vec::new();
         for batch in reader {
             let batch = batch.map_err(|e| invalid(e.into()))?;

@@ -1,5 +1,6 @@
 //! The table as a whole: its configuration in `.hoodie/hoodie.properties`.
 
+pub mod bucket;
 pub mod config;
 pub mod files;
 pub mod properties;
