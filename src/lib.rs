@@ -17,6 +17,7 @@ mod worker;
 
 // The wrapper itself: hand-written SQL, created after the validator function it names.
 extension_sql_file!("../sql/fdw.sql", name = "fdw", requires = [fdw::options::hudi_fdw_validator]);
+extension_sql_file!("../sql/consume.sql", name = "consume", requires = ["fdw", api::tables::latest_commit]);
 
 /// Library load: GUCs always; the background worker only when loaded at server start.
 #[pg_guard]

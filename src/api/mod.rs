@@ -1,5 +1,7 @@
 //! SQL functions in schema `hudi`.
 
+pub mod tables;
+
 use pgrx::prelude::*;
 
 /// `hudi.version()`: the extension version and the Hudi table versions it reads and writes.

@@ -47,6 +47,37 @@ unsafe fn credentials(server: pg_sys::Oid) -> BTreeMap<String, String> {
 }
 
 impl ForeignHudiTable {
+    /// Resolves `relid` for a SQL function: it must be a `hudi_fdw` foreign table the user may
+    /// read.
+    pub fn for_function(relid: pg_sys::Oid) -> ForeignHudiTable {
+        // SAFETY: catalog lookups on the main thread.
+        unsafe {
+            let is_hudi = pg_sys::get_rel_relkind(relid) == pg_sys::RELKIND_FOREIGN_TABLE as std::ffi::c_char && {
+                let table = pg_sys::GetForeignTable(relid);
+                let server = pg_sys::GetForeignServer((*table).serverid);
+                let wrapper = pg_sys::GetForeignDataWrapper((*server).fdwid);
+                CStr::from_ptr((*wrapper).fdwname).to_bytes() == b"hudi_fdw"
+            };
+            if !is_hudi {
+                crate::error::raise(
+                    pgrx::PgSqlErrorCode::ERRCODE_WRONG_OBJECT_TYPE,
+                    format!("relation with OID {} is not a hudi_fdw foreign table", relid.to_u32()),
+                    None,
+                );
+            }
+            if pg_sys::pg_class_aclcheck(relid, pg_sys::GetUserId(), pg_sys::ACL_SELECT as pg_sys::AclMode)
+                != pg_sys::AclResult::ACLCHECK_OK
+            {
+                crate::error::raise(
+                    pgrx::PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+                    format!("permission denied for foreign table with OID {}", relid.to_u32()),
+                    None,
+                );
+            }
+        }
+        Self::of_relation(relid)
+    }
+
     /// Resolves the foreign table `relid` (server `base_uri` + table `path`).
     pub fn of_relation(relid: pg_sys::Oid) -> ForeignHudiTable {
         // SAFETY: catalog lookups for an existing foreign table, on the main thread.

@@ -1,0 +1,58 @@
+-- hudi.consume(table, consumer): exactly-once pulls of changes for pipelines.
+--
+--   SELECT * FROM hudi.consume(NULL::customer_changes, 'etl');
+--
+-- `customer_changes` is a hudi_fdw foreign table with query_type 'incremental' (declare
+-- _hoodie_operation to see 'I', 'U' and 'D'). Each call returns the rows changed since the
+-- consumer's position and moves the position to the latest commit, in the caller's
+-- transaction: ROLLBACK replays the same changes, COMMIT acknowledges them. Concurrent calls
+-- of one consumer on one table queue on the position row.
+
+CREATE TABLE hudi.consumer_positions (
+    relation regclass NOT NULL,
+    consumer text NOT NULL,
+    position text NOT NULL,   -- completion time (table version 8+) or instant (version 6)
+    updated_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (relation, consumer)
+);
+SELECT pg_catalog.pg_extension_config_dump('hudi.consumer_positions', '');
+
+CREATE FUNCTION hudi.consume(changes anyelement, consumer text)
+RETURNS SETOF anyelement
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    rel regclass := pg_typeof(changes)::text::regclass;
+    query_type text;
+    last_position text;
+    stop text;
+    saved_start text := current_setting('hudi.start_instant', true);
+    saved_end text := current_setting('hudi.end_instant', true);
+BEGIN
+    SELECT option_value INTO query_type
+      FROM pg_options_to_table((SELECT ftoptions FROM pg_foreign_table WHERE ftrelid = rel))
+     WHERE option_name = 'query_type';
+    IF query_type IS DISTINCT FROM 'incremental' THEN
+        RAISE EXCEPTION 'hudi.consume needs a hudi_fdw foreign table with query_type ''incremental'', and % is not one', rel
+            USING ERRCODE = 'wrong_object_type';
+    END IF;
+    INSERT INTO hudi.consumer_positions (relation, consumer, position)
+         VALUES (rel, consumer, '') ON CONFLICT DO NOTHING;
+    SELECT p.position INTO last_position FROM hudi.consumer_positions p
+     WHERE p.relation = rel AND p.consumer = consume.consumer FOR UPDATE;
+    stop := hudi.latest_commit(rel);
+    IF stop IS NULL OR stop <= last_position THEN
+        RETURN;
+    END IF;
+    PERFORM set_config('hudi.start_instant', last_position, true);
+    PERFORM set_config('hudi.end_instant', stop, true);
+    RETURN QUERY EXECUTE format('SELECT * FROM %s', rel);
+    PERFORM set_config('hudi.start_instant', coalesce(saved_start, ''), true);
+    PERFORM set_config('hudi.end_instant', coalesce(saved_end, ''), true);
+    UPDATE hudi.consumer_positions p SET position = stop, updated_at = now()
+     WHERE p.relation = rel AND p.consumer = consume.consumer;
+END
+$$;
+COMMENT ON FUNCTION hudi.consume(anyelement, text) IS
+  'Changes of an incremental hudi_fdw table since the consumer''s position; the position moves in the same transaction';

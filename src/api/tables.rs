@@ -1,0 +1,84 @@
+//! Introspection of Hudi foreign tables: their timeline and file slices.
+
+use pgrx::prelude::*;
+use pgrx::PgRelation;
+
+use crate::error::OrReport;
+use crate::fdw::table::ForeignHudiTable;
+use crate::runtime::block_on;
+
+/// `hudi.timeline(table)`: every instant of the table's timeline, by requested time.
+#[pg_extern(volatile, parallel_safe)]
+fn timeline(
+    table: PgRelation,
+) -> TableIterator<
+    'static,
+    (
+        name!(instant, String),
+        name!(action, String),
+        name!(state, String),
+        name!(completion_time, Option<String>),
+        name!(file_name, String),
+    ),
+> {
+    let reader = ForeignHudiTable::for_function(table.oid()).open_reader();
+    let rows: Vec<_> = reader
+        .timeline()
+        .instants()
+        .iter()
+        .map(|i| {
+            let state = match i.state {
+                engine::timeline::State::Requested => "requested",
+                engine::timeline::State::Inflight => "inflight",
+                engine::timeline::State::Completed => "completed",
+            };
+            let completion = i.is_completed().then(|| reader.timeline().completion_time(&i.timestamp).map(str::to_owned)).flatten();
+            (i.timestamp.clone(), i.action.clone(), state.to_owned(), completion, i.file_name.clone())
+        })
+        .collect();
+    TableIterator::new(rows)
+}
+
+/// `hudi.file_slices(table)`: the file slices the latest snapshot reads (one per file group).
+#[pg_extern(volatile, parallel_safe)]
+fn file_slices(
+    table: PgRelation,
+) -> TableIterator<
+    'static,
+    (
+        name!(partition_path, String),
+        name!(file_id, String),
+        name!(base_instant, String),
+        name!(base_file, Option<String>),
+        name!(base_file_size, Option<i64>),
+        name!(log_files, Vec<String>),
+        name!(log_files_size, i64),
+    ),
+> {
+    let reader = ForeignHudiTable::for_function(table.oid()).open_reader();
+    let slices = block_on(reader.slices(&engine::timeline::ReadBound::Latest)).or_report();
+    let rows: Vec<_> = slices
+        .into_iter()
+        .map(|s| {
+            let logs: Vec<String> = s.log_files.iter().map(|l| l.name.clone()).collect();
+            let log_size = s.log_files.iter().map(|l| l.size as i64).sum();
+            let base_size = s.base_file.as_ref().map(|b| b.size as i64);
+            (s.partition, s.file_id, s.base_instant, s.base_file.map(|b| b.name), base_size, logs, log_size)
+        })
+        .collect();
+    TableIterator::new(rows)
+}
+
+/// `hudi.latest_commit(table)`: the completion time (table version 8+; the instant time on
+/// version 6) of the table's latest completed write, or NULL for a table without writes. It
+/// is the end bound that makes an incremental read catch up completely.
+#[pg_extern(volatile, parallel_safe)]
+fn latest_commit(table: PgRelation) -> Option<String> {
+    let reader = ForeignHudiTable::for_function(table.oid()).open_reader();
+    let timeline = reader.timeline();
+    timeline
+        .completed_writes()
+        .filter_map(|i| timeline.completion_time(&i.timestamp))
+        .max()
+        .map(str::to_owned)
+}
