@@ -14,7 +14,8 @@
 //! | date32                              | date |
 //! | timestamp (micros, millis) with tz  | timestamp with time zone (also timestamp) |
 //! | timestamp without tz                | timestamp |
-//! | struct, map, list                   | jsonb (a struct and a map become objects, a list an array) |
+//! | list of a primitive type            | an array of that type's column type (`integer[]`, `text[]`, ...) |
+//! | struct, map, list of nested values  | jsonb (a struct and a map become objects, a list an array) |
 //!
 //! Any Arrow value can also be read into `text` (its display form, nested values as JSON).
 
@@ -98,10 +99,84 @@ impl PgKind {
     }
 }
 
+/// A column's PostgreSQL type: a scalar kind, or a one-dimensional array of one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ColumnType {
+    pub kind: PgKind,
+    /// The element type when the column is an array.
+    pub element: Option<pg_sys::Oid>,
+}
+
+impl ColumnType {
+    pub fn from_type_oid(oid: pg_sys::Oid) -> Option<ColumnType> {
+        // SAFETY: a syscache lookup on the main thread.
+        let element = unsafe { pg_sys::get_element_type(oid) };
+        if element != pg_sys::InvalidOid {
+            let kind = PgKind::from_type_oid(element).filter(|k| *k != PgKind::Jsonb)?;
+            return Some(ColumnType { kind, element: Some(element) });
+        }
+        Some(ColumnType { kind: PgKind::from_type_oid(oid)?, element: None })
+    }
+
+    /// Whether the column can hold every value of `data_type`: arrays take lists whose items
+    /// their element type accepts.
+    pub fn accepts(&self, data_type: &DataType) -> bool {
+        match (self.element, data_type) {
+            (Some(_), DataType::List(item) | DataType::LargeList(item)) => {
+                !item.data_type().is_nested() && self.kind.accepts(item.data_type())
+            }
+            (Some(_), _) => false,
+            (None, _) => self.kind.accepts(data_type),
+        }
+    }
+
+    /// The value at `row` as a `Datum` of this type (`None` for NULL).
+    pub fn to_datum(&self, array: &dyn Array, row: usize) -> Result<Option<pg_sys::Datum>, ConversionError> {
+        let Some(element) = self.element else { return to_datum(self.kind, array, row) };
+        if array.is_null(row) {
+            return Ok(None);
+        }
+        let items = match array.data_type() {
+            DataType::List(_) => array.as_list::<i32>().value(row),
+            DataType::LargeList(_) => array.as_list::<i64>().value(row),
+            other => return Err(format!("a value of type {other} is not a list")),
+        };
+        let mut datums = Vec::with_capacity(items.len());
+        let mut nulls = Vec::with_capacity(items.len());
+        for i in 0..items.len() {
+            let datum = to_datum(self.kind, items.as_ref(), i)?;
+            nulls.push(datum.is_none());
+            datums.push(datum.unwrap_or(pg_sys::Datum::from(0)));
+        }
+        // SAFETY: one-dimensional array construction from datums of the element type.
+        unsafe {
+            let (mut len, mut by_value, mut align) = (0i16, false, 0 as std::ffi::c_char);
+            pg_sys::get_typlenbyvalalign(element, &mut len, &mut by_value, &mut align);
+            let mut dims = [datums.len() as i32];
+            let mut lower_bounds = [1i32];
+            let array = pg_sys::construct_md_array(
+                datums.as_mut_ptr(),
+                nulls.as_mut_ptr(),
+                1,
+                dims.as_mut_ptr(),
+                lower_bounds.as_mut_ptr(),
+                element,
+                len.into(),
+                by_value,
+                align,
+            );
+            Ok(Some(pg_sys::Datum::from(array)))
+        }
+    }
+}
+
 /// The column type `IMPORT FOREIGN SCHEMA` declares for an Arrow type.
 pub fn declared_type(data_type: &DataType) -> String {
     use DataType as D;
     match data_type {
+        D::List(item) | D::LargeList(item) if !item.data_type().is_nested() => {
+            format!("{}[]", declared_type(item.data_type()))
+        }
         D::Boolean => "boolean".into(),
         D::Int8 | D::Int16 | D::Int32 | D::UInt8 | D::UInt16 => "integer".into(),
         D::Int64 | D::UInt32 => "bigint".into(),
@@ -352,6 +427,19 @@ mod tests {
     use super::*;
 
     #[pg_test]
+    fn lists_become_arrays() {
+        let list = arrow::array::ListArray::from_iter_primitive::<types::Int32Type, _, _>(vec![
+            Some(vec![Some(1), None, Some(3)]),
+            None,
+        ]);
+        let column = ColumnType::from_type_oid(pg_sys::INT4ARRAYOID).unwrap();
+        let datum = column.to_datum(&list, 0).unwrap().unwrap();
+        let values = unsafe { Vec::<Option<i32>>::from_datum(datum, false) }.unwrap();
+        assert_eq!(values, [Some(1), None, Some(3)]);
+        assert_eq!(column.to_datum(&list, 1).unwrap(), None);
+    }
+
+    #[pg_test]
     fn decimal_text_is_exact() {
         assert_eq!(decimal_text(1234567890, 5), "12345.67890");
         assert_eq!(decimal_text(-150, 2), "-1.50");
@@ -379,5 +467,14 @@ mod tests {
         }
         assert!(!PgKind::Int4.accepts(&DataType::Int64));
         assert!(!PgKind::Bool.accepts(&DataType::Utf8));
+
+        let list = DataType::new_list(DataType::Int32, true);
+        assert_eq!(declared_type(&list), "integer[]");
+        let int_array = ColumnType::from_type_oid(pg_sys::INT4ARRAYOID).unwrap();
+        assert!(int_array.accepts(&list));
+        assert!(!int_array.accepts(&DataType::Int32));
+        let nested = DataType::new_list(DataType::new_list(DataType::Int32, true), true);
+        assert_eq!(declared_type(&nested), "jsonb");
+        assert!(!int_array.accepts(&nested));
     }
 }

@@ -14,7 +14,7 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
 
-use crate::datum::{self, PgKind};
+use crate::datum::{self, ColumnType};
 use crate::error::{raise, OrReport};
 use crate::fdw::pushdown::{self, FieldNames};
 use crate::fdw::table::ForeignHudiTable;
@@ -26,7 +26,7 @@ use crate::runtime::block_on;
 struct ColumnBinding {
     /// Index of the Arrow column, or `None` for a meta column the table does not populate.
     source: Option<usize>,
-    kind: PgKind,
+    column_type: ColumnType,
 }
 
 unsafe fn type_name(oid: pg_sys::Oid) -> String {
@@ -50,14 +50,14 @@ unsafe fn bind_columns(
                 return None;
             }
             let name = CStr::from_ptr(attr.attname.data.as_ptr()).to_string_lossy().into_owned();
-            let kind = PgKind::from_type_oid(attr.atttypid).unwrap_or_else(|| {
+            let column_type = ColumnType::from_type_oid(attr.atttypid).unwrap_or_else(|| {
                 raise(
                     PgSqlErrorCode::ERRCODE_FDW_INVALID_DATA_TYPE,
                     format!(
                         "column \"{name}\" of foreign table \"{relation}\" has type {}, which hudi_fdw does not read",
                         type_name(attr.atttypid)
                     ),
-                    Some("Use boolean, smallint, integer, bigint, real, double precision, numeric, text, varchar, bytea, date, timestamp, timestamptz or jsonb.".into()),
+                    Some("Use boolean, smallint, integer, bigint, real, double precision, numeric, text, varchar, bytea, date, timestamp, timestamptz, jsonb, or an array of a scalar type.".into()),
                 )
             });
             let exact = schema.index_of(&name).ok();
@@ -71,7 +71,7 @@ unsafe fn bind_columns(
             match source {
                 Some(index) => {
                     let field = schema.field(index);
-                    if !kind.accepts(field.data_type()) {
+                    if !column_type.accepts(field.data_type()) {
                         raise(
                             PgSqlErrorCode::ERRCODE_FDW_INVALID_DATA_TYPE,
                             format!(
@@ -83,12 +83,12 @@ unsafe fn bind_columns(
                             Some(format!("Declare it as {} (or text).", datum::declared_type(field.data_type()))),
                         );
                     }
-                    Some(ColumnBinding { source: Some(index), kind })
+                    Some(ColumnBinding { source: Some(index), column_type })
                 }
                 // A table without meta fields still answers for them, with NULLs; so does
                 // _hoodie_operation outside incremental reads.
                 None if META_FIELDS.contains(&name.as_str()) || name == OPERATION_COLUMN => {
-                    Some(ColumnBinding { source: None, kind })
+                    Some(ColumnBinding { source: None, column_type })
                 }
                 None => {
                     let fields: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
@@ -376,8 +376,8 @@ pub unsafe extern "C-unwind" fn iterate_foreign_scan(node: *mut pg_sys::ForeignS
                 let nulls = std::slice::from_raw_parts_mut((*slot).tts_isnull, natts);
                 for (i, binding) in state.columns.iter().enumerate().take(natts) {
                     let datum = match binding {
-                        Some(ColumnBinding { source: Some(index), kind }) => {
-                            datum::to_datum(*kind, batch.column(*index).as_ref(), row).unwrap_or_else(|why| {
+                        Some(ColumnBinding { source: Some(index), column_type }) => {
+                            column_type.to_datum(batch.column(*index).as_ref(), row).unwrap_or_else(|why| {
                                 raise(
                                     PgSqlErrorCode::ERRCODE_FDW_INVALID_DATA_TYPE,
                                     format!("cannot read column {}: {why}", i + 1),
