@@ -75,3 +75,13 @@ def test_consume_is_exactly_once_with_the_transaction(conn):
     with pytest.raises(psycopg.Error) as e:
         conn.execute("SELECT * FROM hudi.consume(NULL::v6_trips_8i3d, 'etl')")
     assert e.value.sqlstate == "42809"
+
+
+def test_analyze_samples_rows_and_counts_them(conn):
+    conn.execute("ANALYZE v9_txns_simple_nometa")
+    reltuples = conn.execute("SELECT reltuples FROM pg_class WHERE oid = 'v9_txns_simple_nometa'::regclass").fetchone()[0]
+    count = conn.execute("SELECT count(*) FROM v9_txns_simple_nometa").fetchone()[0]
+    assert reltuples == count == 12
+    distinct = conn.execute("SELECT n_distinct FROM pg_stats WHERE tablename = 'v9_txns_simple_nometa' "
+                            "AND attname = 'region'").fetchone()[0]
+    assert (distinct if distinct > 0 else -distinct * reltuples) == 3  # apac, eu, us

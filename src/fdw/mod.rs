@@ -31,6 +31,7 @@ pub extern "C-unwind" fn hudi_fdw_handler(_fcinfo: pg_sys::FunctionCallInfo) -> 
     routine.ReScanForeignScan = Some(scan::rescan_foreign_scan);
     routine.EndForeignScan = Some(scan::end_foreign_scan);
     routine.ExplainForeignScan = Some(scan::explain_foreign_scan);
+    routine.AnalyzeForeignTable = Some(scan::analyze_foreign_table);
     routine.ImportForeignSchema = Some(import::import_foreign_schema);
     pg_sys::Datum::from(routine.into_pg())
 }

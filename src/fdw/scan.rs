@@ -374,22 +374,7 @@ pub unsafe extern "C-unwind" fn iterate_foreign_scan(node: *mut pg_sys::ForeignS
                 let natts = (*(*slot).tts_tupleDescriptor).natts as usize;
                 let values = std::slice::from_raw_parts_mut((*slot).tts_values, natts);
                 let nulls = std::slice::from_raw_parts_mut((*slot).tts_isnull, natts);
-                for (i, binding) in state.columns.iter().enumerate().take(natts) {
-                    let datum = match binding {
-                        Some(ColumnBinding { source: Some(index), column_type }) => {
-                            column_type.to_datum(batch.column(*index).as_ref(), row).unwrap_or_else(|why| {
-                                raise(
-                                    PgSqlErrorCode::ERRCODE_FDW_INVALID_DATA_TYPE,
-                                    format!("cannot read column {}: {why}", i + 1),
-                                    None,
-                                )
-                            })
-                        }
-                        _ => None,
-                    };
-                    values[i] = datum.unwrap_or(pg_sys::Datum::from(0));
-                    nulls[i] = datum.is_none();
-                }
+                fill_row(&state.columns, batch, row, values, nulls);
                 pg_sys::ExecStoreVirtualTuple(slot);
                 return slot;
             }
@@ -408,6 +393,28 @@ pub unsafe extern "C-unwind" fn iterate_foreign_scan(node: *mut pg_sys::ForeignS
             }
         };
         state.next_row = 0;
+    }
+}
+
+/// Converts row `row` of `batch` into the `values`/`nulls` of a tuple.
+fn fill_row(
+    columns: &[Option<ColumnBinding>],
+    batch: &RecordBatch,
+    row: usize,
+    values: &mut [pg_sys::Datum],
+    nulls: &mut [bool],
+) {
+    for (i, binding) in columns.iter().enumerate().take(values.len()) {
+        let datum = match binding {
+            Some(ColumnBinding { source: Some(index), column_type }) => {
+                column_type.to_datum(batch.column(*index).as_ref(), row).unwrap_or_else(|why| {
+                    raise(PgSqlErrorCode::ERRCODE_FDW_INVALID_DATA_TYPE, format!("cannot read column {}: {why}", i + 1), None)
+                })
+            }
+            _ => None,
+        };
+        values[i] = datum.unwrap_or(pg_sys::Datum::from(0));
+        nulls[i] = datum.is_none();
     }
 }
 
@@ -471,4 +478,88 @@ pub unsafe extern "C-unwind" fn explain_foreign_scan(node: *mut pg_sys::ForeignS
         let stats = state.stats;
         explain_text("Hudi Row Groups", &format!("{} of {} read", stats.row_groups_kept, stats.row_groups_total), es);
     }
+}
+
+/// ANALYZE: the table's size from its files, and a sample of its latest snapshot.
+#[pg_guard]
+pub unsafe extern "C-unwind" fn analyze_foreign_table(
+    relation: pg_sys::Relation,
+    func: *mut pg_sys::AcquireSampleRowsFunc,
+    total_pages: *mut pg_sys::BlockNumber,
+) -> bool {
+    let table = ForeignHudiTable::of_relation((*relation).rd_id);
+    let reader = table.open_reader();
+    let slices = block_on(reader.slices(&ReadBound::Latest)).or_report();
+    let bytes: u64 = slices
+        .iter()
+        .map(|s| s.base_file.as_ref().map_or(0, |b| b.size) + s.log_files.iter().map(|l| l.size).sum::<u64>())
+        .sum();
+    *total_pages = (bytes / pg_sys::BLCKSZ as u64).max(1) as pg_sys::BlockNumber;
+    *func = Some(acquire_sample_rows);
+    true
+}
+
+/// Reservoir-samples `target` rows of the latest snapshot, one file slice at a time.
+#[pg_guard]
+unsafe extern "C-unwind" fn acquire_sample_rows(
+    relation: pg_sys::Relation,
+    _elevel: i32,
+    rows: *mut pg_sys::HeapTuple,
+    target: i32,
+    total_rows: *mut f64,
+    total_dead_rows: *mut f64,
+) -> i32 {
+    let relid = (*relation).rd_id;
+    let table = ForeignHudiTable::of_relation(relid);
+    let reader = table.open_reader();
+    let tupdesc = (*relation).rd_att;
+    let columns = bind_columns(tupdesc, reader.schema(), &relation_name(relid), &table.uri.to_string());
+    let (options, mut stats) = (ScanOptions::default(), ScanStats::default());
+    let bound = ReadBound::Latest;
+    let slices = block_on(reader.slices(&bound)).or_report();
+    let natts = (*tupdesc).natts as usize;
+    let (mut values, mut nulls) = (vec![pg_sys::Datum::from(0); natts], vec![true; natts]);
+    let target = target.max(0) as usize;
+    let mut sampled = 0usize;
+    let mut seen = 0u64;
+    // A fixed-seed generator: samples are reproducible, which is all ANALYZE needs.
+    let mut random = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next_random = move || {
+        random ^= random << 13;
+        random ^= random >> 7;
+        random ^= random << 17;
+        random
+    };
+    let mut scratch = pgrx::PgMemoryContexts::new("pg_hudi analyze row");
+    for slice in &slices {
+        let Some(batch) = block_on(reader.read_slice(slice, &bound, &options, &mut stats)).or_report() else {
+            continue;
+        };
+        for row in 0..batch.num_rows() {
+            seen += 1;
+            let slot = if sampled < target {
+                sampled += 1;
+                Some(sampled - 1)
+            } else {
+                let pick = (next_random() % seen) as usize;
+                (pick < target).then_some(pick)
+            };
+            let Some(slot) = slot else { continue };
+            let tuple = scratch.switch_to(|_| {
+                fill_row(&columns, &batch, row, &mut values, &mut nulls);
+                // heap_form_tuple copies into the caller's context below.
+                (values.clone(), nulls.clone())
+            });
+            if seen as usize > target {
+                // Replacing a sampled row.
+                pg_sys::heap_freetuple(*rows.add(slot));
+            }
+            let (mut v, mut n) = tuple;
+            *rows.add(slot) = pg_sys::heap_form_tuple(tupdesc, v.as_mut_ptr(), n.as_mut_ptr());
+            scratch.reset();
+        }
+    }
+    *total_rows = seen as f64;
+    *total_dead_rows = 0.0;
+    sampled as i32
 }
