@@ -33,6 +33,15 @@ layer_regress() {
   mkdir -p "$out"
   port=$("$REPO/scripts/cluster.sh" start "$cluster") || return 1
   "$(pg_bin createdb)" -h 127.0.0.1 -p "$port" -U postgres regression
+  # A small lake of fixture tables for the read tests, found through regress.lake.
+  local lake=$cluster/lake zip
+  for zip in quickstart_trips_table/mor/avro/v6_trips_8i1u sample_table/mor/avro/v9_txns_simple_nometa; do
+    python3 -m zipfile -e "$HUDI_FIXTURES/$zip.zip" "$lake" || return 1
+  done
+  rm -rf "$lake/__MACOSX"
+  is_root && chown -R postgres: "$lake"
+  "$(pg_bin psql)" -X -q -h 127.0.0.1 -p "$port" -U postgres -d regression \
+    -c "ALTER DATABASE regression SET regress.lake = '$lake'"
   local tests
   tests=$(cd pg_test/sql && ls *.sql | sed 's/\.sql$//')
   "$("$PG_CONFIG" --pkglibdir)/pgxs/src/test/regress/pg_regress" \

@@ -159,7 +159,7 @@ fn instant_setting(
         if !(instant.len() == 14 || instant.len() == 17) || !instant.bytes().all(|b| b.is_ascii_digit()) {
             raise(
                 PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-                format!("invalid instant \"{instant}\" for {option}"),
+                format!("invalid instant \"{instant}\" for {option} (hudi.{option} or the table option)"),
                 Some("Use a Hudi instant such as 20261130120000000 (yyyyMMddHHmmssSSS).".into()),
             );
         }

@@ -52,6 +52,12 @@ impl ForeignHudiTable {
     pub fn for_function(relid: pg_sys::Oid) -> ForeignHudiTable {
         // SAFETY: catalog lookups on the main thread.
         unsafe {
+            let name = pg_sys::get_rel_name(relid);
+            let name = if name.is_null() {
+                relid.to_u32().to_string()
+            } else {
+                CStr::from_ptr(name).to_string_lossy().into_owned()
+            };
             let is_hudi = pg_sys::get_rel_relkind(relid) == pg_sys::RELKIND_FOREIGN_TABLE as std::ffi::c_char && {
                 let table = pg_sys::GetForeignTable(relid);
                 let server = pg_sys::GetForeignServer((*table).serverid);
@@ -61,7 +67,7 @@ impl ForeignHudiTable {
             if !is_hudi {
                 crate::error::raise(
                     pgrx::PgSqlErrorCode::ERRCODE_WRONG_OBJECT_TYPE,
-                    format!("relation with OID {} is not a hudi_fdw foreign table", relid.to_u32()),
+                    format!("\"{name}\" is not a hudi_fdw foreign table"),
                     None,
                 );
             }
@@ -70,7 +76,7 @@ impl ForeignHudiTable {
             {
                 crate::error::raise(
                     pgrx::PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
-                    format!("permission denied for foreign table with OID {}", relid.to_u32()),
+                    format!("permission denied for foreign table {name}"),
                     None,
                 );
             }
