@@ -37,7 +37,15 @@ fi
 
 warehouse=$RUN/warehouse
 mkdir -p "$warehouse"
-is_root && chown postgres: "$warehouse"
+# Two Spark-written tables for the demo to read.
+for zip in quickstart_trips_table/mor/avro/v6_trips_8i1u sample_table/mor/avro/v9_txns_simple_nometa; do
+  table=$(basename "$zip")
+  if [ ! -d "$warehouse/$table" ] && [ -f "$HUDI_FIXTURES/$zip.zip" ]; then
+    python3 -m zipfile -e "$HUDI_FIXTURES/$zip.zip" "$warehouse"
+  fi
+done
+rm -rf "$warehouse/__MACOSX"
+is_root && chown -R postgres: "$warehouse"
 echo "== sql/demo.sql (warehouse file://$warehouse)"
 "$(pg_bin psql)" -X -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$port" -U "$user" -d "$user" \
   -v warehouse="file://$warehouse" -f "$REPO/sql/demo.sql"

@@ -80,7 +80,10 @@ unsafe fn bind_columns(
                                 field.name(),
                                 field.data_type()
                             ),
-                            Some(format!("Declare it as {} (or text).", datum::declared_type(field.data_type()))),
+                            Some(match datum::declared_type(field.data_type()).as_str() {
+                                "text" => "Declare it as text.".to_owned(),
+                                declared => format!("Declare it as {declared} (or text)."),
+                            }),
                         );
                     }
                     Some(ColumnBinding { source: Some(index), column_type })
