@@ -57,6 +57,12 @@ def give_to_postgres(path):
             shutil.chown(os.path.join(root, name), "postgres")
 
 
+def create_lake_server(conn, root):
+    """pg_hudi and a server `lake` whose base URI is the directory `root`."""
+    conn.execute("CREATE EXTENSION pg_hudi")
+    conn.execute(f"CREATE SERVER lake FOREIGN DATA WRAPPER hudi_fdw OPTIONS (base_uri 'file://{root}')")
+
+
 @pytest.fixture
 def cluster(request):
     """A fresh cluster per test, under the run folder that the postgres user can reach."""

@@ -6,7 +6,7 @@ import psycopg
 import pytest
 
 import hudi_rows
-from conftest import give_to_postgres
+from conftest import create_lake_server, give_to_postgres
 
 TRIPS = pathlib.Path("quickstart_trips_table/mor/avro/v6_trips_8i3d.zip")
 TXNS = pathlib.Path("sample_table/mor/avro/v9_txns_simple_nometa.zip")
@@ -19,8 +19,7 @@ def conn(cluster, fixtures_root):
         hudi_rows.unpack(fixtures_root, z, root)
     give_to_postgres(root)
     with cluster.connect() as conn:
-        conn.execute("CREATE EXTENSION pg_hudi")
-        conn.execute(f"CREATE SERVER lake FOREIGN DATA WRAPPER hudi_fdw OPTIONS (base_uri 'file://{root}')")
+        create_lake_server(conn, root)
         conn.execute("IMPORT FOREIGN SCHEMA root FROM SERVER lake INTO public")
         yield conn
 

@@ -8,7 +8,7 @@ from hudi import HudiQueryType, HudiReadOptions, HudiTableBuilder
 import pyarrow as pa
 
 import hudi_rows
-from conftest import give_to_postgres
+from conftest import create_lake_server, give_to_postgres
 
 MOR_FIXTURES = [
     "quickstart_trips_table/mor/avro/v6_trips_8i1u.zip",
@@ -67,8 +67,7 @@ def test_time_travel_and_incremental_match_the_reference_reader(cluster, fixture
     assert len(writes) >= 2, writes
     with cluster.connect() as conn:
         conn.execute("SET timezone = 'UTC'")
-        conn.execute("CREATE EXTENSION pg_hudi")
-        conn.execute(f"CREATE SERVER lake FOREIGN DATA WRAPPER hudi_fdw OPTIONS (base_uri 'file://{root}')")
+        create_lake_server(conn, root)
         conn.execute("CREATE SCHEMA s")
         conn.execute(f'IMPORT FOREIGN SCHEMA root FROM SERVER lake INTO s')
         conn.execute("CREATE SCHEMA inc")
@@ -106,8 +105,7 @@ def test_operation_column_tells_inserts_updates_and_deletes(cluster, fixtures_ro
     give_to_postgres(root)
     writes = completed_writes(base)
     with cluster.connect() as conn:
-        conn.execute("CREATE EXTENSION pg_hudi")
-        conn.execute(f"CREATE SERVER lake FOREIGN DATA WRAPPER hudi_fdw OPTIONS (base_uri 'file://{root}')")
+        create_lake_server(conn, root)
         conn.execute(f"CREATE FOREIGN TABLE changes (_hoodie_commit_time text, _hoodie_record_key text, "
                      f"_hoodie_partition_path text, rider text, _hoodie_operation text) SERVER lake "
                      f"OPTIONS (path '{relative.stem}', query_type 'incremental')")

@@ -4,7 +4,7 @@ exactly the rows of its expected/ file (the reference reader's snapshot)."""
 import pytest
 
 import hudi_rows
-from conftest import give_to_postgres
+from conftest import create_lake_server, give_to_postgres
 from hudi_rows import same
 
 META = ["_hoodie_commit_time", "_hoodie_commit_seqno", "_hoodie_record_key",
@@ -20,8 +20,7 @@ def lake(cluster, fixtures_root):
         hudi_rows.unpack(fixtures_root, z, root / z.parent)
     give_to_postgres(root)
     with cluster.connect() as conn:
-        conn.execute("CREATE EXTENSION pg_hudi")
-        conn.execute(f"CREATE SERVER lake FOREIGN DATA WRAPPER hudi_fdw OPTIONS (base_uri 'file://{root}')")
+        create_lake_server(conn, root)
         conn.execute("SET timezone = 'UTC'")
     return zips
 

@@ -229,4 +229,28 @@ mod tests {
         assert_eq!(ids, ["b-0"]);
         assert_eq!(view.partitions(), ["p"]);
     }
+
+    #[test]
+    fn logs_written_during_a_pending_compaction_merge_onto_the_last_visible_base() {
+        // hudi-format.md §7.3: a slice whose compaction is still pending is read as the
+        // previous slice plus the logs that arrived since; the pending base file is invisible.
+        let t = timeline(2, &[
+            "20250101000000001_20250101000000002.deltacommit",
+            "20250101000000003_20250101000000004.deltacommit",
+            "20250101000000005.compaction.requested",
+            "20250101000000006_20250101000000007.deltacommit",
+        ]);
+        let fg = "00000000-0000-0000-0000-000000000000-0";
+        let view = FileSystemView::from_listing([
+            (format!("{fg}_0-1-1_20250101000000001.parquet"), 1),
+            (format!(".{fg}_20250101000000003.log.1_0-1-1"), 1),
+            (format!("{fg}_0-2-2_20250101000000005.parquet"), 1), // compaction output, not committed
+            (format!(".{fg}_20250101000000006.log.1_0-3-3"), 1),
+        ]);
+        let latest = view.latest_slices(&t, &ReadBound::Latest, &HashSet::new());
+        assert_eq!(latest.len(), 1);
+        assert_eq!(latest[0].base_instant, "20250101000000001");
+        let logs: Vec<_> = latest[0].log_files.iter().map(|l| l.instant.as_str()).collect();
+        assert_eq!(logs, ["20250101000000003", "20250101000000006"]);
+    }
 }

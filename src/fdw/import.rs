@@ -77,7 +77,10 @@ pub unsafe extern "C-unwind" fn import_foreign_schema(
     let prefix = if remote == ROOT_SCHEMA { String::new() } else { remote.trim_matches('/').to_owned() };
     let search = base.resolve(&prefix).or_report();
     crate::fdw::options::check_location_access(&search);
-    let credentials = std::collections::BTreeMap::new();
+    let credentials = match search.scheme() {
+        engine::storage::Scheme::File | engine::storage::Scheme::Memory => Default::default(),
+        _ => crate::fdw::table::credentials(server_oid),
+    };
     let storage = Storage::open(&search, &credentials).or_report();
 
     let tables = block_on(find_tables(&storage)).or_report();

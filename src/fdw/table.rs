@@ -40,7 +40,7 @@ pub struct ForeignHudiTable {
 
 /// Credentials of the current user for `server`: its user mapping's options, or the PUBLIC
 /// mapping's, or none.
-unsafe fn credentials(server: pg_sys::Oid) -> BTreeMap<String, String> {
+pub unsafe fn credentials(server: pg_sys::Oid) -> BTreeMap<String, String> {
     PgTryBuilder::new(|| options_of((*pg_sys::GetUserMapping(pg_sys::GetUserId(), server)).options))
         .catch_others(|_| BTreeMap::new())
         .execute()
