@@ -10,6 +10,7 @@ pub mod storage;
 pub mod table;
 pub mod timeline;
 pub mod view;
+pub mod write;
 
 pub use error::{Error, ErrorKind, Result};
 

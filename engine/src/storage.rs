@@ -260,6 +260,27 @@ impl Storage {
         }
     }
 
+    /// Creates an object only if none exists at `relative`: `Ok(false)` when one already does.
+    /// This is the atomic step the timeline and the table lock rely on.
+    pub async fn put_if_absent(&self, relative: &str, bytes: Bytes) -> Result<bool> {
+        let path = self.path(relative);
+        let options = object_store::PutOptions { mode: object_store::PutMode::Create, ..Default::default() };
+        match self.store.put_opts(&path, bytes.into(), options).await {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::AlreadyExists { .. }) => Ok(false),
+            Err(e) => Err(Error::from(e).context(format!("creating {}/{}", self.uri, relative))),
+        }
+    }
+
+    /// Deletes an object; a missing one is not an error.
+    pub async fn delete(&self, relative: &str) -> Result<()> {
+        let path = self.path(relative);
+        match self.store.delete(&path).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(Error::from(e).context(format!("deleting {}/{}", self.uri, relative))),
+        }
+    }
+
     /// Writes a whole object, replacing any previous one.
     pub async fn put(&self, relative: &str, bytes: Bytes) -> Result<()> {
         let path = self.path(relative);
@@ -315,6 +336,19 @@ mod tests {
         assert!(is_credential_option(Scheme::Gcs, "google_service_account_key"));
         assert!(!is_credential_option(Scheme::S3, "google_service_account_key"));
         assert!(!is_credential_option(Scheme::S3, "password"));
+    }
+
+    #[tokio::test]
+    async fn put_if_absent_creates_once() {
+        for uri in ["memory:///create-once", &format!("file://{}", tempfile::tempdir().unwrap().keep().display())] {
+            let storage = Storage::open(&StorageUri::parse(uri).unwrap(), &BTreeMap::new()).unwrap();
+            assert!(storage.put_if_absent("a/lock", Bytes::from_static(b"1")).await.unwrap(), "{uri}");
+            assert!(!storage.put_if_absent("a/lock", Bytes::from_static(b"2")).await.unwrap(), "{uri}");
+            assert_eq!(storage.get("a/lock").await.unwrap(), Bytes::from_static(b"1"));
+            storage.delete("a/lock").await.unwrap();
+            storage.delete("a/lock").await.unwrap();
+            assert!(storage.put_if_absent("a/lock", Bytes::from_static(b"3")).await.unwrap());
+        }
     }
 
     #[tokio::test]

@@ -1,0 +1,369 @@
+//! One write transaction (one deltacommit) under non-blocking concurrency control (Hudi RFC-66,
+//! hudi-format.md §11): requested and inflight instants at the start, log files of the bucket
+//! file groups named with this writer's instant and write token while it runs, and the
+//! completed `<instant>_<completion>.deltacommit`, created atomically under the table lock, at
+//! commit. Writers never touch each other's files, so they never conflict.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, AsArray, StringArray, UInt32Array};
+use arrow::compute::take_record_batch;
+use arrow::datatypes::{DataType, Schema, SchemaRef};
+use arrow::record_batch::RecordBatch;
+use bytes::Bytes;
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::properties::WriterProperties;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::log::block::{encode_block, header, BlockType};
+use crate::log::data::encode_deletes;
+use crate::log::DeleteRecord;
+use crate::ordering::OrderingValue;
+use crate::read::schema::table_schema;
+use crate::storage::Storage;
+use crate::table::bucket::{bucket_of_key, file_id_of_bucket};
+use crate::table::TableConfig;
+use crate::write::commit::{CommitMetadata, WriteStat};
+use crate::write::schema::with_meta_fields;
+use crate::write::time::{LockOptions, TableLock};
+
+/// Who writes: parts of the write token (`<a>-<b>-<c>`, digits as Java expects), unique per
+/// writer process across servers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriterId {
+    /// Identifies the server (e.g. derived from PostgreSQL's system identifier).
+    pub node: u64,
+    /// Identifies the process on that server (e.g. the backend pid).
+    pub process: u32,
+}
+
+impl WriterId {
+    fn token(&self, sequence: u64) -> String {
+        format!("{}-{}-{}", self.node, self.process, sequence)
+    }
+
+    fn owner(&self) -> String {
+        format!("{}:{}", self.node, self.process)
+    }
+}
+
+/// Log files written to one file group by this transaction.
+#[derive(Debug, Default)]
+struct GroupWrites {
+    files: Vec<(String, u64)>,
+    inserts_or_updates: i64,
+    deletes: i64,
+    bytes: i64,
+}
+
+/// A key to delete, with its partition and ordering value.
+pub type KeyToDelete = (String, String, OrderingValue);
+
+/// An open write transaction.
+pub struct Transaction {
+    storage: Storage,
+    config: TableConfig,
+    writer: WriterId,
+    lock_options: LockOptions,
+    /// Data columns, as the table stores them.
+    data_schema: SchemaRef,
+    /// Meta fields and data columns: the rows of log blocks.
+    record_schema: SchemaRef,
+    avro_schema: String,
+    avro_with_meta: String,
+    buckets: u32,
+    instant: String,
+    sequence: u64,
+    groups: BTreeMap<(String, String), GroupWrites>,
+    new_partitions: Vec<String>,
+}
+
+fn internal(what: &str) -> impl FnOnce(arrow::error::ArrowError) -> Error + '_ {
+    move |e| Error::new(ErrorKind::Internal, what.to_owned()).with_source(e)
+}
+
+impl Transaction {
+    /// Starts a deltacommit: takes an instant under the table lock and writes the requested
+    /// and inflight timeline files.
+    pub async fn begin(storage: Storage, config: TableConfig, writer: WriterId, lock_options: LockOptions) -> Result<Transaction> {
+        let avro_schema = config.create_schema.clone().ok_or_else(|| {
+            Error::new(ErrorKind::Corrupt, "the table has no create schema to write with")
+        })?;
+        let data_schema = crate::read::schema::arrow_schema_of_avro(&avro_schema)?;
+        // Timestamps are tagged "UTC", as Hudi's own Avro-to-Arrow conversion names them.
+        let data_schema = Arc::new(Schema::new(
+            data_schema
+                .fields()
+                .iter()
+                .map(|f| {
+                    let field = f.as_ref().clone().with_metadata(Default::default());
+                    match f.data_type() {
+                        DataType::Timestamp(unit, Some(_)) => field.with_data_type(DataType::Timestamp(*unit, Some("UTC".into()))),
+                        _ => field,
+                    }
+                })
+                .collect::<Vec<_>>(),
+        ));
+        let record_schema = table_schema(&data_schema, true);
+        let buckets = config
+            .properties
+            .get("hoodie.bucket.index.num.buckets")
+            .and_then(|b| b.trim().parse().ok())
+            .ok_or_else(|| Error::new(ErrorKind::Unsupported, "only tables with the simple bucket index can be written"))?;
+        let lock = TableLock::acquire(&storage, &writer.owner(), &lock_options).await?;
+        let instant = lock.next_time(&lock_options).await;
+        lock.release().await?;
+        let instant = instant?;
+        let dir = &config.timeline_dir;
+        storage.put_if_absent(&format!("{dir}/{instant}.deltacommit.requested"), Bytes::new()).await?;
+        let planned = CommitMetadata { operation_type: "UPSERT".into(), ..Default::default() };
+        storage.put(&format!("{dir}/{instant}.deltacommit.inflight"), Bytes::from(planned.to_avro()?)).await?;
+        Ok(Transaction {
+            storage,
+            avro_with_meta: with_meta_fields(&avro_schema)?,
+            avro_schema,
+            config,
+            writer,
+            lock_options,
+            data_schema,
+            record_schema,
+            buckets,
+            instant,
+            sequence: 0,
+            groups: BTreeMap::new(),
+            new_partitions: Vec::new(),
+        })
+    }
+
+    pub fn instant(&self) -> &str {
+        &self.instant
+    }
+
+    /// The data columns rows must have, in order.
+    pub fn data_schema(&self) -> &SchemaRef {
+        &self.data_schema
+    }
+
+    /// The record key of each row: the value of a single key field, or `f1:v1,f2:v2` for
+    /// composite keys. A NULL key is an error naming the row.
+    fn record_keys(&self, batch: &RecordBatch) -> Result<Vec<String>> {
+        let fields = &self.config.record_key_fields;
+        let columns = fields
+            .iter()
+            .map(|f| {
+                let column = batch.column_by_name(f).ok_or_else(|| {
+                    Error::new(ErrorKind::InvalidArgument, format!("rows lack the key column {f}"))
+                })?;
+                arrow::compute::cast(column, &arrow::datatypes::DataType::Utf8).map_err(internal("cannot format keys"))
+            })
+            .collect::<Result<Vec<ArrayRef>>>()?;
+        (0..batch.num_rows())
+            .map(|row| {
+                let mut parts = Vec::with_capacity(fields.len());
+                for (field, column) in fields.iter().zip(&columns) {
+                    if column.is_null(row) {
+                        return Err(Error::new(
+                            ErrorKind::InvalidArgument,
+                            format!("row {} has a NULL value in key column {field}", row + 1),
+                        ));
+                    }
+                    let value = column.as_string::<i32>().value(row);
+                    parts.push(if fields.len() == 1 {
+                        value.to_owned()
+                    } else {
+                        format!("{field}:{}", if value.is_empty() { "__empty__" } else { value })
+                    });
+                }
+                Ok(parts.join(","))
+            })
+            .collect()
+    }
+
+    /// The hive-style partition path of each row.
+    fn partition_paths(&self, batch: &RecordBatch) -> Result<Vec<String>> {
+        let fields = &self.config.partition_fields;
+        let columns = fields
+            .iter()
+            .map(|f| {
+                let column = batch.column_by_name(f).ok_or_else(|| {
+                    Error::new(ErrorKind::InvalidArgument, format!("rows lack the partition column {f}"))
+                })?;
+                arrow::compute::cast(column, &arrow::datatypes::DataType::Utf8).map_err(internal("cannot format partitions"))
+            })
+            .collect::<Result<Vec<ArrayRef>>>()?;
+        Ok((0..batch.num_rows())
+            .map(|row| {
+                fields
+                    .iter()
+                    .zip(&columns)
+                    .map(|(field, column)| {
+                        let value = if column.is_null(row) || column.as_string::<i32>().value(row).is_empty() {
+                            "__HIVE_DEFAULT_PARTITION__"
+                        } else {
+                            column.as_string::<i32>().value(row)
+                        };
+                        format!("{field}={value}")
+                    })
+                    .collect::<Vec<_>>()
+                    .join("/")
+            })
+            .collect())
+    }
+
+    fn next_log_name(&mut self, file_id: &str) -> String {
+        self.sequence += 1;
+        format!(".{file_id}_{}.log.1_{}", self.instant, self.writer.token(self.sequence))
+    }
+
+    async fn write_log(&mut self, partition: &str, file_id: &str, block: Vec<u8>, upserts: i64, deletes: i64) -> Result<()> {
+        let name = self.next_log_name(file_id);
+        let path = if partition.is_empty() { name.clone() } else { format!("{partition}/{name}") };
+        let size = block.len() as u64;
+        self.storage.put(&path, Bytes::from(block)).await?;
+        if !self.groups.keys().any(|(p, _)| p == partition) && !self.new_partitions.iter().any(|p| p == partition) {
+            self.new_partitions.push(partition.to_owned());
+        }
+        let group = self.groups.entry((partition.to_owned(), file_id.to_owned())).or_default();
+        group.files.push((name, size));
+        group.inserts_or_updates += upserts;
+        group.deletes += deletes;
+        group.bytes += size as i64;
+        Ok(())
+    }
+
+    fn block_header(&self) -> BTreeMap<i32, String> {
+        [(header::INSTANT_TIME, self.instant.clone()), (header::SCHEMA, self.avro_with_meta.clone())].into()
+    }
+
+    /// Upserts `rows` (the data columns of [`Self::data_schema`], by name): one Parquet data
+    /// block per touched file group, in a new log file.
+    pub async fn upsert(&mut self, rows: &RecordBatch) -> Result<()> {
+        let data = crate::read::schema::align_batch(rows, &self.data_schema)
+            .map_err(|e| Error::new(ErrorKind::InvalidArgument, e.detail()))?;
+        let keys = self.record_keys(&data)?;
+        let partitions = self.partition_paths(&data)?;
+        let mut groups: BTreeMap<(String, u32), Vec<u32>> = BTreeMap::new();
+        for (row, (key, partition)) in keys.iter().zip(&partitions).enumerate() {
+            groups.entry((partition.clone(), bucket_of_key(key, self.buckets))).or_default().push(row as u32);
+        }
+        for ((partition, bucket), rows) in groups {
+            let indices = UInt32Array::from(rows.clone());
+            let part = take_record_batch(&data, &indices).map_err(internal("cannot split rows by bucket"))?;
+            let file_id = file_id_of_bucket(bucket);
+            let n = rows.len();
+            let seq_base = self.sequence;
+            let meta: Vec<ArrayRef> = vec![
+                Arc::new(StringArray::from(vec![self.instant.as_str(); n])),
+                Arc::new(StringArray::from_iter_values(
+                    (0..n).map(|i| format!("{}_{}_{}", self.instant, bucket, seq_base * 1_000_000 + i as u64)),
+                )),
+                Arc::new(StringArray::from_iter_values(rows.iter().map(|&r| keys[r as usize].as_str()))),
+                Arc::new(StringArray::from(vec![partition.as_str(); n])),
+                Arc::new(StringArray::from(vec![file_id.as_str(); n])),
+            ];
+            let columns: Vec<ArrayRef> = meta.into_iter().chain(part.columns().iter().cloned()).collect();
+            let records = RecordBatch::try_new(self.record_schema.clone(), columns).map_err(internal("cannot assemble records"))?;
+            let parquet = parquet_bytes(&records)?;
+            let block = encode_block(BlockType::ParquetData, &self.block_header(), &parquet);
+            self.write_log(&partition, &file_id, block, n as i64, 0).await?;
+        }
+        Ok(())
+    }
+
+    /// Deletes keys: one delete block per touched file group, in a new log file.
+    pub async fn delete(&mut self, keys: Vec<KeyToDelete>) -> Result<()> {
+        let mut groups: BTreeMap<(String, u32), Vec<DeleteRecord>> = BTreeMap::new();
+        for (record_key, partition, ordering) in keys {
+            let bucket = bucket_of_key(&record_key, self.buckets);
+            groups.entry((partition.clone(), bucket)).or_default().push(DeleteRecord {
+                record_key,
+                partition_path: Some(partition),
+                ordering,
+            });
+        }
+        for ((partition, bucket), records) in groups {
+            let n = records.len() as i64;
+            let block = encode_block(BlockType::Delete, &self.block_header(), &encode_deletes(&records)?);
+            self.write_log(&partition, &file_id_of_bucket(bucket), block, 0, n).await?;
+        }
+        Ok(())
+    }
+
+    /// Completes the deltacommit: under the table lock, takes a completion time and creates
+    /// `<instant>_<completion>.deltacommit`. Returns the completion time.
+    pub async fn commit(self) -> Result<String> {
+        for partition in &self.new_partitions {
+            if partition.is_empty() {
+                continue;
+            }
+            let depth = partition.split('/').count();
+            let text = format!("#partition metadata\ncommitTime={}\npartitionDepth={depth}\n", self.instant);
+            self.storage.put_if_absent(&format!("{partition}/.hoodie_partition_metadata"), Bytes::from(text)).await?;
+        }
+        let mut metadata = CommitMetadata { operation_type: "UPSERT".into(), ..Default::default() };
+        metadata.extra_metadata.insert("schema".into(), self.avro_schema.clone());
+        for ((partition, file_id), group) in &self.groups {
+            let stats = metadata.partition_to_write_stats.entry(partition.clone()).or_default();
+            for (i, (name, size)) in group.files.iter().enumerate() {
+                let path = if partition.is_empty() { name.clone() } else { format!("{partition}/{name}") };
+                let first = i == 0;
+                stats.push(WriteStat {
+                    file_id: Some(file_id.clone()),
+                    path: Some(path),
+                    prev_commit: Some(self.instant.clone()),
+                    num_writes: Some(if first { group.inserts_or_updates } else { 0 }),
+                    num_deletes: Some(if first { group.deletes } else { 0 }),
+                    num_update_writes: Some(if first { group.inserts_or_updates } else { 0 }),
+                    num_inserts: Some(0),
+                    total_write_bytes: Some(*size as i64),
+                    total_write_errors: Some(0),
+                    partition_path: Some(partition.clone()),
+                    file_size_in_bytes: Some(*size as i64),
+                    log_version: Some(1),
+                    log_offset: Some(0),
+                    base_file: Some(String::new()),
+                    log_files: Some(vec![name.clone()]),
+                });
+            }
+        }
+        let bytes = Bytes::from(metadata.to_avro()?);
+        let lock = TableLock::acquire(&self.storage, &self.writer.owner(), &self.lock_options).await?;
+        let result = async {
+            let completion = lock.next_time(&self.lock_options).await?;
+            let name = format!("{}/{}_{completion}.deltacommit", self.config.timeline_dir, self.instant);
+            if !self.storage.put_if_absent(&name, bytes).await? {
+                return Err(Error::new(ErrorKind::Internal, format!("{name} already exists")));
+            }
+            Ok(completion)
+        }
+        .await;
+        lock.release().await?;
+        result
+    }
+
+    /// Abandons the transaction: deletes its log files and its pending instant.
+    pub async fn abort(self) -> Result<()> {
+        for ((partition, _), group) in &self.groups {
+            for (name, _) in &group.files {
+                let path = if partition.is_empty() { name.clone() } else { format!("{partition}/{name}") };
+                self.storage.delete(&path).await?;
+            }
+        }
+        let dir = &self.config.timeline_dir;
+        self.storage.delete(&format!("{dir}/{}.deltacommit.inflight", self.instant)).await?;
+        self.storage.delete(&format!("{dir}/{}.deltacommit.requested", self.instant)).await
+    }
+}
+
+/// Rows as a complete Parquet file (the content of a PARQUET_DATA block).
+fn parquet_bytes(batch: &RecordBatch) -> Result<Vec<u8>> {
+    let properties = WriterProperties::builder().set_compression(Compression::ZSTD(ZstdLevel::default())).build();
+    let parquet_error = |e: parquet::errors::ParquetError| Error::new(ErrorKind::Internal, "cannot write Parquet").with_source(e);
+    let mut out = Vec::new();
+    let mut writer = ArrowWriter::try_new(&mut out, batch.schema(), Some(properties)).map_err(parquet_error)?;
+    writer.write(batch).map_err(parquet_error)?;
+    writer.close().map_err(parquet_error)?;
+    Ok(out)
+}
