@@ -26,7 +26,7 @@ use std::str::FromStr;
 use arrow::array::{Array, AsArray};
 use arrow::datatypes::{self as types, DataType, TimeUnit};
 use pgrx::prelude::*;
-use pgrx::{AnyNumeric, IntoDatum};
+use pgrx::{AnyNumeric, FromDatum, IntoDatum};
 
 /// Days from 1970-01-01 (Arrow) to 2000-01-01 (PostgreSQL).
 pub const PG_EPOCH_DAYS: i64 = 10_957;
@@ -476,5 +476,191 @@ mod tests {
         let nested = DataType::new_list(DataType::new_list(DataType::Int32, true), true);
         assert_eq!(declared_type(&nested), "jsonb");
         assert!(!int_array.accepts(&nested));
+    }
+}
+
+/// The Arrow type a column of PostgreSQL type `oid` (with `typmod`) is stored as when pg_hudi
+/// creates a table; `Err` names what cannot be stored.
+pub fn stored_type(oid: pg_sys::Oid, typmod: i32) -> Result<DataType, String> {
+    Ok(match PgKind::from_type_oid(oid) {
+        Some(PgKind::Bool) => DataType::Boolean,
+        Some(PgKind::Int2 | PgKind::Int4) => DataType::Int32,
+        Some(PgKind::Int8) => DataType::Int64,
+        Some(PgKind::Float4) => DataType::Float32,
+        Some(PgKind::Float8) => DataType::Float64,
+        Some(PgKind::Numeric) => {
+            if typmod < pg_sys::VARHDRSZ as i32 {
+                return Err("numeric columns need a precision and scale, e.g. numeric(12, 2)".into());
+            }
+            let packed = typmod - pg_sys::VARHDRSZ as i32;
+            let (precision, scale) = ((packed >> 16) & 0xffff, packed & 0xffff);
+            if precision > 38 {
+                return Err(format!("numeric precision {precision} is over the 38 digits Hudi decimals hold"));
+            }
+            DataType::Decimal128(precision as u8, scale as i8)
+        }
+        Some(PgKind::Text) => DataType::Utf8,
+        Some(PgKind::Bytea) => DataType::Binary,
+        Some(PgKind::Date) => DataType::Date32,
+        Some(PgKind::Timestamp) => DataType::Timestamp(TimeUnit::Microsecond, None),
+        Some(PgKind::TimestampTz) => DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+        Some(PgKind::Jsonb) | None => return Err("this type cannot be stored in a Hudi table yet".into()),
+    })
+}
+
+/// Whether values of PostgreSQL kind `kind` can be written into a table column of `data_type`.
+pub fn writable(kind: PgKind, data_type: &DataType) -> bool {
+    use DataType as D;
+    match kind {
+        PgKind::Bool => matches!(data_type, D::Boolean),
+        PgKind::Int2 | PgKind::Int4 | PgKind::Int8 => {
+            matches!(data_type, D::Int32 | D::Int64 | D::Float32 | D::Float64 | D::Decimal128(..))
+        }
+        PgKind::Float4 | PgKind::Float8 => matches!(data_type, D::Float32 | D::Float64),
+        PgKind::Numeric => matches!(data_type, D::Decimal128(..) | D::Float64),
+        PgKind::Text => matches!(data_type, D::Utf8),
+        PgKind::Bytea => matches!(data_type, D::Binary),
+        PgKind::Date => matches!(data_type, D::Date32),
+        PgKind::Timestamp | PgKind::TimestampTz => matches!(data_type, D::Timestamp(TimeUnit::Microsecond, _)),
+        PgKind::Jsonb => false,
+    }
+}
+
+/// Decimal text (`-12.5`) as an unscaled integer at `scale`; `None` if it has more digits.
+fn unscaled(text: &str, scale: i8) -> Option<i128> {
+    let (int, frac) = text.split_once('.').unwrap_or((text, ""));
+    let frac = frac.trim_end_matches('0');
+    if frac.len() > scale.max(0) as usize {
+        return None;
+    }
+    let digits = format!("{int}{frac:0<width$}", width = scale.max(0) as usize);
+    digits.parse().ok()
+}
+
+/// Rows being written, column by column, as Arrow arrays of the table's data columns.
+pub struct RowBuffer {
+    schema: arrow::datatypes::SchemaRef,
+    builders: Vec<Box<dyn arrow::array::ArrayBuilder>>,
+    rows: usize,
+}
+
+impl RowBuffer {
+    pub fn new(schema: arrow::datatypes::SchemaRef) -> RowBuffer {
+        let builders = schema.fields().iter().map(|f| arrow::array::make_builder(f.data_type(), 1024)).collect();
+        RowBuffer { schema, builders, rows: 0 }
+    }
+
+    pub fn len(&self) -> usize {
+        self.rows
+    }
+
+    /// Appends one row: for each table column, the datum of kind `kind` (or NULL / absent).
+    pub fn push(&mut self, values: &[Option<(pg_sys::Datum, PgKind)>]) -> Result<(), ConversionError> {
+        use arrow::array::*;
+        for ((builder, field), value) in self.builders.iter_mut().zip(self.schema.fields()).zip(values) {
+            let any = builder.as_any_mut();
+            macro_rules! append {
+                ($builder:ty, $value:expr) => {{
+                    let b = any.downcast_mut::<$builder>().ok_or("internal: builder type")?;
+                    match value {
+                        None => b.append_null(),
+                        Some((datum, kind)) => b.append_value($value(*datum, *kind)?),
+                    }
+                }};
+            }
+            let int = |datum: pg_sys::Datum, kind: PgKind| -> Result<i64, ConversionError> {
+                // SAFETY: the datum has the attribute's type, `kind`.
+                unsafe {
+                    Ok(match kind {
+                        PgKind::Int2 => i64::from(i16::from_datum(datum, false).unwrap_or_default()),
+                        PgKind::Int4 => i64::from(i32::from_datum(datum, false).unwrap_or_default()),
+                        _ => i64::from_datum(datum, false).unwrap_or_default(),
+                    })
+                }
+            };
+            let name = field.name();
+            match field.data_type() {
+                DataType::Boolean => append!(BooleanBuilder, |d, _| Ok::<_, String>(unsafe { bool::from_datum(d, false) }.unwrap_or_default())),
+                DataType::Int32 => append!(Int32Builder, |d, k| i32::try_from(int(d, k)?)
+                    .map_err(|_| format!("value out of range for column {name} (integer)"))),
+                DataType::Int64 => append!(Int64Builder, int),
+                DataType::Float32 | DataType::Float64 => {
+                    let float = |d: pg_sys::Datum, k: PgKind| -> Result<f64, ConversionError> {
+                        // SAFETY: the datum has the attribute's type, `k`.
+                        unsafe {
+                            Ok(match k {
+                                PgKind::Float4 => f64::from(f32::from_datum(d, false).unwrap_or_default()),
+                                PgKind::Float8 => f64::from_datum(d, false).unwrap_or_default(),
+                                PgKind::Numeric => AnyNumeric::from_datum(d, false)
+                                    .map(|n| n.to_string().parse().unwrap_or(f64::NAN))
+                                    .unwrap_or_default(),
+                                _ => int(d, k)? as f64,
+                            })
+                        }
+                    };
+                    if matches!(field.data_type(), DataType::Float32) {
+                        append!(Float32Builder, |d, k| float(d, k).map(|f| f as f32))
+                    } else {
+                        append!(Float64Builder, float)
+                    }
+                }
+                DataType::Decimal128(_, scale) => {
+                    let scale = *scale;
+                    append!(Decimal128Builder, |d, k: PgKind| {
+                        let text = if k == PgKind::Numeric {
+                            // SAFETY: a numeric datum.
+                            unsafe { AnyNumeric::from_datum(d, false) }.map(|n| n.to_string()).unwrap_or_default()
+                        } else {
+                            int(d, k)?.to_string()
+                        };
+                        unscaled(&text, scale).ok_or_else(|| format!("value {text} does not fit column {name} ({})", field.data_type()))
+                    })
+                }
+                DataType::Utf8 => {
+                    let b = any.downcast_mut::<StringBuilder>().ok_or("internal: builder type")?;
+                    match value {
+                        None => b.append_null(),
+                        // SAFETY: a text-like datum.
+                        Some((d, _)) => b.append_value(unsafe { <&str>::from_datum(*d, false) }.unwrap_or_default()),
+                    }
+                }
+                DataType::Binary => {
+                    let b = any.downcast_mut::<BinaryBuilder>().ok_or("internal: builder type")?;
+                    match value {
+                        None => b.append_null(),
+                        // SAFETY: a bytea datum.
+                        Some((d, _)) => b.append_value(unsafe { <&[u8]>::from_datum(*d, false) }.unwrap_or_default()),
+                    }
+                }
+                DataType::Date32 => append!(Date32Builder, |d: pg_sys::Datum, _| i32::try_from(d.value() as i32 as i64 + PG_EPOCH_DAYS)
+                    .map_err(|_| format!("date out of range for column {name}"))),
+                DataType::Timestamp(TimeUnit::Microsecond, _) => {
+                    let b = any.downcast_mut::<TimestampMicrosecondBuilder>().ok_or("internal: builder type")?;
+                    match value {
+                        None => b.append_null(),
+                        Some((d, _)) => b.append_value((d.value() as i64).saturating_add(PG_EPOCH_MICROS)),
+                    }
+                }
+                other => return Err(format!("column {name} of type {other} cannot be written")),
+            }
+        }
+        self.rows += 1;
+        Ok(())
+    }
+
+    /// The buffered rows as a batch; the buffer starts over empty.
+    pub fn take(&mut self) -> arrow::record_batch::RecordBatch {
+        let columns: Vec<arrow::array::ArrayRef> = self
+            .builders
+            .iter_mut()
+            .zip(self.schema.fields())
+            .map(|(b, f)| {
+                let array = b.finish();
+                // Builders drop timezones; put the column's type back.
+                arrow::compute::cast(&array, f.data_type()).unwrap_or(array)
+            })
+            .collect();
+        self.rows = 0;
+        arrow::record_batch::RecordBatch::try_new(self.schema.clone(), columns).expect("columns match the schema")
     }
 }

@@ -12,6 +12,7 @@ mod fdw;
 mod guc;
 mod runtime;
 mod worker;
+mod xact;
 
 ::pgrx::pg_module_magic!();
 

@@ -1,5 +1,6 @@
 //! SQL functions in schema `hudi`.
 
+pub mod create;
 pub mod tables;
 
 use pgrx::prelude::*;

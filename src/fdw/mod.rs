@@ -2,6 +2,7 @@
 //! scans and `IMPORT FOREIGN SCHEMA`.
 
 pub mod import;
+pub mod modify;
 pub mod options;
 pub mod pushdown;
 pub mod scan;
@@ -33,6 +34,12 @@ pub extern "C-unwind" fn hudi_fdw_handler(_fcinfo: pg_sys::FunctionCallInfo) -> 
     routine.ExplainForeignScan = Some(scan::explain_foreign_scan);
     routine.AnalyzeForeignTable = Some(scan::analyze_foreign_table);
     routine.ImportForeignSchema = Some(import::import_foreign_schema);
+    routine.IsForeignRelUpdatable = Some(modify::is_foreign_rel_updatable);
+    routine.BeginForeignModify = Some(modify::begin_foreign_modify);
+    routine.BeginForeignInsert = Some(modify::begin_foreign_insert);
+    routine.ExecForeignInsert = Some(modify::exec_foreign_insert);
+    routine.EndForeignModify = Some(modify::end_foreign_modify);
+    routine.EndForeignInsert = Some(modify::end_foreign_modify);
     pg_sys::Datum::from(routine.into_pg())
 }
 

@@ -1,0 +1,81 @@
+//! `hudi.create_table(table)`: writes the Hudi table a foreign table declares.
+
+use std::ffi::CStr;
+
+use arrow::datatypes::{Field, Schema};
+use engine::read::schema::META_FIELDS;
+use engine::table::MergeMode;
+use engine::write::{create_table as create, NewTable};
+use pgrx::prelude::*;
+use pgrx::{PgRelation, PgSqlErrorCode};
+
+use crate::datum;
+use crate::error::{raise, OrReport};
+use crate::fdw::table::ForeignHudiTable;
+use crate::runtime::block_on;
+
+fn list(value: Option<&String>) -> Vec<String> {
+    value.map(|v| v.split(',').map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect()).unwrap_or_default()
+}
+
+/// Creates the merge-on-read table (version 8, simple bucket index) that `table` declares
+/// with its columns and the options `primary_key`, `ordering_field`, `partition_by`,
+/// `buckets` and `merge_mode`; returns its location. An existing table with the same keys,
+/// partitioning, buckets and columns is accepted; a different one is an error.
+#[pg_extern(volatile)]
+fn create_table(table: PgRelation) -> String {
+    let relid = table.oid();
+    let foreign = ForeignHudiTable::for_function(relid);
+    let name = table.name().to_owned();
+    // SAFETY: the relation is open; its tuple descriptor lives as long as it.
+    let fields: Vec<Field> = unsafe {
+        let tupdesc = table.tuple_desc();
+        tupdesc
+            .iter()
+            .filter(|attr| !attr.attisdropped)
+            .filter_map(|attr| {
+                let column = CStr::from_ptr(attr.attname.data.as_ptr()).to_string_lossy().into_owned();
+                if META_FIELDS.contains(&column.as_str()) || column == "_hoodie_operation" {
+                    return None;
+                }
+                let data_type = datum::stored_type(attr.atttypid, attr.atttypmod).unwrap_or_else(|why| {
+                    raise(
+                        PgSqlErrorCode::ERRCODE_FDW_INVALID_DATA_TYPE,
+                        format!("column \"{column}\" of foreign table \"{name}\": {why}"),
+                        None,
+                    )
+                });
+                Some(Field::new(column, data_type, true))
+            })
+            .collect()
+    };
+    let options = &foreign.options;
+    let record_key_fields = list(options.get("primary_key"));
+    if record_key_fields.is_empty() {
+        raise(
+            PgSqlErrorCode::ERRCODE_FDW_DYNAMIC_PARAMETER_VALUE_NEEDED,
+            format!("foreign table \"{name}\" needs the option primary_key to be created as a Hudi table"),
+            None,
+        );
+    }
+    let merge_mode = match options.get("merge_mode").map_or("event_time", String::as_str) {
+        "commit_time" => MergeMode::CommitTimeOrdering,
+        "partial_update" => raise(
+            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            "merge_mode 'partial_update' is not available in this version of pg_hudi",
+            None,
+        ),
+        _ => MergeMode::EventTimeOrdering,
+    };
+    let spec = NewTable {
+        name: name.clone(),
+        schema: Schema::new(fields),
+        record_key_fields,
+        ordering_field: options.get("ordering_field").cloned(),
+        partition_fields: list(options.get("partition_by")),
+        buckets: options.get("buckets").and_then(|b| b.parse().ok()).unwrap_or(16),
+        merge_mode,
+    };
+    block_on(create(&foreign.storage(), &spec)).or_report();
+    foreign.uri.to_string()
+}

@@ -1,0 +1,114 @@
+//! Writes and PostgreSQL transactions: one Hudi deltacommit per table per PostgreSQL
+//! transaction. Rows are buffered per table and flushed to log files as they pile up; the
+//! deltacommit completes at PRE_COMMIT, and an abort deletes what the transaction wrote.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+
+use engine::write::Transaction;
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+
+use crate::datum::RowBuffer;
+use crate::runtime::block_on;
+
+/// Rows buffered per table before they are written as log blocks: bounds a backend's memory.
+pub const FLUSH_ROWS: usize = 100_000;
+
+/// An open deltacommit of one table.
+pub struct OpenWrite {
+    pub transaction: Transaction,
+    pub buffer: RowBuffer,
+}
+
+impl OpenWrite {
+    /// Writes the buffered rows as log files.
+    pub fn flush(&mut self) -> engine::Result<()> {
+        if self.buffer.len() == 0 {
+            return Ok(());
+        }
+        let batch = self.buffer.take();
+        block_on(self.transaction.upsert(&batch))
+    }
+}
+
+thread_local! {
+    static OPEN: RefCell<BTreeMap<u32, OpenWrite>> = const { RefCell::new(BTreeMap::new()) };
+    static REGISTERED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` on the open write of `relid`, beginning one with `begin` if there is none.
+pub fn with_open_write<R>(
+    relid: pg_sys::Oid,
+    begin: impl FnOnce() -> OpenWrite,
+    f: impl FnOnce(&mut OpenWrite) -> R,
+) -> R {
+    register_callbacks();
+    let key = relid.to_u32();
+    let exists = OPEN.with(|open| open.borrow().contains_key(&key));
+    if !exists {
+        let write = begin();
+        OPEN.with(|open| open.borrow_mut().insert(key, write));
+    }
+    // Take it out while `f` runs: `f` may raise an ERROR, whose abort callback needs the map.
+    let mut write = OPEN.with(|open| open.borrow_mut().remove(&key)).expect("inserted above");
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut write)));
+    OPEN.with(|open| open.borrow_mut().insert(key, write));
+    match result {
+        Ok(r) => r,
+        Err(panic) => std::panic::resume_unwind(panic),
+    }
+}
+
+fn register_callbacks() {
+    if REGISTERED.with(|r| r.replace(true)) {
+        return;
+    }
+    // SAFETY: registering a callback for the rest of the backend's life.
+    unsafe { pg_sys::RegisterXactCallback(Some(on_transaction_event), std::ptr::null_mut()) };
+}
+
+fn take_all() -> Vec<OpenWrite> {
+    OPEN.with(|open| std::mem::take(&mut *open.borrow_mut()).into_values().collect())
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn on_transaction_event(event: pg_sys::XactEvent::Type, _arg: *mut std::ffi::c_void) {
+    match event {
+        pg_sys::XactEvent::XACT_EVENT_PRE_COMMIT => {
+            let mut failure = None;
+            for mut write in take_all() {
+                if failure.is_some() {
+                    let _ = block_on(write.transaction.abort());
+                    continue;
+                }
+                let committed = write.flush().and_then(|_| block_on(write.transaction.commit()).map(|_| ()));
+                if let Err(e) = committed {
+                    failure = Some(e);
+                }
+            }
+            if let Some(e) = failure {
+                crate::error::report(e);
+            }
+        }
+        pg_sys::XactEvent::XACT_EVENT_PRE_PREPARE => {
+            if OPEN.with(|open| !open.borrow().is_empty()) {
+                crate::error::raise(
+                    pgrx::PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+                    "PREPARE TRANSACTION is not supported for transactions that write Hudi tables",
+                    None,
+                );
+            }
+        }
+        pg_sys::XactEvent::XACT_EVENT_ABORT | pg_sys::XactEvent::XACT_EVENT_PARALLEL_ABORT => {
+            for write in take_all() {
+                let instant = write.transaction.instant().to_owned();
+                if let Err(e) = block_on(write.transaction.abort()) {
+                    // An abort must not fail; what is left is cleaned by hudi.rollback_failed_writes.
+                    pgrx::warning!("pg_hudi could not remove the files of aborted write {instant}: {e}");
+                }
+            }
+        }
+        _ => {}
+    }
+}
