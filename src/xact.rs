@@ -15,20 +15,32 @@ use crate::runtime::block_on;
 /// Rows buffered per table before they are written as log blocks: bounds a backend's memory.
 pub const FLUSH_ROWS: usize = 100_000;
 
-/// An open deltacommit of one table.
+/// An open deltacommit of one table, with the rows not yet written. Upserts and deletes are
+/// buffered apart; switching from one to the other writes the buffered ones first, so log
+/// blocks keep statement order.
 pub struct OpenWrite {
     pub transaction: Transaction,
-    pub buffer: RowBuffer,
+    pub upserts: RowBuffer,
+    pub deletes: RowBuffer,
 }
 
 impl OpenWrite {
+    pub fn new(transaction: Transaction) -> OpenWrite {
+        let schema = transaction.data_schema().clone();
+        OpenWrite { transaction, upserts: RowBuffer::new(schema.clone()), deletes: RowBuffer::new(schema) }
+    }
+
     /// Writes the buffered rows as log files.
     pub fn flush(&mut self) -> engine::Result<()> {
-        if self.buffer.len() == 0 {
-            return Ok(());
+        if self.upserts.len() > 0 {
+            let batch = self.upserts.take();
+            block_on(self.transaction.upsert(&batch))?;
         }
-        let batch = self.buffer.take();
-        block_on(self.transaction.upsert(&batch))
+        if self.deletes.len() > 0 {
+            let batch = self.deletes.take();
+            block_on(self.transaction.delete_rows(&batch))?;
+        }
+        Ok(())
     }
 }
 

@@ -38,6 +38,9 @@ pub extern "C-unwind" fn hudi_fdw_handler(_fcinfo: pg_sys::FunctionCallInfo) -> 
     routine.BeginForeignModify = Some(modify::begin_foreign_modify);
     routine.BeginForeignInsert = Some(modify::begin_foreign_insert);
     routine.ExecForeignInsert = Some(modify::exec_foreign_insert);
+    routine.AddForeignUpdateTargets = Some(modify::add_foreign_update_targets);
+    routine.ExecForeignUpdate = Some(modify::exec_foreign_update);
+    routine.ExecForeignDelete = Some(modify::exec_foreign_delete);
     routine.EndForeignModify = Some(modify::end_foreign_modify);
     routine.EndForeignInsert = Some(modify::end_foreign_modify);
     pg_sys::Datum::from(routine.into_pg())

@@ -1,5 +1,7 @@
-//! INSERT and COPY into Hudi foreign tables: rows become upserts by record key, buffered per
-//! table and written as log files of the bucket file groups (xact.rs commits them).
+//! INSERT, COPY, UPDATE and DELETE on Hudi foreign tables: rows become upserts (or deletes) by
+//! record key, buffered per table and written as log files of the bucket file groups (xact.rs
+//! commits them). UPDATE and DELETE find their rows through a whole-row identity column, so an
+//! UPDATE writes the complete new row.
 
 use std::ffi::CStr;
 
@@ -9,27 +11,46 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
 
-use crate::datum::{self, PgKind, RowBuffer};
+use crate::datum::{self, PgKind};
 use crate::error::{raise, OrReport};
 use crate::fdw::table::ForeignHudiTable;
 use crate::runtime::block_on;
 use crate::xact::{self, OpenWrite, FLUSH_ROWS};
 
-/// Only INSERT (and COPY) for now: UPDATE and DELETE are refused by PostgreSQL itself.
 #[pg_guard]
 pub unsafe extern "C-unwind" fn is_foreign_rel_updatable(_relation: pg_sys::Relation) -> i32 {
-    1 << pg_sys::CmdType::CMD_INSERT
+    (1 << pg_sys::CmdType::CMD_INSERT) | (1 << pg_sys::CmdType::CMD_UPDATE) | (1 << pg_sys::CmdType::CMD_DELETE)
+}
+
+const WHOLE_ROW: &std::ffi::CStr = c"hudi_wholerow";
+
+/// UPDATE and DELETE carry the whole old row: its key identifies the record, and its values
+/// complete the new row of an UPDATE.
+#[pg_guard]
+pub unsafe extern "C-unwind" fn add_foreign_update_targets(
+    root: *mut pg_sys::PlannerInfo,
+    rtindex: pg_sys::Index,
+    target_rte: *mut pg_sys::RangeTblEntry,
+    _target_relation: pg_sys::Relation,
+) {
+    let var = pg_sys::makeWholeRowVar(target_rte, rtindex as i32, 0, false);
+    pg_sys::add_row_identity_var(root, var, rtindex, WHOLE_ROW.as_ptr());
 }
 
 /// Where each attribute's values go: the index of the table's data column, with the kind of
-/// the attribute's values (`None` for dropped and meta columns, which writes fill themselves).
-#[derive(Clone)]
-struct Targets(Vec<Option<(usize, PgKind)>>);
+/// the attribute's values (`None` for dropped and meta columns, which writes fill themselves);
+/// and for UPDATE/DELETE the position of the whole-row column in the plan's rows.
+struct Targets {
+    columns: Vec<Option<(usize, PgKind)>>,
+    whole_row: Option<pg_sys::AttrNumber>,
+    /// Attribute indexes of the key and partition columns, which UPDATE must not change.
+    identity: Vec<usize>,
+}
 
-unsafe fn targets(relation: pg_sys::Relation, data_schema: &arrow::datatypes::Schema, name: &str) -> Targets {
+unsafe fn targets(relation: pg_sys::Relation, data_schema: &arrow::datatypes::Schema, name: &str, config: &engine::table::TableConfig) -> Targets {
     let tupdesc = (*relation).rd_att;
     let attributes = (*tupdesc).attrs.as_slice((*tupdesc).natts as usize);
-    Targets(
+    let columns: Vec<Option<(usize, PgKind)>> =
         attributes
             .iter()
             .map(|attr| {
@@ -63,8 +84,16 @@ unsafe fn targets(relation: pg_sys::Relation, data_schema: &arrow::datatypes::Sc
                 };
                 Some((index, kind))
             })
-            .collect(),
-    )
+            .collect();
+    let identity = columns
+        .iter()
+        .enumerate()
+        .filter_map(|(i, c)| {
+            let field = data_schema.field(c.as_ref()?.0).name();
+            config.record_key_fields.iter().chain(&config.partition_fields).any(|k| k == field).then_some(i)
+        })
+        .collect();
+    Targets { columns, whole_row: None, identity }
 }
 
 fn writer_id() -> WriterId {
@@ -72,7 +101,7 @@ fn writer_id() -> WriterId {
     unsafe { WriterId { node: pg_sys::GetSystemIdentifier() % 1_000_000_000, process: pg_sys::MyProcPid as u32 } }
 }
 
-unsafe fn begin(rinfo: *mut pg_sys::ResultRelInfo) {
+unsafe fn begin(rinfo: *mut pg_sys::ResultRelInfo, plan_targets: *mut pg_sys::List) {
     if pg_sys::GetCurrentTransactionNestLevel() > 1 {
         raise(
             PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
@@ -90,11 +119,15 @@ unsafe fn begin(rinfo: *mut pg_sys::ResultRelInfo) {
             let storage = table.storage();
             let config = block_on(engine::table::load_config(&storage)).or_report();
             let transaction = block_on(Transaction::begin(storage, config, writer_id(), Default::default())).or_report();
-            let buffer = RowBuffer::new(transaction.data_schema().clone());
-            OpenWrite { transaction, buffer }
+            OpenWrite::new(transaction)
         },
         |write| {
-            let targets = targets(relation, write.transaction.data_schema(), &name);
+            let config = block_on(engine::table::load_config(&table.storage())).or_report();
+            let mut targets = targets(relation, write.transaction.data_schema(), &name, &config);
+            if !plan_targets.is_null() {
+                let attno = pg_sys::ExecFindJunkAttributeInTlist(plan_targets, WHOLE_ROW.as_ptr());
+                targets.whole_row = (attno > 0).then_some(attno);
+            }
             (*rinfo).ri_FdwState = Box::into_raw(Box::new(targets)) as *mut std::ffi::c_void;
         },
     );
@@ -102,20 +135,95 @@ unsafe fn begin(rinfo: *mut pg_sys::ResultRelInfo) {
 
 #[pg_guard]
 pub unsafe extern "C-unwind" fn begin_foreign_modify(
-    _mtstate: *mut pg_sys::ModifyTableState,
+    mtstate: *mut pg_sys::ModifyTableState,
     rinfo: *mut pg_sys::ResultRelInfo,
     _fdw_private: *mut pg_sys::List,
     _subplan_index: i32,
     eflags: i32,
 ) {
     if eflags & pg_sys::EXEC_FLAG_EXPLAIN_ONLY as i32 == 0 {
-        begin(rinfo);
+        let subplan = (*mtstate).ps.lefttree;
+        let plan_targets = if subplan.is_null() { std::ptr::null_mut() } else { (*(*subplan).plan).targetlist };
+        begin(rinfo, plan_targets);
     }
 }
 
 #[pg_guard]
 pub unsafe extern "C-unwind" fn begin_foreign_insert(_mtstate: *mut pg_sys::ModifyTableState, rinfo: *mut pg_sys::ResultRelInfo) {
-    begin(rinfo);
+    begin(rinfo, std::ptr::null_mut());
+}
+
+/// One row of a slot as the table's data columns.
+unsafe fn table_row(targets: &Targets, columns: usize, values: &[pg_sys::Datum], nulls: &[bool]) -> Vec<Option<(pg_sys::Datum, PgKind)>> {
+    let mut row = vec![None; columns];
+    for (i, target) in targets.columns.iter().enumerate() {
+        if let Some((index, kind)) = target {
+            if !nulls[i] {
+                row[*index] = Some((values[i], *kind));
+            }
+        }
+    }
+    row
+}
+
+unsafe fn slot_values<'a>(slot: *mut pg_sys::TupleTableSlot) -> (&'a [pg_sys::Datum], &'a [bool]) {
+    pg_sys::slot_getallattrs(slot);
+    let natts = (*(*slot).tts_tupleDescriptor).natts as usize;
+    (std::slice::from_raw_parts((*slot).tts_values, natts), std::slice::from_raw_parts((*slot).tts_isnull, natts))
+}
+
+/// The old row of an UPDATE or DELETE, from its whole-row column: values and nulls.
+unsafe fn old_row(rinfo: *mut pg_sys::ResultRelInfo, targets: &Targets, plan_slot: *mut pg_sys::TupleTableSlot) -> (Vec<pg_sys::Datum>, Vec<bool>) {
+    let attno = targets.whole_row.unwrap_or_else(|| {
+        raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, "the whole-row identity column is missing", None)
+    });
+    let (values, nulls) = slot_values(plan_slot);
+    let index = attno as usize - 1;
+    if nulls[index] {
+        raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, "the old row of an UPDATE or DELETE is NULL", None);
+    }
+    let header = pg_sys::pg_detoast_datum(values[index].cast_mut_ptr()) as pg_sys::HeapTupleHeader;
+    let mut tuple: pg_sys::HeapTupleData = std::mem::zeroed();
+    tuple.t_len = pgrx::varsize_any(header as *const pg_sys::varlena) as u32;
+    tuple.t_data = header;
+    let tupdesc = (*(*rinfo).ri_RelationDesc).rd_att;
+    let natts = (*tupdesc).natts as usize;
+    let (mut old_values, mut old_nulls) = (vec![pg_sys::Datum::from(0); natts], vec![true; natts]);
+    pg_sys::heap_deform_tuple(&mut tuple, tupdesc, old_values.as_mut_ptr(), old_nulls.as_mut_ptr());
+    (old_values, old_nulls)
+}
+
+enum Change {
+    Upsert,
+    Delete,
+}
+
+unsafe fn buffer_row(rinfo: *mut pg_sys::ResultRelInfo, values: &[pg_sys::Datum], nulls: &[bool], change: Change) {
+    let targets = &*((*rinfo).ri_FdwState as *const Targets);
+    let relid = (*(*rinfo).ri_RelationDesc).rd_id;
+    xact::with_open_write(
+        relid,
+        || unreachable!("begun in BeginForeignModify"),
+        |write| {
+            let row = table_row(targets, write.transaction.data_schema().fields().len(), values, nulls);
+            // Keep statement order: write the other kind of pending rows first.
+            let pending_other = match change {
+                Change::Upsert => write.deletes.len(),
+                Change::Delete => write.upserts.len(),
+            };
+            if pending_other > 0 {
+                write.flush().or_report();
+            }
+            let buffer = match change {
+                Change::Upsert => &mut write.upserts,
+                Change::Delete => &mut write.deletes,
+            };
+            buffer.push(&row).unwrap_or_else(|why| raise(PgSqlErrorCode::ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE, why, None));
+            if buffer.len() >= FLUSH_ROWS {
+                write.flush().or_report();
+            }
+        },
+    );
 }
 
 #[pg_guard]
@@ -125,31 +233,58 @@ pub unsafe extern "C-unwind" fn exec_foreign_insert(
     slot: *mut pg_sys::TupleTableSlot,
     _plan_slot: *mut pg_sys::TupleTableSlot,
 ) -> *mut pg_sys::TupleTableSlot {
+    let (values, nulls) = slot_values(slot);
+    buffer_row(rinfo, values, nulls, Change::Upsert);
+    slot
+}
+
+/// A value's text form: what key and partition paths are made of.
+unsafe fn output_text(type_oid: pg_sys::Oid, value: pg_sys::Datum) -> String {
+    let (mut output, mut is_varlena) = (pg_sys::InvalidOid, false);
+    pg_sys::getTypeOutputInfo(type_oid, &mut output, &mut is_varlena);
+    CStr::from_ptr(pg_sys::OidOutputFunctionCall(output, value)).to_string_lossy().into_owned()
+}
+
+/// UPDATE writes the complete new row; its key and partition must stay the same.
+#[pg_guard]
+pub unsafe extern "C-unwind" fn exec_foreign_update(
+    _estate: *mut pg_sys::EState,
+    rinfo: *mut pg_sys::ResultRelInfo,
+    slot: *mut pg_sys::TupleTableSlot,
+    plan_slot: *mut pg_sys::TupleTableSlot,
+) -> *mut pg_sys::TupleTableSlot {
     let targets = &*((*rinfo).ri_FdwState as *const Targets);
-    pg_sys::slot_getallattrs(slot);
-    let natts = (*(*slot).tts_tupleDescriptor).natts as usize;
-    let values = std::slice::from_raw_parts((*slot).tts_values, natts);
-    let nulls = std::slice::from_raw_parts((*slot).tts_isnull, natts);
-    let relid = (*(*rinfo).ri_RelationDesc).rd_id;
-    xact::with_open_write(
-        relid,
-        || unreachable!("begun in BeginForeignModify"),
-        |write| {
-            let columns = write.transaction.data_schema().fields().len();
-            let mut row: Vec<Option<(pg_sys::Datum, PgKind)>> = vec![None; columns];
-            for (i, target) in targets.0.iter().enumerate() {
-                if let Some((index, kind)) = target {
-                    if !nulls[i] {
-                        row[*index] = Some((values[i], *kind));
-                    }
-                }
-            }
-            write.buffer.push(&row).unwrap_or_else(|why| raise(PgSqlErrorCode::ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE, why, None));
-            if write.buffer.len() >= FLUSH_ROWS {
-                write.flush().or_report();
-            }
-        },
-    );
+    let (old_values, old_nulls) = old_row(rinfo, targets, plan_slot);
+    let (values, nulls) = slot_values(slot);
+    let tupdesc = (*(*rinfo).ri_RelationDesc).rd_att;
+    let attributes = (*tupdesc).attrs.as_slice((*tupdesc).natts as usize);
+    for &i in &targets.identity {
+        let attr = &attributes[i];
+        let same = old_nulls[i] == nulls[i] && (nulls[i] || output_text(attr.atttypid, old_values[i]) == output_text(attr.atttypid, values[i]));
+        if !same {
+            let column = CStr::from_ptr(attr.attname.data.as_ptr()).to_string_lossy();
+            raise(
+                PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+                format!("UPDATE cannot change key or partition column \"{column}\" of a Hudi table"),
+                Some("DELETE the row and INSERT it with the new value.".into()),
+            );
+        }
+    }
+    buffer_row(rinfo, values, nulls, Change::Upsert);
+    slot
+}
+
+/// DELETE removes the old row's key, whatever its ordering value.
+#[pg_guard]
+pub unsafe extern "C-unwind" fn exec_foreign_delete(
+    _estate: *mut pg_sys::EState,
+    rinfo: *mut pg_sys::ResultRelInfo,
+    slot: *mut pg_sys::TupleTableSlot,
+    plan_slot: *mut pg_sys::TupleTableSlot,
+) -> *mut pg_sys::TupleTableSlot {
+    let targets = &*((*rinfo).ri_FdwState as *const Targets);
+    let (old_values, old_nulls) = old_row(rinfo, targets, plan_slot);
+    buffer_row(rinfo, &old_values, &old_nulls, Change::Delete);
     slot
 }
 

@@ -75,6 +75,8 @@ pub struct Transaction {
     avro_with_meta: String,
     buckets: u32,
     instant: String,
+    /// This transaction's write token: unique per writer process and transaction.
+    token: String,
     sequence: u64,
     groups: BTreeMap<(String, String), GroupWrites>,
     new_partitions: Vec<String>,
@@ -120,6 +122,7 @@ impl Transaction {
         storage.put_if_absent(&format!("{dir}/{instant}.deltacommit.requested"), Bytes::new()).await?;
         let planned = CommitMetadata { operation_type: "UPSERT".into(), ..Default::default() };
         storage.put(&format!("{dir}/{instant}.deltacommit.inflight"), Bytes::from(planned.to_avro()?)).await?;
+        let token = writer.token(next_transaction_number());
         Ok(Transaction {
             storage,
             avro_with_meta: with_meta_fields(&avro_schema)?,
@@ -130,6 +133,7 @@ impl Transaction {
             data_schema,
             record_schema,
             buckets,
+            token,
             instant,
             sequence: 0,
             groups: BTreeMap::new(),
@@ -212,13 +216,16 @@ impl Transaction {
             .collect())
     }
 
-    fn next_log_name(&mut self, file_id: &str) -> String {
+    /// Log files of one file group within a transaction are numbered 1, 2, ...: readers apply
+    /// them in that order.
+    fn next_log_name(&mut self, partition: &str, file_id: &str) -> String {
         self.sequence += 1;
-        format!(".{file_id}_{}.log.1_{}", self.instant, self.writer.token(self.sequence))
+        let version = self.groups.get(&(partition.to_owned(), file_id.to_owned())).map_or(0, |g| g.files.len()) + 1;
+        format!(".{file_id}_{}.log.{version}_{}", self.instant, self.token)
     }
 
     async fn write_log(&mut self, partition: &str, file_id: &str, block: Vec<u8>, upserts: i64, deletes: i64) -> Result<()> {
-        let name = self.next_log_name(file_id);
+        let name = self.next_log_name(partition, file_id);
         let path = if partition.is_empty() { name.clone() } else { format!("{partition}/{name}") };
         let size = block.len() as u64;
         self.storage.put(&path, Bytes::from(block)).await?;
@@ -291,6 +298,17 @@ impl Transaction {
         Ok(())
     }
 
+    /// Deletes the rows' keys (their key and partition columns identify them) regardless of
+    /// ordering values, as SQL DELETE does in Hudi.
+    pub async fn delete_rows(&mut self, rows: &RecordBatch) -> Result<()> {
+        let data = crate::read::schema::align_batch(rows, &self.data_schema)
+            .map_err(|e| Error::new(ErrorKind::InvalidArgument, e.detail()))?;
+        let keys = self.record_keys(&data)?;
+        let partitions = self.partition_paths(&data)?;
+        let deletes = keys.into_iter().zip(partitions).map(|(k, p)| (k, p, OrderingValue::Int(0))).collect();
+        self.delete(deletes).await
+    }
+
     /// Completes the deltacommit: under the table lock, takes a completion time and creates
     /// `<instant>_<completion>.deltacommit`. Returns the completion time.
     pub async fn commit(self) -> Result<String> {
@@ -321,7 +339,7 @@ impl Transaction {
                     total_write_errors: Some(0),
                     partition_path: Some(partition.clone()),
                     file_size_in_bytes: Some(*size as i64),
-                    log_version: Some(1),
+                    log_version: Some(i as i32 + 1),
                     log_offset: Some(0),
                     base_file: Some(String::new()),
                     log_files: Some(vec![name.clone()]),
@@ -355,6 +373,12 @@ impl Transaction {
         self.storage.delete(&format!("{dir}/{}.deltacommit.inflight", self.instant)).await?;
         self.storage.delete(&format!("{dir}/{}.deltacommit.requested", self.instant)).await
     }
+}
+
+/// A process-wide transaction counter: part of write tokens.
+fn next_transaction_number() -> u64 {
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Rows as a complete Parquet file (the content of a PARQUET_DATA block).
