@@ -44,7 +44,7 @@ for zip in quickstart_trips_table/mor/avro/v6_trips_8i1u sample_table/mor/avro/v
     python3 -m zipfile -e "$HUDI_FIXTURES/$zip.zip" "$warehouse"
   fi
 done
-rm -rf "$warehouse/__MACOSX"
+rm -rf "$warehouse/__MACOSX" "$warehouse/customers"
 is_root && chown -R postgres: "$warehouse"
 echo "== sql/demo.sql (warehouse file://$warehouse)"
 "$(pg_bin psql)" -X -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$port" -U "$user" -d "$user" \

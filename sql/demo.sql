@@ -40,6 +40,19 @@ CREATE FOREIGN TABLE trip_changes (_hoodie_commit_time text, rider text, fare do
 SELECT _hoodie_operation, count(*) FROM hudi.consume(NULL::trip_changes, 'demo') GROUP BY 1;
 SELECT count(*) AS nothing_new FROM hudi.consume(NULL::trip_changes, 'demo');
 
+\echo '-- writing: a new merge-on-read table, upserts from SQL, read back merged'
+DROP FOREIGN TABLE IF EXISTS customers;
+CREATE FOREIGN TABLE customers (id bigint, name text, country text, ts timestamptz)
+  SERVER lake OPTIONS (path 'customers', primary_key 'id', ordering_field 'ts',
+                       partition_by 'country', buckets '4');
+SELECT hudi.create_table('customers');
+INSERT INTO customers SELECT g, 'customer ' || g, (ARRAY['nl', 'be', 'fr'])[1 + g % 3], now()
+  FROM generate_series(1, 9) g;
+UPDATE customers SET name = 'renamed', ts = now() WHERE id = 1;
+DELETE FROM customers WHERE id = 2;
+SELECT id, name, country FROM customers ORDER BY id;
+SELECT action, state, count(*) FROM hudi.timeline('customers') GROUP BY 1, 2;
+
 \echo '-- declarations are checked against the table'
 \set ON_ERROR_STOP off
 CREATE FOREIGN TABLE broken (rider integer) SERVER lake OPTIONS (path 'v6_trips_8i1u');
