@@ -105,37 +105,68 @@ def test_create_table_checks_options_and_existing_tables(lake):
     conn.execute("SELECT hudi.create_table('customers')")  # the same table again: accepted
 
 
-def test_concurrent_sessions_write_without_conflicts(lake, cluster):
-    """Four sessions, overlapping keys, interleaved open transactions: no errors, and every
-    key holds the version with the greatest ordering value."""
+def test_nbcc_stress_many_writers_no_aborts_whole_transactions(lake, cluster):
+    """8 sessions x 50 transactions on overlapping keys with random ordering values, while a
+    reader keeps reading: no transaction fails, every snapshot shows whole transactions, and
+    at the end every key holds its greatest ordering value (checked against a model)."""
     conn, path = lake
-    errors = []
+    import random
+    writers, commits, pairs = 8, 50, 10
+    errors, written, snapshots = [], [], []
+    done = threading.Event()
 
     def writer(n):
+        rng = random.Random(n)
         try:
             with cluster.connect() as c:
-                for i in range(10):
+                for i in range(commits):
+                    chosen = rng.sample(range(pairs), 3)
+                    # ordering values are unique: microseconds carry writer and commit number
+                    micros = rng.randrange(1_000_000) * 1000 + n * 100 + i % 100
+                    ts = f"2026-01-01 00:00:00+00"
                     with c.transaction():
-                        for k in range(5):
-                            key = (n * 7 + i * 3 + k) % 12
-                            ts = f"2026-01-01 00:{n:02d}:{i:02d}+00"
-                            c.execute("INSERT INTO customers VALUES (%s, %s, 'nl', %s, %s)", (key, f"w{n}-{i}", n, ts))
+                        for p in chosen:
+                            for key in (2 * p, 2 * p + 1):  # a pair is always written together
+                                c.execute("INSERT INTO customers VALUES (%s, %s, 'nl', 0, %s::timestamptz + %s * interval '1 microsecond')",
+                                          (key, f"w{n}-{i}", ts, micros))
+                    written.append((chosen, micros, f"w{n}-{i}"))
         except Exception as e:  # noqa: BLE001 - reported below
             errors.append(e)
 
-    threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
+    def reader():
+        with cluster.connect() as c:
+            while not done.is_set():
+                rows = dict(c.execute("SELECT id, name FROM customers").fetchall())
+                snapshots.append(rows)
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(writers)]
+    watcher = threading.Thread(target=reader)
+    watcher.start()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert not errors, errors
-    rows = conn.execute("SELECT id, name, ts FROM customers ORDER BY id").fetchall()
-    assert len(rows) == 12
-    # The greatest timestamp any writer used for a key is n=3's last one touching it.
-    for key, name, ts in rows:
-        best = max((n, i) for n in range(4) for i in range(10) for k in range(5) if (n * 7 + i * 3 + k) % 12 == key)
-        assert name == f"w{best[0]}-{best[1]}", (key, name)
-    assert len(reference_rows(path)) == 12
+    done.set()
+    watcher.join()
+    assert not errors, errors[:3]
+    assert len(written) == writers * commits
+    completed = conn.execute("SELECT count(*) FROM hudi.timeline('customers') WHERE state = 'completed'").fetchone()[0]
+    assert completed == writers * commits
+    # every snapshot shows whole transactions: both keys of a pair come from the same one
+    assert len(snapshots) > 1
+    for rows in snapshots:
+        for p in range(pairs):
+            assert rows.get(2 * p) == rows.get(2 * p + 1), (p, rows.get(2 * p), rows.get(2 * p + 1))
+    model = {}
+    for chosen, micros, name in written:
+        for p in chosen:
+            for key in (2 * p, 2 * p + 1):
+                if key not in model or micros > model[key][0]:
+                    model[key] = (micros, name)
+    final = dict(conn.execute("SELECT id, name FROM customers").fetchall())
+    assert final == {k: v[1] for k, v in model.items()}
+    theirs = HudiTableBuilder.from_base_uri(str(path)).build().read(HudiReadOptions())
+    assert {r["id"]: r["name"] for r in pa.Table.from_batches(theirs).to_pylist()} == final
 
 
 def test_update_and_delete(lake):

@@ -144,7 +144,7 @@ async fn a_null_key_is_an_error_naming_the_row() {
     tx.abort().await.unwrap();
 }
 
-/// NBCC: several writers with open transactions on overlapping keys, committing in an order
+/// NBCC: 8 writers x 50 commits with open transactions on overlapping keys, committing in an order
 /// different from their start order; every key ends with its greatest ordering value, and
 /// there are no conflicts or aborts.
 #[tokio::test]
@@ -152,7 +152,7 @@ async fn concurrent_writers_converge_on_the_greatest_ordering_value() {
     let storage = Storage::open(&StorageUri::parse("memory:///write-nbcc").unwrap(), &BTreeMap::new()).unwrap();
     let config = create_table(&storage, &spec()).await.unwrap();
     let writers = 8;
-    let rounds = 5;
+    let rounds = 50;
     let keys = 20i64;
     let mut model: BTreeMap<i64, (i64, String)> = BTreeMap::new();
     let mut seed = 42u64;
