@@ -29,7 +29,6 @@ listen_addresses = '127.0.0.1'
 unix_socket_directories = '$sockets'
 shared_preload_libraries = 'pg_hudi'
 fsync = off
-synchronous_commit = off
 full_page_writes = off
 max_connections = 50
 log_line_prefix = '%m [%p] %b '

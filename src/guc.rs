@@ -21,7 +21,21 @@ pub static AS_OF_INSTANT: GucSetting<Option<CString>> = GucSetting::<Option<CStr
 pub static START_INSTANT: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
 pub static END_INSTANT: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
 
+/// `hudi.heartbeat_expiry`: seconds after which a pending write whose writer sent no heartbeat
+/// counts as failed and may be rolled back.
+pub static HEARTBEAT_EXPIRY: GucSetting<i32> = GucSetting::<i32>::new(300);
+
 pub fn register() {
+    GucRegistry::define_int_guc(
+        c"hudi.heartbeat_expiry",
+        c"Seconds without a heartbeat after which a pending Hudi write counts as failed.",
+        c"hudi.rollback_failed_writes rolls back such writes. Writers refresh their heartbeat whenever they write.",
+        &HEARTBEAT_EXPIRY,
+        0,
+        i32::MAX,
+        GucContext::Userset,
+        GucFlags::UNIT_S,
+    );
     GucRegistry::define_string_guc(
         c"hudi.start_instant",
         c"Start (exclusive) of incremental reads of Hudi tables.",

@@ -194,3 +194,52 @@ def test_update_and_delete(lake):
     batches = HudiTableBuilder.from_base_uri(str(path)).build().read(HudiReadOptions())
     theirs = sorted((r["id"], r["name"]) for r in pa.Table.from_batches(batches).to_pylist())
     assert ours == theirs
+
+
+def _kill_backend_and_wait(cluster, pid):
+    """SIGKILL one backend: the postmaster resets every session and recovers; wait for it."""
+    import os
+    import signal
+    import time
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            with cluster.connect() as c:
+                c.execute("SELECT 1")
+                return
+        except psycopg.Error:
+            time.sleep(0.2)
+    raise AssertionError("the cluster did not come back")
+
+
+@pytest.mark.parametrize("rows", [1, 100_001])  # buffered only / with log files written
+def test_a_killed_writer_is_rolled_back_and_nothing_is_lost(lake, cluster, rows):
+    conn, path = lake
+    conn.execute("INSERT INTO customers VALUES (1, 'kept', 'nl', 1, '2026-01-01')")
+    victim = cluster.connect()
+    pid = victim.execute("SELECT pg_backend_pid()").fetchone()[0]
+    victim.execute("BEGIN")
+    victim.execute("INSERT INTO customers SELECT g, 'lost', 'nl', 1, '2026-01-02' FROM generate_series(2, %s + 1) g",
+                   (rows,))
+    pending = [p.name.split(".")[0] for p in (path / ".hoodie/timeline").glob("*.deltacommit.inflight")]
+    completed = {p.name.split("_")[0] for p in (path / ".hoodie/timeline").glob("*_*.deltacommit")}
+    instant = [i for i in pending if i not in completed][0]
+    logs_before = [p for p in path.rglob(f"*_{instant}.log.*")]
+    assert bool(logs_before) == (rows > 1)
+    _kill_backend_and_wait(cluster, pid)
+    with cluster.connect() as c:
+        assert c.execute("SELECT id, name FROM customers").fetchall() == [(1, "kept")]
+        assert c.execute("SELECT * FROM hudi.rollback_failed_writes('customers')").fetchall() == []  # not yet expired
+        c.execute("SET hudi.heartbeat_expiry = 0")
+        rolled = c.execute("SELECT instant, files_deleted FROM hudi.rollback_failed_writes('customers')").fetchall()
+        assert rolled == [(instant, len(logs_before))]
+        assert not [p for p in path.rglob(f"*{instant}*")], "no orphan files"
+        assert c.execute("SELECT id, name FROM customers").fetchall() == [(1, "kept")]
+        actions = dict(c.execute("SELECT action, count(*) FROM hudi.timeline('customers') GROUP BY 1").fetchall())
+        assert actions == {"deltacommit": 1, "rollback": 1}
+        # writing goes on
+        c.execute("INSERT INTO customers VALUES (2, 'after', 'nl', 1, '2026-01-03')")
+        assert c.execute("SELECT count(*) FROM customers").fetchone() == (2,)
+    batches = HudiTableBuilder.from_base_uri(str(path)).build().read(HudiReadOptions())
+    assert sorted(r["name"] for r in pa.Table.from_batches(batches).to_pylist()) == ["after", "kept"]

@@ -6,6 +6,7 @@ pub mod log;
 pub mod lookup;
 pub mod ordering;
 pub mod read;
+pub mod services;
 pub mod storage;
 pub mod table;
 pub mod timeline;

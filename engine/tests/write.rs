@@ -194,3 +194,42 @@ async fn concurrent_writers_converge_on_the_greatest_ordering_value() {
     let want: BTreeMap<i64, String> = model.into_iter().map(|(k, (_, n))| (k, n)).collect();
     assert_eq!(got, want);
 }
+
+/// A writer that dies mid-transaction leaves a pending instant and log files; once its
+/// heartbeat expires, rollback removes them, records a rollback instant, and the table reads
+/// as before. A rolled-back writer that wakes up cannot commit.
+#[tokio::test]
+async fn failed_writes_are_rolled_back_after_their_heartbeat_expires() {
+    use engine::services::rollback::rollback_failed_writes;
+    use std::time::Duration;
+
+    let dir = tempfile::tempdir().unwrap();
+    let storage = Storage::open(&StorageUri::parse(&format!("file://{}", dir.path().display())).unwrap(), &BTreeMap::new()).unwrap();
+    let config = create_table(&storage, &spec()).await.unwrap();
+    let mut tx = Transaction::begin(storage.clone(), config.clone(), writer(1), LockOptions::default()).await.unwrap();
+    tx.upsert(&rows(&[(1, "kept", "nl", 1)])).await.unwrap();
+    tx.commit().await.unwrap();
+    let before = snapshot(&storage).await;
+
+    let mut crashed = Transaction::begin(storage.clone(), config.clone(), writer(2), LockOptions::default()).await.unwrap();
+    crashed.upsert(&rows(&[(2, "lost", "nl", 1), (3, "lost", "be", 1)])).await.unwrap();
+    let instant = crashed.instant().to_owned();
+    assert_eq!(snapshot(&storage).await, before, "pending writes are invisible");
+
+    // Alive: nothing is rolled back.
+    let alive = rollback_failed_writes(&storage, &config, Duration::from_secs(600), "cleaner", &LockOptions::default()).await.unwrap();
+    assert!(alive.is_empty());
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let rolled = rollback_failed_writes(&storage, &config, Duration::from_millis(10), "cleaner", &LockOptions::default()).await.unwrap();
+    assert_eq!(rolled.len(), 1);
+    assert_eq!((rolled[0].instant.as_str(), rolled[0].files_deleted), (instant.as_str(), 2));
+    let leftovers: Vec<_> = storage.list_recursive("").await.unwrap().into_iter().filter(|(p, _)| p.contains(&instant)).collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+    let reader = TableReader::open(storage.clone()).await.unwrap();
+    assert!(reader.timeline().instants().iter().any(|i| i.action == "rollback" && i.is_completed()));
+    assert_eq!(snapshot(&storage).await, before);
+
+    let err = crashed.commit().await.unwrap_err();
+    assert!(err.to_string().contains("was rolled back after its heartbeat expired"), "{err}");
+    assert_eq!(snapshot(&storage).await, before);
+}

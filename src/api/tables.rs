@@ -82,3 +82,27 @@ fn latest_commit(table: PgRelation) -> Option<String> {
         .max()
         .map(str::to_owned)
 }
+
+/// `hudi.rollback_failed_writes(table)`: rolls back the table's pending writes whose writer's
+/// heartbeat is older than `hudi.heartbeat_expiry` (a crashed or killed backend): deletes their
+/// files and records a rollback instant. Returns what it rolled back.
+#[pg_extern(volatile)]
+fn rollback_failed_writes(
+    table: PgRelation,
+) -> TableIterator<'static, (name!(instant, String), name!(rollback_instant, String), name!(files_deleted, i32))> {
+    let foreign = ForeignHudiTable::for_function(table.oid());
+    let storage = foreign.storage();
+    let config = block_on(engine::table::load_config(&storage)).or_report();
+    let expiry = std::time::Duration::from_secs(crate::guc::HEARTBEAT_EXPIRY.get().max(0) as u64);
+    // SAFETY: a plain read of the backend's pid.
+    let owner = format!("rollback:{}", unsafe { pgrx::pg_sys::MyProcPid });
+    let rolled = block_on(engine::services::rollback::rollback_failed_writes(
+        &storage,
+        &config,
+        expiry,
+        &owner,
+        &Default::default(),
+    ))
+    .or_report();
+    TableIterator::new(rolled.into_iter().map(|r| (r.instant, r.rollback_instant, r.files_deleted as i32)))
+}

@@ -2,6 +2,7 @@
 //! non-blocking concurrency control).
 
 pub mod commit;
+pub mod heartbeat;
 pub mod schema;
 pub mod time;
 pub mod table;

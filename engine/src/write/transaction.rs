@@ -122,6 +122,7 @@ impl Transaction {
         storage.put_if_absent(&format!("{dir}/{instant}.deltacommit.requested"), Bytes::new()).await?;
         let planned = CommitMetadata { operation_type: "UPSERT".into(), ..Default::default() };
         storage.put(&format!("{dir}/{instant}.deltacommit.inflight"), Bytes::from(planned.to_avro()?)).await?;
+        crate::write::heartbeat::beat(&storage, &instant).await?;
         let token = writer.token(next_transaction_number());
         Ok(Transaction {
             storage,
@@ -229,6 +230,7 @@ impl Transaction {
         let path = if partition.is_empty() { name.clone() } else { format!("{partition}/{name}") };
         let size = block.len() as u64;
         self.storage.put(&path, Bytes::from(block)).await?;
+        crate::write::heartbeat::beat(&self.storage, &self.instant).await?;
         if !self.groups.keys().any(|(p, _)| p == partition) && !self.new_partitions.iter().any(|p| p == partition) {
             self.new_partitions.push(partition.to_owned());
         }
@@ -349,6 +351,19 @@ impl Transaction {
         let bytes = Bytes::from(metadata.to_avro()?);
         let lock = TableLock::acquire(&self.storage, &self.writer.owner(), &self.lock_options).await?;
         let result = async {
+            // A writer that went quiet for longer than the heartbeat expiry may have been
+            // rolled back by someone else: then its files are gone and it must not commit.
+            let inflight = format!("{}/{}.deltacommit.inflight", self.config.timeline_dir, self.instant);
+            if let Err(e) = self.storage.get(&inflight).await {
+                return Err(if e.kind() == ErrorKind::NotFound {
+                    Error::new(
+                        ErrorKind::Storage,
+                        format!("write {} was rolled back after its heartbeat expired; nothing was committed", self.instant),
+                    )
+                } else {
+                    e
+                });
+            }
             let completion = lock.next_time(&self.lock_options).await?;
             let name = format!("{}/{}_{completion}.deltacommit", self.config.timeline_dir, self.instant);
             if !self.storage.put_if_absent(&name, bytes).await? {
@@ -358,7 +373,9 @@ impl Transaction {
         }
         .await;
         lock.release().await?;
-        result
+        let completion = result?;
+        crate::write::heartbeat::stop(&self.storage, &self.instant).await?;
+        Ok(completion)
     }
 
     /// Abandons the transaction: deletes its log files and its pending instant.
@@ -371,7 +388,8 @@ impl Transaction {
         }
         let dir = &self.config.timeline_dir;
         self.storage.delete(&format!("{dir}/{}.deltacommit.inflight", self.instant)).await?;
-        self.storage.delete(&format!("{dir}/{}.deltacommit.requested", self.instant)).await
+        self.storage.delete(&format!("{dir}/{}.deltacommit.requested", self.instant)).await?;
+        crate::write::heartbeat::stop(&self.storage, &self.instant).await
     }
 }
 

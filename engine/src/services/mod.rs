@@ -1,0 +1,3 @@
+//! Table services: rollback of failed writes (compaction, cleaning and archival come next).
+
+pub mod rollback;
