@@ -25,7 +25,43 @@ pub static END_INSTANT: GucSetting<Option<CString>> = GucSetting::<Option<CStrin
 /// counts as failed and may be rolled back.
 pub static HEARTBEAT_EXPIRY: GucSetting<i32> = GucSetting::<i32>::new(300);
 
+/// `hudi.max_clock_skew`: the bound on clock differences between servers writing the same
+/// tables; writers wait it out under the table lock before taking a time.
+pub static MAX_CLOCK_SKEW: GucSetting<i32> = GucSetting::<i32>::new(0);
+
+/// `hudi.lock_lease`: how long a table lock holder owns the lock before others may break it.
+pub static LOCK_LEASE: GucSetting<i32> = GucSetting::<i32>::new(60);
+
+/// The table-lock settings writers use.
+pub fn lock_options() -> engine::write::time::LockOptions {
+    engine::write::time::LockOptions {
+        lease: std::time::Duration::from_secs(LOCK_LEASE.get().max(1) as u64),
+        max_clock_skew: std::time::Duration::from_millis(MAX_CLOCK_SKEW.get().max(0) as u64),
+        ..Default::default()
+    }
+}
+
 pub fn register() {
+    GucRegistry::define_int_guc(
+        c"hudi.max_clock_skew",
+        c"Largest clock difference between servers writing the same Hudi tables.",
+        c"Writers wait this long under the table lock before taking an instant time.",
+        &MAX_CLOCK_SKEW,
+        0,
+        60_000,
+        GucContext::Sighup,
+        GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_int_guc(
+        c"hudi.lock_lease",
+        c"How long a writer holding a Hudi table lock owns it before others may break it.",
+        c"",
+        &LOCK_LEASE,
+        1,
+        3600,
+        GucContext::Sighup,
+        GucFlags::UNIT_S,
+    );
     GucRegistry::define_int_guc(
         c"hudi.heartbeat_expiry",
         c"Seconds without a heartbeat after which a pending Hudi write counts as failed.",

@@ -101,7 +101,7 @@ fn rollback_failed_writes(
         &config,
         expiry,
         &owner,
-        &Default::default(),
+        &crate::guc::lock_options(),
     ))
     .or_report();
     TableIterator::new(rolled.into_iter().map(|r| (r.instant, r.rollback_instant, r.files_deleted as i32)))

@@ -13,7 +13,7 @@ use arrow::datatypes::{DataType, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use bytes::Bytes;
 use parquet::arrow::ArrowWriter;
-use parquet::basic::{Compression, ZstdLevel};
+use parquet::basic::Compression;
 use parquet::file::properties::WriterProperties;
 
 use crate::error::{Error, ErrorKind, Result};
@@ -265,9 +265,7 @@ impl Transaction {
             let seq_base = self.sequence;
             let meta: Vec<ArrayRef> = vec![
                 Arc::new(StringArray::from(vec![self.instant.as_str(); n])),
-                Arc::new(StringArray::from_iter_values(
-                    (0..n).map(|i| format!("{}_{}_{}", self.instant, bucket, seq_base * 1_000_000 + i as u64)),
-                )),
+                Arc::new(sequence_numbers(&self.instant, bucket, seq_base * 1_000_000, n)),
                 Arc::new(StringArray::from_iter_values(rows.iter().map(|&r| keys[r as usize].as_str()))),
                 Arc::new(StringArray::from(vec![partition.as_str(); n])),
                 Arc::new(StringArray::from(vec![file_id.as_str(); n])),
@@ -393,6 +391,17 @@ impl Transaction {
     }
 }
 
+/// `_hoodie_commit_seqno` values `<instant>_<bucket>_<n>`, built without a string per row.
+fn sequence_numbers(instant: &str, bucket: u32, first: u64, count: usize) -> StringArray {
+    use std::fmt::Write;
+    let mut builder = arrow::array::StringBuilder::with_capacity(count, count * (instant.len() + 12));
+    for i in 0..count as u64 {
+        let _ = write!(builder, "{instant}_{bucket}_{}", first + i);
+        builder.append_value("");
+    }
+    builder.finish()
+}
+
 /// A process-wide transaction counter: part of write tokens.
 fn next_transaction_number() -> u64 {
     static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -401,7 +410,8 @@ fn next_transaction_number() -> u64 {
 
 /// Rows as a complete Parquet file (the content of a PARQUET_DATA block).
 fn parquet_bytes(batch: &RecordBatch) -> Result<Vec<u8>> {
-    let properties = WriterProperties::builder().set_compression(Compression::ZSTD(ZstdLevel::default())).build();
+    // Snappy: cheap to write and to read, and what Spark and Java readers expect to handle.
+    let properties = WriterProperties::builder().set_compression(Compression::SNAPPY).build();
     let parquet_error = |e: parquet::errors::ParquetError| Error::new(ErrorKind::Internal, "cannot write Parquet").with_source(e);
     let mut out = Vec::new();
     let mut writer = ArrowWriter::try_new(&mut out, batch.schema(), Some(properties)).map_err(parquet_error)?;

@@ -1,0 +1,86 @@
+"""bench/write: see run.sh. Prints a Markdown table of the measurements."""
+
+import argparse
+import threading
+import time
+
+import psycopg
+
+COLUMNS = "id bigint, name text, city text, amount numeric(12, 2), qty integer, score double precision, " \
+          "flag boolean, day date, note text, ts timestamptz"
+ROW = ("g, 'name ' || g, (ARRAY['amsterdam','berlin','paris','rome'])[1 + g % 4], (g % 10000) / 100.0, g % 1000, "
+       "g * 0.5, g % 2 = 0, date '2026-01-01' + (g % 365), repeat('x', 20), timestamptz '2026-01-01' + g * interval '1 second'")
+
+
+def connect(port):
+    return psycopg.connect(host="127.0.0.1", port=port, user="postgres", dbname="postgres", autocommit=True)
+
+
+def peak_memory_kb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return int(next(line for line in f if line.startswith("VmHWM")).split()[1])
+
+
+def timed(conn, sql):
+    started = time.perf_counter()
+    conn.execute(sql)
+    return time.perf_counter() - started
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--lake", required=True)
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    args = parser.parse_args()
+    n = args.rows
+    with connect(args.port) as conn:
+        conn.execute("CREATE EXTENSION pg_hudi")
+        conn.execute(f"CREATE SERVER lake FOREIGN DATA WRAPPER hudi_fdw OPTIONS (base_uri 'file://{args.lake}')")
+        conn.execute(f"CREATE TABLE heap ({COLUMNS}, PRIMARY KEY (id))")
+        conn.execute(f"CREATE FOREIGN TABLE hudi ({COLUMNS}) SERVER lake OPTIONS (path 'hudi', primary_key 'id', "
+                     f"ordering_field 'ts', buckets '16')")
+        conn.execute("SELECT hudi.create_table('hudi')")
+        # Half of the upserted keys exist already.
+        conn.execute(f"INSERT INTO heap SELECT {ROW} FROM generate_series(1, {n // 2}) g")
+        conn.execute(f"INSERT INTO hudi SELECT {ROW} FROM generate_series(1, {n // 2}) g")
+        conn.execute("VACUUM ANALYZE heap")
+        upsert = f"SELECT {ROW} FROM generate_series({n // 4 + 1}, {n // 4 + n}) g"
+        heap_s = timed(conn, f"INSERT INTO heap {upsert} ON CONFLICT (id) DO UPDATE SET name = excluded.name, "
+                             "city = excluded.city, amount = excluded.amount, qty = excluded.qty, score = excluded.score, "
+                             "flag = excluded.flag, day = excluded.day, note = excluded.note, ts = excluded.ts")
+        pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+    with connect(args.port) as conn:  # a fresh backend, so its peak memory is this statement's
+        pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+        hudi_s = timed(conn, f"INSERT INTO hudi {upsert}")
+        hudi_peak = peak_memory_kb(pid)
+        assert conn.execute("SELECT count(*) FROM hudi").fetchone()[0] == n // 4 + n
+
+    results = {}
+    per_writer = n // 4
+    for writers in (1, 2, 4):
+        def work(w):
+            with connect(args.port) as c:
+                start = 10_000_000 * (writers + 1) + w * per_writer
+                c.execute(f"INSERT INTO hudi SELECT {ROW} FROM generate_series({start}, {start + per_writer - 1}) g")
+        threads = [threading.Thread(target=work, args=(w,)) for w in range(writers)]
+        started = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        results[writers] = writers * per_writer / (time.perf_counter() - started)
+
+    print(f"| measurement ({n:,} upserted rows, half updates; 10 columns) | value |")
+    print("|---|---|")
+    print(f"| heap `INSERT ... ON CONFLICT DO UPDATE` | {heap_s:.2f} s ({n / heap_s:,.0f} rows/s) |")
+    print(f"| pg_hudi `INSERT INTO foreign table SELECT` | {hudi_s:.2f} s ({n / hudi_s:,.0f} rows/s) |")
+    print(f"| pg_hudi vs heap | **{heap_s / hudi_s:.2f}x** |")
+    print(f"| pg_hudi backend peak memory (VmHWM) | {hudi_peak / 1024:,.0f} MiB |")
+    for writers, rate in results.items():
+        print(f"| {writers} concurrent writer(s), {per_writer:,} rows each | {rate:,.0f} rows/s aggregate "
+              f"({rate / results[1]:.2f}x one writer) |")
+
+
+if __name__ == "__main__":
+    main()
