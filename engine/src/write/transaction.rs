@@ -155,15 +155,7 @@ impl Transaction {
     /// composite keys. A NULL key is an error naming the row.
     fn record_keys(&self, batch: &RecordBatch) -> Result<Vec<String>> {
         let fields = &self.config.record_key_fields;
-        let columns = fields
-            .iter()
-            .map(|f| {
-                let column = batch.column_by_name(f).ok_or_else(|| {
-                    Error::new(ErrorKind::InvalidArgument, format!("rows lack the key column {f}"))
-                })?;
-                arrow::compute::cast(column, &arrow::datatypes::DataType::Utf8).map_err(internal("cannot format keys"))
-            })
-            .collect::<Result<Vec<ArrayRef>>>()?;
+        let columns = text_columns(batch, fields, "key")?;
         (0..batch.num_rows())
             .map(|row| {
                 let mut parts = Vec::with_capacity(fields.len());
@@ -189,15 +181,7 @@ impl Transaction {
     /// The hive-style partition path of each row.
     fn partition_paths(&self, batch: &RecordBatch) -> Result<Vec<String>> {
         let fields = &self.config.partition_fields;
-        let columns = fields
-            .iter()
-            .map(|f| {
-                let column = batch.column_by_name(f).ok_or_else(|| {
-                    Error::new(ErrorKind::InvalidArgument, format!("rows lack the partition column {f}"))
-                })?;
-                arrow::compute::cast(column, &arrow::datatypes::DataType::Utf8).map_err(internal("cannot format partitions"))
-            })
-            .collect::<Result<Vec<ArrayRef>>>()?;
+        let columns = text_columns(batch, fields, "partition")?;
         Ok((0..batch.num_rows())
             .map(|row| {
                 fields
@@ -389,6 +373,19 @@ impl Transaction {
         self.storage.delete(&format!("{dir}/{}.deltacommit.requested", self.instant)).await?;
         crate::write::heartbeat::stop(&self.storage, &self.instant).await
     }
+}
+
+/// The `fields` of `batch` as text columns (what keys and partition paths are made of).
+fn text_columns(batch: &RecordBatch, fields: &[String], what: &str) -> Result<Vec<ArrayRef>> {
+    fields
+        .iter()
+        .map(|f| {
+            let column = batch.column_by_name(f).ok_or_else(|| {
+                Error::new(ErrorKind::InvalidArgument, format!("rows lack the {what} column {f}"))
+            })?;
+            arrow::compute::cast(column, &DataType::Utf8).map_err(internal("cannot format key values"))
+        })
+        .collect()
 }
 
 /// `_hoodie_commit_seqno` values `<instant>_<bucket>_<n>`, built without a string per row.
