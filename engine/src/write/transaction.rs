@@ -237,10 +237,23 @@ impl Transaction {
             .map_err(|e| Error::new(ErrorKind::InvalidArgument, e.detail()))?;
         let keys = self.record_keys(&data)?;
         let partitions = self.partition_paths(&data)?;
-        let mut groups: BTreeMap<(String, u32), Vec<u32>> = BTreeMap::new();
+        // Rows of each (partition, bucket), in input order, without a string copy per row.
+        let mut groups: BTreeMap<&str, Vec<Vec<u32>>> = BTreeMap::new();
+        let buckets = self.buckets as usize;
         for (row, (key, partition)) in keys.iter().zip(&partitions).enumerate() {
-            groups.entry((partition.clone(), bucket_of_key(key, self.buckets))).or_default().push(row as u32);
+            let bucket = bucket_of_key(key, self.buckets) as usize;
+            groups.entry(partition.as_str()).or_insert_with(|| vec![Vec::new(); buckets])[bucket].push(row as u32);
         }
+        let groups: Vec<((String, u32), Vec<u32>)> = groups
+            .into_iter()
+            .flat_map(|(partition, by_bucket)| {
+                by_bucket
+                    .into_iter()
+                    .enumerate()
+                    .filter(|(_, rows)| !rows.is_empty())
+                    .map(move |(bucket, rows)| ((partition.to_owned(), bucket as u32), rows))
+            })
+            .collect();
         for ((partition, bucket), rows) in groups {
             let indices = UInt32Array::from(rows.clone());
             let part = take_record_batch(&data, &indices).map_err(internal("cannot split rows by bucket"))?;
