@@ -30,6 +30,11 @@ impl FileSlice {
         }
     }
 
+    /// Bytes of the slice's files: what a scan of it reads.
+    pub fn size(&self) -> u64 {
+        self.base_file.as_ref().map_or(0, |b| b.size) + self.log_files.iter().map(|l| l.size).sum::<u64>()
+    }
+
     /// Path of the base file relative to the table.
     pub fn base_path(&self) -> Option<String> {
         self.base_file.as_ref().map(|b| self.path_of(&b.name))

@@ -122,8 +122,8 @@ unsafe fn begin(rinfo: *mut pg_sys::ResultRelInfo, plan_targets: *mut pg_sys::Li
             OpenWrite::new(transaction)
         },
         |write| {
-            let config = block_on(engine::table::load_config(&table.storage())).or_report();
-            let mut targets = targets(relation, write.transaction.data_schema(), &name, &config);
+            let transaction = &write.transaction;
+            let mut targets = targets(relation, transaction.data_schema(), &name, transaction.config());
             if !plan_targets.is_null() {
                 let attno = pg_sys::ExecFindJunkAttributeInTlist(plan_targets, WHOLE_ROW.as_ptr());
                 targets.whole_row = (attno > 0).then_some(attno);

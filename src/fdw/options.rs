@@ -202,8 +202,7 @@ fn validate_table_path(value: &str) {
 
 /// Instants are Hudi timeline timestamps: `yyyyMMddHHmmssSSS` (or the older 14 digits).
 fn validate_instant(name: &str, value: &str) {
-    let digits = value.len() == 14 || value.len() == 17;
-    if !digits || !value.bytes().all(|b| b.is_ascii_digit()) {
+    if !engine::timeline::instant::is_instant_time(value) {
         bad_value(name, value, "expected a Hudi instant such as 20261130120000000 (yyyyMMddHHmmssSSS)")
     }
 }

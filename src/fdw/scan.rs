@@ -159,7 +159,7 @@ fn instant_setting(
     let session = guc::string_value(setting);
     let value = if session.trim().is_empty() { table.options.get(option).cloned() } else { Some(session) };
     if let Some(instant) = &value {
-        if !(instant.len() == 14 || instant.len() == 17) || !instant.bytes().all(|b| b.is_ascii_digit()) {
+        if !engine::timeline::instant::is_instant_time(instant) {
             raise(
                 PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
                 format!("invalid instant \"{instant}\" for {option} (hudi.{option} or the table option)"),
@@ -236,7 +236,7 @@ pub unsafe extern "C-unwind" fn get_foreign_rel_size(
     let (slices, stats) = slices_to_read(&reader, &spec, &options);
     let bytes: u64 = slices
         .iter()
-        .map(|s| s.base_file.as_ref().map_or(0, |b| b.size) + s.log_files.iter().map(|l| l.size).sum::<u64>())
+        .map(FileSlice::size)
         .sum();
     // Compressed Parquet holds roughly one row per 50 bytes; ANALYZE refines this.
     (*baserel).rows = (bytes as f64 / 50.0).max(1.0);
@@ -495,7 +495,7 @@ pub unsafe extern "C-unwind" fn analyze_foreign_table(
     let slices = block_on(reader.slices(&ReadBound::Latest)).or_report();
     let bytes: u64 = slices
         .iter()
-        .map(|s| s.base_file.as_ref().map_or(0, |b| b.size) + s.log_files.iter().map(|l| l.size).sum::<u64>())
+        .map(FileSlice::size)
         .sum();
     *total_pages = (bytes / pg_sys::BLCKSZ as u64).max(1) as pg_sys::BlockNumber;
     *func = Some(acquire_sample_rows);

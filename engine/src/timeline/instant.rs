@@ -37,7 +37,8 @@ pub const ACTIONS: &[&str] = &[
     "schemacommit",
 ];
 
-fn is_timestamp(s: &str) -> bool {
+/// Whether `s` is an instant time: 17 digits (`yyyyMMddHHmmssSSS`) or the older 14.
+pub fn is_instant_time(s: &str) -> bool {
     (s.len() == 17 || s.len() == 14) && s.bytes().all(|b| b.is_ascii_digit())
 }
 
@@ -47,9 +48,9 @@ impl InstantFile {
     pub fn parse(file_name: &str) -> Option<InstantFile> {
         let (head, rest) = file_name.split_once('.')?;
         let (timestamp, completion) = match head.split_once('_') {
-            Some((ts, done)) if is_timestamp(ts) && is_timestamp(done) => (ts, Some(done)),
+            Some((ts, done)) if is_instant_time(ts) && is_instant_time(done) => (ts, Some(done)),
             Some(_) => return None,
-            None if is_timestamp(head) => (head, None),
+            None if is_instant_time(head) => (head, None),
             None => return None,
         };
         let (action, state) = match rest.split_once('.') {

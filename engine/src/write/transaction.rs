@@ -146,6 +146,11 @@ impl Transaction {
         &self.instant
     }
 
+    /// The configuration of the table being written.
+    pub fn config(&self) -> &TableConfig {
+        &self.config
+    }
+
     /// The data columns rows must have, in order.
     pub fn data_schema(&self) -> &SchemaRef {
         &self.data_schema
@@ -255,7 +260,7 @@ impl Transaction {
             })
             .collect();
         for ((partition, bucket), rows) in groups {
-            let indices = UInt32Array::from(rows.clone());
+            let indices = UInt32Array::from_iter_values(rows.iter().copied());
             let part = take_record_batch(&data, &indices).map_err(internal("cannot split rows by bucket"))?;
             let file_id = file_id_of_bucket(bucket);
             let n = rows.len();
