@@ -13,6 +13,7 @@ fn sqlstate(kind: ErrorKind) -> PgSqlErrorCode {
         ErrorKind::Unsupported => PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
         ErrorKind::PermissionDenied => PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
         ErrorKind::Storage => PgSqlErrorCode::ERRCODE_FDW_UNABLE_TO_ESTABLISH_CONNECTION,
+        ErrorKind::InUse => PgSqlErrorCode::ERRCODE_OBJECT_IN_USE,
         ErrorKind::Internal => PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
     }
 }

@@ -32,6 +32,11 @@ pub static MAX_CLOCK_SKEW: GucSetting<i32> = GucSetting::<i32>::new(0);
 /// `hudi.lock_lease`: how long a table lock holder owns the lock before others may break it.
 pub static LOCK_LEASE: GucSetting<i32> = GucSetting::<i32>::new(60);
 
+/// `hudi.heartbeat_expiry` as a duration.
+pub fn heartbeat_expiry() -> std::time::Duration {
+    std::time::Duration::from_secs(HEARTBEAT_EXPIRY.get().max(0) as u64)
+}
+
 /// The table-lock settings writers use.
 pub fn lock_options() -> engine::write::time::LockOptions {
     engine::write::time::LockOptions {

@@ -72,3 +72,35 @@ def cluster(request):
     c = Cluster(directory).start()
     yield c
     c.stop()
+
+
+@pytest.fixture
+def lake(cluster):
+    """A writable table `customers` (bucketed by id, partitioned by country) in a new lake."""
+    root = cluster.directory / "lake"
+    root.mkdir()
+    give_to_postgres(root)
+    with cluster.connect() as conn:
+        create_lake_server(conn, root)
+        conn.execute("SET timezone = 'UTC'")
+        conn.execute("""CREATE FOREIGN TABLE customers (id bigint, name text, country text, balance numeric(12, 2),
+                          ts timestamptz) SERVER lake
+                        OPTIONS (path 'customers', primary_key 'id', ordering_field 'ts',
+                                 partition_by 'country', buckets '4')""")
+        assert conn.execute("SELECT hudi.create_table('customers')").fetchone()[0] == f"file://{root}/customers"
+        yield conn, root / "customers"
+
+
+def reference_rows(path):
+    """The rows the reference reader `hudi` 0.5.0 reads, as our_rows shapes them."""
+    import pyarrow as pa
+    from hudi import HudiReadOptions, HudiTableBuilder
+
+    batches = HudiTableBuilder.from_base_uri(str(path)).build().read(HudiReadOptions())
+    rows = pa.Table.from_batches(batches).to_pylist() if batches else []
+    return sorted((r["id"], r["name"], r["country"], r["balance"]) for r in rows)
+
+
+def our_rows(conn):
+    """The rows pg_hudi reads from `customers`."""
+    return sorted(conn.execute("SELECT id, name, country, balance FROM customers").fetchall())

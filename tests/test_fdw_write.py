@@ -9,33 +9,7 @@ import pyarrow as pa
 import pytest
 from hudi import HudiReadOptions, HudiTableBuilder
 
-from conftest import create_lake_server, give_to_postgres
-
-
-@pytest.fixture
-def lake(cluster):
-    root = cluster.directory / "lake"
-    root.mkdir()
-    give_to_postgres(root)
-    with cluster.connect() as conn:
-        create_lake_server(conn, root)
-        conn.execute("SET timezone = 'UTC'")
-        conn.execute("""CREATE FOREIGN TABLE customers (id bigint, name text, country text, balance numeric(12, 2),
-                          ts timestamptz) SERVER lake
-                        OPTIONS (path 'customers', primary_key 'id', ordering_field 'ts',
-                                 partition_by 'country', buckets '4')""")
-        assert conn.execute("SELECT hudi.create_table('customers')").fetchone()[0] == f"file://{root}/customers"
-        yield conn, root / "customers"
-
-
-def reference_rows(path):
-    batches = HudiTableBuilder.from_base_uri(str(path)).build().read(HudiReadOptions())
-    rows = pa.Table.from_batches(batches).to_pylist() if batches else []
-    return sorted((r["id"], r["name"], r["country"], r["balance"]) for r in rows)
-
-
-def our_rows(conn):
-    return sorted(conn.execute("SELECT id, name, country, balance FROM customers").fetchall())
+from conftest import our_rows, reference_rows
 
 
 def test_inserts_upsert_by_key_and_read_back_everywhere(lake):

@@ -18,6 +18,8 @@ pub enum ErrorKind {
     PermissionDenied,
     /// The object store failed (I/O, network, credentials).
     Storage,
+    /// Another writer is doing the same thing right now (e.g. executing the same compaction).
+    InUse,
     /// An invariant of the engine itself broke: a bug.
     Internal,
 }
@@ -31,6 +33,7 @@ impl fmt::Display for ErrorKind {
             ErrorKind::Unsupported => "unsupported",
             ErrorKind::PermissionDenied => "permission denied",
             ErrorKind::Storage => "storage error",
+            ErrorKind::InUse => "in use",
             ErrorKind::Internal => "internal error",
         };
         f.write_str(name)

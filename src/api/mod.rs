@@ -1,9 +1,33 @@
 //! SQL functions in schema `hudi`.
 
+pub mod compaction;
 pub mod create;
 pub mod tables;
 
 use pgrx::prelude::*;
+use pgrx::{PgRelation, PgSqlErrorCode};
+
+/// The storage and configuration of the Hudi table behind `table`, for a table service that
+/// will `to` it: like VACUUM, services that rewrite and delete a table's files are for its owner.
+pub(crate) fn service_target(table: &PgRelation, to: &str) -> (engine::storage::Storage, engine::table::TableConfig) {
+    use crate::error::OrReport;
+    require_owner(table, to);
+    let storage = crate::fdw::table::ForeignHudiTable::for_function(table.oid()).storage();
+    let config = crate::runtime::block_on(engine::table::load_config(&storage)).or_report();
+    (storage, config)
+}
+
+fn require_owner(table: &PgRelation, to: &str) {
+    // SAFETY: catalog lookup on the main thread for an open relation.
+    let owner = unsafe { pg_sys::pg_class_ownercheck(table.oid(), pg_sys::GetUserId()) };
+    if !owner {
+        crate::error::raise(
+            PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+            format!("must be owner of foreign table \"{}\" to {to}", table.name()),
+            None,
+        );
+    }
+}
 
 /// `hudi.version()`: the extension version and the Hudi table versions it reads and writes.
 #[pg_extern(immutable, parallel_safe)]

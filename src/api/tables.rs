@@ -90,16 +90,13 @@ fn latest_commit(table: PgRelation) -> Option<String> {
 fn rollback_failed_writes(
     table: PgRelation,
 ) -> TableIterator<'static, (name!(instant, String), name!(rollback_instant, String), name!(files_deleted, i32))> {
-    let foreign = ForeignHudiTable::for_function(table.oid());
-    let storage = foreign.storage();
-    let config = block_on(engine::table::load_config(&storage)).or_report();
-    let expiry = std::time::Duration::from_secs(crate::guc::HEARTBEAT_EXPIRY.get().max(0) as u64);
+    let (storage, config) = crate::api::service_target(&table, "roll back its writes");
     // SAFETY: a plain read of the backend's pid.
     let owner = format!("rollback:{}", unsafe { pgrx::pg_sys::MyProcPid });
     let rolled = block_on(engine::services::rollback::rollback_failed_writes(
         &storage,
         &config,
-        expiry,
+        crate::guc::heartbeat_expiry(),
         &owner,
         &crate::guc::lock_options(),
     ))

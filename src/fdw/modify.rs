@@ -96,7 +96,8 @@ unsafe fn targets(relation: pg_sys::Relation, data_schema: &arrow::datatypes::Sc
     Targets { columns, whole_row: None, identity }
 }
 
-fn writer_id() -> WriterId {
+/// This backend as a writer: the server's system identifier and the backend pid.
+pub(crate) fn writer_id() -> WriterId {
     // SAFETY: plain reads of backend globals.
     unsafe { WriterId { node: pg_sys::GetSystemIdentifier() % 1_000_000_000, process: pg_sys::MyProcPid as u32 } }
 }

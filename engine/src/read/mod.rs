@@ -63,6 +63,8 @@ pub struct TableReader {
     config: TableConfig,
     timeline: Timeline,
     view: FileSystemView,
+    /// The latest writer schema (Avro JSON, without meta fields).
+    avro_schema: String,
     schema: SchemaRef,
     changes_schema: SchemaRef,
 }
@@ -83,7 +85,7 @@ impl TableReader {
         let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
         fields.push(Field::new(OPERATION_COLUMN, DataType::Utf8, true));
         let changes_schema = Arc::new(Schema::new(fields));
-        Ok(TableReader { storage, config, timeline, view, schema, changes_schema })
+        Ok(TableReader { storage, config, timeline, view, avro_schema: avro, schema, changes_schema })
     }
 
     pub fn config(&self) -> &TableConfig {
@@ -92,6 +94,11 @@ impl TableReader {
 
     pub fn timeline(&self) -> &Timeline {
         &self.timeline
+    }
+
+    /// The latest writer schema as Avro JSON, without meta fields.
+    pub fn avro_schema(&self) -> &str {
+        &self.avro_schema
     }
 
     /// Meta fields first (when the table populates them), then the data columns of the latest

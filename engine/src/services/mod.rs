@@ -1,3 +1,4 @@
-//! Table services: rollback of failed writes (compaction, cleaning and archival come next).
+//! Table services: compaction and rollback of failed writes (cleaning and archival come next).
 
+pub mod compaction;
 pub mod rollback;

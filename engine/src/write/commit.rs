@@ -31,6 +31,11 @@ pub struct WriteStat {
     pub log_offset: Option<i64>,
     pub base_file: Option<String>,
     pub log_files: Option<Vec<String>>,
+    /// Compaction only: the slice's base file before, and what its logs held.
+    pub prev_base_file: Option<String>,
+    pub total_log_files_compacted: Option<i64>,
+    pub total_log_size_compacted: Option<i64>,
+    pub total_log_files: Option<i64>,
 }
 
 /// A commit's metadata.

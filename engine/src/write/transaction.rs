@@ -12,9 +12,6 @@ use arrow::compute::take_record_batch;
 use arrow::datatypes::{DataType, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use bytes::Bytes;
-use parquet::arrow::ArrowWriter;
-use parquet::basic::Compression;
-use parquet::file::properties::WriterProperties;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::log::block::{encode_block, header, BlockType};
@@ -40,11 +37,13 @@ pub struct WriterId {
 }
 
 impl WriterId {
-    fn token(&self, sequence: u64) -> String {
+    /// A write token for this writer's `sequence`-th file or transaction.
+    pub(crate) fn token(&self, sequence: u64) -> String {
         format!("{}-{}-{}", self.node, self.process, sequence)
     }
 
-    fn owner(&self) -> String {
+    /// Who holds the table lock, in the lock object.
+    pub(crate) fn owner(&self) -> String {
         format!("{}:{}", self.node, self.process)
     }
 }
@@ -274,7 +273,7 @@ impl Transaction {
             ];
             let columns: Vec<ArrayRef> = meta.into_iter().chain(part.columns().iter().cloned()).collect();
             let records = RecordBatch::try_new(self.record_schema.clone(), columns).map_err(internal("cannot assemble records"))?;
-            let parquet = parquet_bytes(&records)?;
+            let parquet = crate::write::parquet_bytes(&records, Vec::new())?;
             let block = encode_block(BlockType::ParquetData, &self.block_header(), &parquet);
             self.write_log(&partition, &file_id, block, n as i64, 0).await?;
         }
@@ -345,6 +344,7 @@ impl Transaction {
                     log_offset: Some(0),
                     base_file: Some(String::new()),
                     log_files: Some(vec![name.clone()]),
+                    ..Default::default()
                 });
             }
         }
@@ -417,20 +417,8 @@ fn sequence_numbers(instant: &str, bucket: u32, first: u64, count: usize) -> Str
     builder.finish()
 }
 
-/// A process-wide transaction counter: part of write tokens.
-fn next_transaction_number() -> u64 {
+/// A process-wide counter of transactions and compactions: part of write tokens.
+pub(crate) fn next_transaction_number() -> u64 {
     static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-}
-
-/// Rows as a complete Parquet file (the content of a PARQUET_DATA block).
-fn parquet_bytes(batch: &RecordBatch) -> Result<Vec<u8>> {
-    // Snappy: cheap to write and to read, and what Spark and Java readers expect to handle.
-    let properties = WriterProperties::builder().set_compression(Compression::SNAPPY).build();
-    let parquet_error = |e: parquet::errors::ParquetError| Error::new(ErrorKind::Internal, "cannot write Parquet").with_source(e);
-    let mut out = Vec::new();
-    let mut writer = ArrowWriter::try_new(&mut out, batch.schema(), Some(properties)).map_err(parquet_error)?;
-    writer.write(batch).map_err(parquet_error)?;
-    writer.close().map_err(parquet_error)?;
-    Ok(out)
 }

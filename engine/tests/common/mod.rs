@@ -1,5 +1,8 @@
 //! Helpers shared by the integration tests: finding and unpacking the Spark-written fixtures.
 
+#![allow(dead_code)]
+
+pub mod customers;
 pub mod expected;
 
 use std::fs;

@@ -1,0 +1,433 @@
+//! Compaction of merge-on-read file slices into new base files (hudi-format.md §2.4, §2.7).
+//!
+//! Scheduling takes an instant `C` under the table lock and plans every file slice that has
+//! log files completed before `C`; because completion times are issued under the same lock,
+//! every log completed before `C` is already visible and every later one completes after `C`,
+//! so writers never stop. The plan is `C.compaction.requested` (Avro `HoodieCompactionPlan`).
+//! Executing it merges each planned slice with the one merge routine (one slice in memory at a
+//! time) into a base file `<fileId>_<token>_C.parquet`, and completes `C_<completion>.commit`.
+//! Logs that complete after `C` belong to the new slice by completion-time slicing (§7.2), so
+//! nothing written meanwhile is lost.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow::array::{ArrayRef, StringArray};
+use arrow::record_batch::RecordBatch;
+use bytes::Bytes;
+use parquet::file::metadata::KeyValue;
+use serde_json::Value;
+
+use crate::error::{Error, ErrorKind, Result, ResultExt};
+use crate::read::schema::RECORD_KEY_COLUMN;
+use crate::read::{ScanOptions, ScanStats, TableReader};
+use crate::storage::Storage;
+use crate::table::files::{BaseFile, DataFile, LogFile};
+use crate::table::TableConfig;
+use crate::timeline::{ReadBound, Timeline};
+use crate::view::FileSlice;
+use crate::write::commit::{CommitMetadata, WriteStat};
+use crate::write::time::{LockOptions, TableLock};
+use crate::write::transaction::next_transaction_number;
+use crate::write::{heartbeat, parquet_bytes, WriterId};
+
+const COMPACTION_PLAN_SCHEMA: &str = include_str!("HoodieCompactionPlan.avsc");
+
+/// Position of `_hoodie_file_name` among the meta fields.
+const FILE_NAME_COLUMN: usize = 4;
+
+/// One planned file slice (`HoodieCompactionOperation`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompactionOperation {
+    pub partition: String,
+    pub file_id: String,
+    /// The base instant of the slice being compacted.
+    pub base_instant: String,
+    /// Name of the slice's base file, if it has one.
+    pub base_file: Option<String>,
+    /// Names of the slice's log files, in the order they apply.
+    pub log_files: Vec<String>,
+    /// Bytes of those log files.
+    pub log_bytes: u64,
+}
+
+/// A compaction plan: the slices one compaction instant rewrites.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CompactionPlan {
+    pub operations: Vec<CompactionOperation>,
+}
+
+fn plan_path(config: &TableConfig, instant: &str) -> String {
+    format!("{}/{instant}.compaction.requested", config.timeline_dir)
+}
+
+impl CompactionPlan {
+    /// The plan as Java writes it: an Avro object container file of `HoodieCompactionPlan`.
+    pub fn to_avro(&self) -> Result<Vec<u8>> {
+        use apache_avro::types::Value as Avro;
+        let internal = |e: apache_avro::Error| Error::new(ErrorKind::Internal, "cannot encode a compaction plan").with_source(e);
+        let schema = apache_avro::Schema::parse_str(COMPACTION_PLAN_SCHEMA).map_err(internal)?;
+        let some = |v: Avro| Avro::Union(1, Box::new(v));
+        let string = |s: &str| some(Avro::String(s.to_owned()));
+        let operations = self
+            .operations
+            .iter()
+            .map(|op| {
+                let metrics = [
+                    ("TOTAL_LOG_FILES", op.log_files.len() as f64),
+                    ("TOTAL_LOG_FILES_SIZE", op.log_bytes as f64),
+                    ("TOTAL_IO_READ_MB", op.log_bytes as f64 / (1 << 20) as f64),
+                ]
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), Avro::Double(v)))
+                .collect();
+                Avro::Record(vec![
+                    ("baseInstantTime".into(), string(&op.base_instant)),
+                    (
+                        "deltaFilePaths".into(),
+                        some(Avro::Array(op.log_files.iter().map(|l| Avro::String(l.clone())).collect())),
+                    ),
+                    ("dataFilePath".into(), op.base_file.as_deref().map_or(Avro::Union(0, Box::new(Avro::Null)), string)),
+                    ("fileId".into(), string(&op.file_id)),
+                    ("partitionPath".into(), string(&op.partition)),
+                    ("metrics".into(), some(Avro::Map(metrics))),
+                    ("bootstrapFilePath".into(), Avro::Union(0, Box::new(Avro::Null))),
+                ])
+            })
+            .collect();
+        let record = Avro::Record(vec![
+            ("operations".into(), some(Avro::Array(operations))),
+            ("extraMetadata".into(), Avro::Union(0, Box::new(Avro::Null))),
+            ("version".into(), Avro::Union(0, Box::new(Avro::Int(2)))),
+            ("strategy".into(), Avro::Union(0, Box::new(Avro::Null))),
+            ("preserveHoodieMetadata".into(), Avro::Union(0, Box::new(Avro::Boolean(false)))),
+            ("missingSchedulePartitions".into(), some(Avro::Array(Vec::new()))),
+        ]);
+        let record = record.resolve(&schema).map_err(internal)?;
+        let mut writer = apache_avro::Writer::new(&schema, Vec::new());
+        writer.append(record).map_err(internal)?;
+        writer.into_inner().map_err(internal)
+    }
+
+    /// Reads a plan decoded from its timeline file (Java's or ours).
+    pub fn from_json(value: &Value) -> Result<CompactionPlan> {
+        let corrupt = |what: &str| Error::new(ErrorKind::Corrupt, format!("compaction plan without {what}"));
+        let mut operations = Vec::new();
+        for op in value.get("operations").and_then(Value::as_array).into_iter().flatten() {
+            let text = |name: &str| op.get(name).and_then(Value::as_str).map(str::to_owned);
+            operations.push(CompactionOperation {
+                partition: text("partitionPath").unwrap_or_default(),
+                file_id: text("fileId").ok_or_else(|| corrupt("fileId"))?,
+                base_instant: text("baseInstantTime").ok_or_else(|| corrupt("baseInstantTime"))?,
+                base_file: text("dataFilePath").filter(|p| !p.is_empty()),
+                log_files: op
+                    .get("deltaFilePaths")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                    .map(|p| p.rsplit('/').next().unwrap_or(p).to_owned())
+                    .collect(),
+                log_bytes: op.pointer("/metrics/TOTAL_LOG_FILES_SIZE").and_then(Value::as_f64).unwrap_or(0.0) as u64,
+            });
+        }
+        Ok(CompactionPlan { operations })
+    }
+
+    /// Reads the plan of the compaction requested at `instant`.
+    pub async fn load(storage: &Storage, config: &TableConfig, instant: &str) -> Result<CompactionPlan> {
+        let bytes = storage.get(&plan_path(config, instant)).await?;
+        let json = crate::timeline::metadata::decode(&bytes).context(|| format!("reading compaction plan {instant}"))?;
+        CompactionPlan::from_json(&json)
+    }
+}
+
+/// Plans a compaction of every file slice with log files that no pending compaction already
+/// covers. Returns the plan's instant, or `None` when there is nothing to compact (then no
+/// timeline file is written).
+pub async fn schedule_compaction(
+    storage: &Storage,
+    config: &TableConfig,
+    writer: &WriterId,
+    lock_options: &LockOptions,
+) -> Result<Option<String>> {
+    let lock = TableLock::acquire(storage, &writer.owner(), lock_options).await?;
+    let instant = lock.next_time(lock_options).await;
+    lock.release().await?;
+    let instant = instant?;
+
+    // Listed after taking the instant: every write that completed before it is visible now.
+    let reader = TableReader::open(storage.clone()).await?;
+    let pending: HashSet<(String, String)> = pending_compactions(storage, config, reader.timeline())
+        .await?
+        .into_values()
+        .flat_map(|plan| plan.operations.into_iter().map(|op| (op.partition, op.file_id)))
+        .collect();
+    let operations: Vec<CompactionOperation> = reader
+        .slices(&ReadBound::CompletedBy(instant.clone()))
+        .await?
+        .into_iter()
+        .filter(|s| !s.log_files.is_empty() && !pending.contains(&(s.partition.clone(), s.file_id.clone())))
+        .map(|s| CompactionOperation {
+            log_bytes: s.log_files.iter().map(|l| l.size).sum(),
+            log_files: s.log_files.iter().map(|l| l.name.clone()).collect(),
+            base_file: s.base_file.map(|b| b.name),
+            base_instant: s.base_instant,
+            file_id: s.file_id,
+            partition: s.partition,
+        })
+        .collect();
+    if operations.is_empty() {
+        return Ok(None);
+    }
+    let plan = CompactionPlan { operations };
+    storage.put_if_absent(&plan_path(config, &instant), Bytes::from(plan.to_avro()?)).await?;
+    Ok(Some(instant))
+}
+
+/// What executing a compaction did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompactionOutcome {
+    pub instant: String,
+    pub completion: String,
+    pub file_groups: usize,
+    pub rows: u64,
+}
+
+/// Executes the compaction planned at `instant` and completes it. A previous attempt that
+/// failed halfway is cleaned up first (its base files are rewritten); an attempt running
+/// elsewhere (its heartbeat younger than `heartbeat_expiry`) makes this an error.
+pub async fn run_compaction(
+    storage: &Storage,
+    config: &TableConfig,
+    instant: &str,
+    writer: &WriterId,
+    lock_options: &LockOptions,
+    heartbeat_expiry: Duration,
+) -> Result<CompactionOutcome> {
+    let timeline = Timeline::load(storage, config).await?;
+    match timeline.get(instant) {
+        Some(i) if i.requested_action == "compaction" && i.is_completed() => {
+            return Err(Error::new(ErrorKind::InvalidArgument, format!("compaction {instant} is already completed")));
+        }
+        Some(i) if i.requested_action == "compaction" => {}
+        _ => return Err(Error::new(ErrorKind::NotFound, format!("no pending compaction at instant {instant}"))),
+    }
+    let plan = CompactionPlan::load(storage, config, instant).await?;
+    claim(storage, writer, instant, lock_options, heartbeat_expiry).await?;
+    let result = execute(storage, config, instant, &plan, writer, lock_options).await;
+    heartbeat::stop(storage, instant).await?;
+    result
+}
+
+/// Marks `instant` as being executed by this writer, unless another writer's heartbeat for it
+/// is still fresh. Checked and written under the table lock so two executors cannot both win.
+async fn claim(storage: &Storage, writer: &WriterId, instant: &str, lock_options: &LockOptions, expiry: Duration) -> Result<()> {
+    let lock = TableLock::acquire(storage, &writer.owner(), lock_options).await?;
+    let claimed = async {
+        let running = match storage.get(&format!("{}/{instant}", heartbeat::HEARTBEAT_DIR)).await {
+            Ok(_) => !heartbeat::expired(storage, instant, expiry).await?,
+            Err(e) if e.kind() == ErrorKind::NotFound => false,
+            Err(e) => return Err(e),
+        };
+        if running {
+            return Err(Error::new(
+                ErrorKind::InUse,
+                format!("compaction {instant} is being executed by another writer (its heartbeat is fresh)"),
+            ));
+        }
+        heartbeat::beat(storage, instant).await
+    }
+    .await;
+    lock.release().await?;
+    claimed
+}
+
+async fn execute(
+    storage: &Storage,
+    config: &TableConfig,
+    instant: &str,
+    plan: &CompactionPlan,
+    writer: &WriterId,
+    lock_options: &LockOptions,
+) -> Result<CompactionOutcome> {
+    let dir = &config.timeline_dir;
+    storage.put_if_absent(&format!("{dir}/{instant}.compaction.inflight"), Bytes::new()).await?;
+    let reader = TableReader::open(storage.clone()).await?;
+    let bound = ReadBound::CompletedBy(instant.to_owned());
+    let token = writer.token(next_transaction_number());
+    let mut metadata = CommitMetadata { operation_type: "COMPACT".into(), compacted: true, ..Default::default() };
+    metadata.extra_metadata.insert("schema".into(), reader.avro_schema().to_owned());
+    let mut rows_written = 0;
+    let mut partitions_cleaned = HashSet::new();
+    for op in &plan.operations {
+        let in_partition = |name: &str| if op.partition.is_empty() { name.to_owned() } else { format!("{}/{name}", op.partition) };
+        // Base files of this instant left by an earlier, failed attempt.
+        if partitions_cleaned.insert(op.partition.clone()) {
+            for (path, size) in storage.list_dir(&op.partition).await? {
+                let name = path.rsplit('/').next().unwrap_or(&path);
+                if matches!(DataFile::parse(name, size), Some(DataFile::Base(b)) if b.instant == instant) {
+                    storage.delete(&in_partition(name)).await?;
+                }
+            }
+        }
+        let slice = planned_slice(op)?;
+        let merged = reader.read_slice(&slice, &bound, &ScanOptions::default(), &mut ScanStats::default()).await?;
+        let name = format!("{}_{token}_{instant}.parquet", op.file_id);
+        let rows = merged.unwrap_or_else(|| RecordBatch::new_empty(reader.schema().clone()));
+        let rows = with_file_name(&rows, &name)?;
+        let bytes = parquet_bytes(&rows, key_range(&rows))?;
+        let size = bytes.len() as i64;
+        storage.put(&in_partition(&name), Bytes::from(bytes)).await?;
+        heartbeat::beat(storage, instant).await?;
+        let count = rows.num_rows() as i64;
+        rows_written += count as u64;
+        metadata.partition_to_write_stats.entry(op.partition.clone()).or_default().push(WriteStat {
+            file_id: Some(op.file_id.clone()),
+            path: Some(in_partition(&name)),
+            prev_commit: Some(op.base_instant.clone()),
+            num_writes: Some(count),
+            num_deletes: Some(0),
+            num_update_writes: Some(0),
+            num_inserts: Some(0),
+            total_write_bytes: Some(size),
+            total_write_errors: Some(0),
+            partition_path: Some(op.partition.clone()),
+            file_size_in_bytes: Some(size),
+            base_file: Some(name.clone()),
+            prev_base_file: op.base_file.clone(),
+            total_log_files: Some(op.log_files.len() as i64),
+            total_log_files_compacted: Some(op.log_files.len() as i64),
+            total_log_size_compacted: Some(op.log_bytes as i64),
+            ..Default::default()
+        });
+    }
+    let bytes = Bytes::from(metadata.to_avro()?);
+    let lock = TableLock::acquire(storage, &writer.owner(), lock_options).await?;
+    let completed = async {
+        let already = storage
+            .list_dir(dir)
+            .await?
+            .into_iter()
+            .any(|(path, _)| path.rsplit('/').next().is_some_and(|n| n.starts_with(&format!("{instant}_")) && n.ends_with(".commit")));
+        if already {
+            return Err(Error::new(ErrorKind::InUse, format!("compaction {instant} was completed by another writer")));
+        }
+        let completion = lock.next_time(lock_options).await?;
+        storage.put_if_absent(&format!("{dir}/{instant}_{completion}.commit"), bytes).await?;
+        Ok(completion)
+    }
+    .await;
+    lock.release().await?;
+    let completion = completed?;
+    Ok(CompactionOutcome { instant: instant.to_owned(), completion, file_groups: plan.operations.len(), rows: rows_written })
+}
+
+/// The file slice a plan operation names (sizes are not needed to read it).
+fn planned_slice(op: &CompactionOperation) -> Result<FileSlice> {
+    let corrupt = |name: &str| Error::new(ErrorKind::Corrupt, format!("compaction plan names {name}, which is not a data file name"));
+    let base_file: Option<BaseFile> = match &op.base_file {
+        Some(name) => match DataFile::parse(name, 0) {
+            Some(DataFile::Base(base)) => Some(base),
+            _ => return Err(corrupt(name)),
+        },
+        None => None,
+    };
+    let log_files: Vec<LogFile> = op
+        .log_files
+        .iter()
+        .map(|name| match DataFile::parse(name, 0) {
+            Some(DataFile::Log(log)) => Ok(log),
+            _ => Err(corrupt(name)),
+        })
+        .collect::<Result<_>>()?;
+    Ok(FileSlice {
+        partition: op.partition.clone(),
+        file_id: op.file_id.clone(),
+        base_instant: op.base_instant.clone(),
+        base_file,
+        log_files,
+    })
+}
+
+/// `rows` with `_hoodie_file_name` set to the base file's name (§5: base files hold their own
+/// name; log records hold the file id). Other meta fields are kept: a record's commit time
+/// stays the time of the write that produced it, which incremental reads rely on.
+fn with_file_name(rows: &RecordBatch, name: &str) -> Result<RecordBatch> {
+    let mut columns: Vec<ArrayRef> = rows.columns().to_vec();
+    if rows.schema().fields().get(FILE_NAME_COLUMN).is_none_or(|f| f.name() != "_hoodie_file_name") {
+        return Err(Error::new(ErrorKind::Unsupported, "compaction needs a table that populates meta fields"));
+    }
+    columns[FILE_NAME_COLUMN] = Arc::new(StringArray::from(vec![name; rows.num_rows()]));
+    RecordBatch::try_new(rows.schema(), columns)
+        .map_err(|e| Error::new(ErrorKind::Internal, "cannot set _hoodie_file_name").with_source(e))
+}
+
+/// The footer metadata Java's base files carry: the smallest and largest record key.
+fn key_range(rows: &RecordBatch) -> Vec<KeyValue> {
+    let keys = rows.column(RECORD_KEY_COLUMN).as_any().downcast_ref::<StringArray>();
+    let (Some(min), Some(max)) = (keys.and_then(arrow::compute::min_string), keys.and_then(arrow::compute::max_string)) else {
+        return Vec::new();
+    };
+    vec![
+        KeyValue::new("hoodie_min_record_key".into(), min.to_owned()),
+        KeyValue::new("hoodie_max_record_key".into(), max.to_owned()),
+    ]
+}
+
+/// Plans and executes a compaction in one go; `None` when there was nothing to compact.
+pub async fn compact(
+    storage: &Storage,
+    config: &TableConfig,
+    writer: &WriterId,
+    lock_options: &LockOptions,
+    heartbeat_expiry: Duration,
+) -> Result<Option<CompactionOutcome>> {
+    match schedule_compaction(storage, config, writer, lock_options).await? {
+        Some(instant) => Ok(Some(run_compaction(storage, config, &instant, writer, lock_options, heartbeat_expiry).await?)),
+        None => Ok(None),
+    }
+}
+
+/// Pending compactions by instant, with the file groups each covers.
+pub async fn pending_compactions(storage: &Storage, config: &TableConfig, timeline: &Timeline) -> Result<BTreeMap<String, CompactionPlan>> {
+    let mut out = BTreeMap::new();
+    for compaction in timeline.pending_compactions() {
+        out.insert(compaction.timestamp.clone(), CompactionPlan::load(storage, config, &compaction.timestamp).await?);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plan_round_trips_through_avro() {
+        let plan = CompactionPlan {
+            operations: vec![
+                CompactionOperation {
+                    partition: "country=nl".into(),
+                    file_id: "00000001-0000-0000-0000-000000000000-0".into(),
+                    base_instant: "20260101000000001".into(),
+                    base_file: None,
+                    log_files: vec![".00000001-0000-0000-0000-000000000000-0_20260101000000001.log.1_1-2-3".into()],
+                    log_bytes: 1234,
+                },
+                CompactionOperation {
+                    partition: String::new(),
+                    file_id: "00000002-0000-0000-0000-000000000000-0".into(),
+                    base_instant: "20260101000000002".into(),
+                    base_file: Some("00000002-0000-0000-0000-000000000000-0_1-2-3_20260101000000002.parquet".into()),
+                    log_files: vec![],
+                    log_bytes: 0,
+                },
+            ],
+        };
+        let json = crate::timeline::metadata::decode(&plan.to_avro().unwrap()).unwrap();
+        assert_eq!(json["version"], 2);
+        assert_eq!(json["operations"][0]["metrics"]["TOTAL_LOG_FILES"], 1.0);
+        assert_eq!(CompactionPlan::from_json(&json).unwrap(), plan);
+    }
+}

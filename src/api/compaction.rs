@@ -1,0 +1,59 @@
+//! Compaction from SQL: `hudi.schedule_compaction`, `hudi.run_compaction` and `hudi.compact`.
+//! A compaction commits on its own, whatever becomes of the calling transaction: like VACUUM it
+//! changes how the table is stored, not what it holds.
+
+use engine::services::compaction::{self, CompactionOutcome};
+use pgrx::prelude::*;
+use pgrx::PgRelation;
+
+use crate::api::service_target;
+use crate::error::OrReport;
+use crate::fdw::modify::writer_id;
+use crate::guc::{heartbeat_expiry, lock_options};
+use crate::runtime::block_on;
+
+/// `(instant, completion_time, file_groups, rows_written)`: what a compaction did. pgrx's
+/// macros need the named tuple spelled out in each signature.
+fn row(outcome: CompactionOutcome) -> (String, String, i32, i64) {
+    (outcome.instant, outcome.completion, outcome.file_groups as i32, outcome.rows as i64)
+}
+
+/// `hudi.schedule_compaction(table)`: plans a compaction of every file slice with log files
+/// (writers go on meanwhile) and returns the plan's instant, or NULL when no slice has logs.
+#[pg_extern(volatile)]
+fn schedule_compaction(table: PgRelation) -> Option<String> {
+    let (storage, config) = service_target(&table, "compact it");
+    block_on(compaction::schedule_compaction(&storage, &config, &writer_id(), &lock_options())).or_report()
+}
+
+/// `hudi.run_compaction(table, instant)`: executes the compaction planned at `instant` (one
+/// file slice in memory at a time) and completes it.
+#[pg_extern(volatile)]
+fn run_compaction(table: PgRelation, instant: &str) -> TableIterator<
+    'static,
+    (name!(instant, String), name!(completion_time, String), name!(file_groups, i32), name!(rows_written, i64)),
+> {
+    let (storage, config) = service_target(&table, "compact it");
+    let outcome = block_on(compaction::run_compaction(
+        &storage,
+        &config,
+        instant,
+        &writer_id(),
+        &lock_options(),
+        heartbeat_expiry(),
+    ))
+    .or_report();
+    TableIterator::once(row(outcome))
+}
+
+/// `hudi.compact(table)`: schedules and runs a compaction; no row when there was nothing to
+/// compact.
+#[pg_extern(volatile)]
+fn compact(table: PgRelation) -> TableIterator<
+    'static,
+    (name!(instant, String), name!(completion_time, String), name!(file_groups, i32), name!(rows_written, i64)),
+> {
+    let (storage, config) = service_target(&table, "compact it");
+    let outcome = block_on(compaction::compact(&storage, &config, &writer_id(), &lock_options(), heartbeat_expiry())).or_report();
+    TableIterator::new(outcome.into_iter().map(row))
+}

@@ -1,0 +1,103 @@
+"""Compaction from SQL: hudi.compact, hudi.schedule_compaction and hudi.run_compaction rewrite
+file slices into base files while the rows stay the same, for pg_hudi and for the reference
+reader `hudi` 0.5.0; writers go on while a plan is pending; errors carry SQLSTATEs."""
+
+import psycopg
+import pytest
+from hudi import HudiTableBuilder
+
+from conftest import our_rows, reference_rows
+
+
+def populate(conn):
+    conn.execute("INSERT INTO customers SELECT g, 'c' || g, (ARRAY['nl','be','fr'])[g % 3 + 1], g, '2026-01-01' "
+                 "FROM generate_series(1, 300) g")
+    conn.execute("UPDATE customers SET name = name || '-updated', ts = '2026-02-01' WHERE id % 7 = 0")
+    conn.execute("DELETE FROM customers WHERE id % 10 = 0")
+
+
+def reference_slices(path):
+    return sorted((s.partition_path, s.file_id, s.base_file_name or None, sorted(s.log_file_names))
+                  for s in HudiTableBuilder.from_base_uri(str(path)).build().get_file_slices())
+
+
+def our_slices(conn):
+    return sorted((p, f, b, sorted(logs)) for p, f, b, logs in conn.execute(
+        "SELECT partition_path, file_id, base_file, log_files FROM hudi.file_slices('customers')"))
+
+
+def test_compact_rewrites_slices_and_every_reader_agrees(lake):
+    conn, path = lake
+    populate(conn)
+    first_write = conn.execute("SELECT min(instant) FROM hudi.timeline('customers')").fetchone()[0]
+    before = our_rows(conn)
+    assert len(before) == 270
+
+    instant, completion, groups, written = conn.execute("SELECT * FROM hudi.compact('customers')").fetchone()
+    assert completion > instant and groups == 12  # 3 countries x 4 buckets
+    assert written == len(before)
+    assert our_rows(conn) == before
+    assert [(i, n, c, float(b)) for i, n, c, b in reference_rows(path)] == [(i, n, c, float(b)) for i, n, c, b in before]
+    slices = our_slices(conn)
+    assert all(base.endswith(f"_{instant}.parquet") and logs == [] for _, _, base, logs in slices)
+    assert slices == reference_slices(path)
+    action = conn.execute("SELECT action, state FROM hudi.timeline('customers') WHERE instant = %s", (instant,)).fetchone()
+    assert action == ("commit", "completed")
+
+    # Time travel to before the compaction still reads the log slices.
+    conn.execute("SELECT set_config('hudi.as_of_instant', %s, false)", (first_write,))
+    assert conn.execute("SELECT count(*) FROM customers").fetchone() == (300,)
+    conn.execute("RESET hudi.as_of_instant")
+
+    # Writes after the compaction merge onto the new base files.
+    conn.execute("UPDATE customers SET name = 'after', ts = '2026-03-01' WHERE id = 1")
+    assert conn.execute("SELECT name FROM customers WHERE id = 1").fetchone() == ("after",)
+    assert [r[1] for r in reference_rows(path) if r[0] == 1] == ["after"]
+    assert conn.execute("SELECT count(*) FROM hudi.compact('customers')").fetchone() == (1,)
+    assert conn.execute("SELECT count(*) FROM hudi.compact('customers')").fetchone() == (0,), "nothing left"
+    assert conn.execute("SELECT name FROM customers WHERE id = 1").fetchone() == ("after",)
+
+
+def test_writers_go_on_while_a_plan_is_pending(lake):
+    conn, path = lake
+    populate(conn)
+    instant = conn.execute("SELECT hudi.schedule_compaction('customers')").fetchone()[0]
+    assert conn.execute("SELECT state FROM hudi.timeline('customers') WHERE instant = %s", (instant,)).fetchone() == ("requested",)
+    conn.execute("UPDATE customers SET name = 'during', ts = '2026-03-01' WHERE id <= 5")
+    conn.execute("INSERT INTO customers VALUES (1000, 'new', 'nl', 1, '2026-03-01')")
+    during = our_rows(conn)
+    assert [r[1] for r in during if r[0] <= 5] == ["during"] * 5
+    assert reference_rows(path) == during
+    # Like the reference reader, the pending plan adds no empty slice: the logs that arrived
+    # after it stay in the slice they are read with until the compaction completes.
+    assert our_slices(conn) == reference_slices(path)
+
+    instant2, _, groups, _ = conn.execute("SELECT * FROM hudi.run_compaction('customers', %s)", (instant,)).fetchone()
+    assert instant2 == instant and groups == 12
+    assert our_rows(conn) == during == reference_rows(path)
+    # The logs written while the plan was pending stay on top of the new base files.
+    with_logs = [s for s in our_slices(conn) if s[3]]
+    assert with_logs and all(s[2].endswith(f"_{instant}.parquet") for s in with_logs)
+    assert our_slices(conn) == reference_slices(path)
+
+    with pytest.raises(psycopg.Error) as e:
+        conn.execute("SELECT * FROM hudi.run_compaction('customers', %s)", (instant,))
+    assert e.value.sqlstate == "22023" and "already completed" in str(e.value)
+    with pytest.raises(psycopg.Error) as e:
+        conn.execute("SELECT * FROM hudi.run_compaction('customers', '20200101000000000')")
+    assert "no pending compaction" in str(e.value)
+
+
+def test_only_the_owner_compacts(lake):
+    conn, _ = lake
+    populate(conn)
+    conn.execute("CREATE ROLE clerk")
+    conn.execute("GRANT SELECT, INSERT ON customers TO clerk")
+    conn.execute("SET ROLE clerk")
+    for call in ("SELECT * FROM hudi.compact('customers')", "SELECT hudi.schedule_compaction('customers')",
+                 "SELECT * FROM hudi.rollback_failed_writes('customers')"):
+        with pytest.raises(psycopg.Error) as e:
+            conn.execute(call)
+        assert e.value.sqlstate == "42501", call
+    conn.execute("RESET ROLE")
+    assert conn.execute("SELECT count(*) FROM hudi.timeline('customers') WHERE action = 'commit'").fetchone() == (0,)
