@@ -23,7 +23,7 @@ use std::ffi::CString;
 use std::fmt::Write as _;
 use std::str::FromStr;
 
-use arrow::array::{Array, AsArray};
+use arrow::array::{Array, ArrayRef, AsArray};
 use arrow::datatypes::{self as types, DataType, TimeUnit};
 use pgrx::prelude::*;
 use pgrx::{AnyNumeric, FromDatum, IntoDatum};
@@ -167,6 +167,48 @@ impl ColumnType {
             );
             Ok(Some(pg_sys::Datum::from(array)))
         }
+    }
+}
+
+/// One column of a batch, ready to be converted value after value: the common exact type
+/// pairs read their Arrow array directly, without dispatching on types per value; the rest go
+/// through [`ColumnType::to_datum`].
+pub enum ColumnReader {
+    Int4(arrow::array::Int32Array),
+    Int8(arrow::array::Int64Array),
+    Float8(arrow::array::Float64Array),
+    Bool(arrow::array::BooleanArray),
+    Any(ColumnType, ArrayRef),
+}
+
+impl ColumnReader {
+    pub fn new(column_type: ColumnType, array: &ArrayRef) -> ColumnReader {
+        match (column_type.kind, column_type.element, array.data_type()) {
+            (PgKind::Int4, None, DataType::Int32) => ColumnReader::Int4(array.as_primitive::<types::Int32Type>().clone()),
+            (PgKind::Int8, None, DataType::Int64) => ColumnReader::Int8(array.as_primitive::<types::Int64Type>().clone()),
+            (PgKind::Float8, None, DataType::Float64) => ColumnReader::Float8(array.as_primitive::<types::Float64Type>().clone()),
+            (PgKind::Bool, None, DataType::Boolean) => ColumnReader::Bool(array.as_boolean().clone()),
+            _ => ColumnReader::Any(column_type, array.clone()),
+        }
+    }
+
+    /// The value at `row` (`None` for NULL).
+    #[inline]
+    pub fn datum(&self, row: usize) -> Result<Option<pg_sys::Datum>, ConversionError> {
+        fn get<A: Array, T: IntoDatum>(array: &A, row: usize, value: impl FnOnce(&A) -> T) -> Option<pg_sys::Datum> {
+            if array.is_null(row) {
+                None
+            } else {
+                value(array).into_datum()
+            }
+        }
+        Ok(match self {
+            ColumnReader::Int4(a) => get(a, row, |a| a.value(row)),
+            ColumnReader::Int8(a) => get(a, row, |a| a.value(row)),
+            ColumnReader::Float8(a) => get(a, row, |a| a.value(row)),
+            ColumnReader::Bool(a) => get(a, row, |a| a.value(row)),
+            ColumnReader::Any(column_type, array) => return column_type.to_datum(array.as_ref(), row),
+        })
     }
 }
 

@@ -32,6 +32,11 @@ pub static MAX_CLOCK_SKEW: GucSetting<i32> = GucSetting::<i32>::new(0);
 /// `hudi.lock_lease`: how long a table lock holder owns the lock before others may break it.
 pub static LOCK_LEASE: GucSetting<i32> = GucSetting::<i32>::new(60);
 
+/// `hudi.debug_pause_before_complete`: a developer setting for crash tests; a committing
+/// writer waits this long between taking its completion time and creating the completed
+/// instant, so a test can kill it exactly there.
+pub static DEBUG_PAUSE_BEFORE_COMPLETE: GucSetting<i32> = GucSetting::<i32>::new(0);
+
 /// `hudi.heartbeat_expiry` as a duration.
 pub fn heartbeat_expiry() -> std::time::Duration {
     std::time::Duration::from_secs(HEARTBEAT_EXPIRY.get().max(0) as u64)
@@ -42,6 +47,7 @@ pub fn lock_options() -> engine::write::time::LockOptions {
     engine::write::time::LockOptions {
         lease: std::time::Duration::from_secs(LOCK_LEASE.get().max(1) as u64),
         max_clock_skew: std::time::Duration::from_millis(MAX_CLOCK_SKEW.get().max(0) as u64),
+        pause_before_completing: std::time::Duration::from_millis(DEBUG_PAUSE_BEFORE_COMPLETE.get().max(0) as u64),
         ..Default::default()
     }
 }
@@ -66,6 +72,16 @@ pub fn register() {
         3600,
         GucContext::Sighup,
         GucFlags::UNIT_S,
+    );
+    GucRegistry::define_int_guc(
+        c"hudi.debug_pause_before_complete",
+        c"Developer setting for crash tests: pause between a commit's completion time and its completed instant.",
+        c"",
+        &DEBUG_PAUSE_BEFORE_COMPLETE,
+        0,
+        600_000,
+        GucContext::Suset,
+        GucFlags::UNIT_MS | GucFlags::NO_SHOW_ALL,
     );
     GucRegistry::define_int_guc(
         c"hudi.heartbeat_expiry",

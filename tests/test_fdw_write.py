@@ -217,3 +217,46 @@ def test_a_killed_writer_is_rolled_back_and_nothing_is_lost(lake, cluster, rows)
         assert c.execute("SELECT count(*) FROM customers").fetchone() == (2,)
     batches = HudiTableBuilder.from_base_uri(str(path)).build().read(HudiReadOptions())
     assert sorted(r["name"] for r in pa.Table.from_batches(batches).to_pylist()) == ["after", "kept"]
+
+
+def test_a_writer_killed_between_completion_time_and_completed_instant(lake, cluster):
+    """The worst moment: the completion time is taken, the table lock held, the completed
+    instant not yet written. Committed data stays, the lock's lease runs out, writers go on,
+    and the killed write is rolled back without orphans."""
+    import threading
+    import time
+    conn, path = lake
+    conn.execute("INSERT INTO customers VALUES (1, 'kept', 'nl', 1, '2026-01-01')")
+    conn.execute("ALTER SYSTEM SET hudi.lock_lease = 2")
+    conn.execute("SELECT pg_reload_conf()")
+    victim = cluster.connect()
+    pid = victim.execute("SELECT pg_backend_pid()").fetchone()[0]
+    victim.execute("SET hudi.debug_pause_before_complete = '60s'")
+    victim.execute("BEGIN")
+    victim.execute("INSERT INTO customers SELECT g, 'lost', 'nl', 1, '2026-01-02' FROM generate_series(2, 100002) g")
+    committing = threading.Thread(target=lambda: pytest.raises(psycopg.Error, victim.execute, "COMMIT"), daemon=True)
+    committing.start()
+    timeline = path / ".hoodie/timeline"
+    deadline = time.monotonic() + 30
+    while not (path / ".hoodie/.locks/table.lock").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # past taking the completion time, inside the pause
+    pending = {p.name.split(".")[0] for p in timeline.glob("*.deltacommit.inflight")}
+    completed = {p.name.split("_")[0] for p in timeline.glob("*_*.deltacommit")}
+    (instant,) = pending - completed
+    assert (path / ".hoodie/.locks/table.lock").exists(), "the lock is held while the completed file is not written"
+    _kill_backend_and_wait(cluster, pid)
+    committing.join(10)
+    with cluster.connect() as c:
+        c.execute("SET timezone = 'UTC'")
+        assert c.execute("SELECT id, name FROM customers").fetchall() == [(1, "kept")]
+        # The dead writer's lease runs out: the next writer takes the lock and commits.
+        c.execute("INSERT INTO customers VALUES (3, 'after', 'be', 1, '2026-01-03')")
+        c.execute("SET hudi.heartbeat_expiry = 0")
+        rolled = c.execute("SELECT instant FROM hudi.rollback_failed_writes('customers')").fetchall()
+        assert rolled == [(instant,)]
+        assert not [p for p in path.rglob(f"*{instant}*")], "no orphan files"
+        assert sorted(c.execute("SELECT id, name FROM customers").fetchall()) == [(1, "kept"), (3, "after")]
+        completions = [p.name.split("_")[1].split(".")[0] for p in timeline.glob("*_*.deltacommit")]
+        assert len(completions) == len(set(completions)) == 2
+    assert sorted(r[1] for r in reference_rows(path)) == ["after", "kept"]

@@ -217,6 +217,16 @@ impl Storage {
             .fold(self.prefix.clone(), |path, part| path.child(part))
     }
 
+    /// A Parquet reader of `relative` that fetches only the byte ranges it decodes: the
+    /// footer, then the column chunks of the row groups asked for. `size` saves a request.
+    pub fn parquet_reader(&self, relative: &str, size: Option<u64>) -> parquet::arrow::async_reader::ParquetObjectReader {
+        let reader = parquet::arrow::async_reader::ParquetObjectReader::new(self.store.clone(), self.path(relative));
+        match size {
+            Some(size) if size > 0 => reader.with_file_size(size),
+            _ => reader,
+        }
+    }
+
     /// Reads a whole object.
     pub async fn get(&self, relative: &str) -> Result<Bytes> {
         let path = self.path(relative);

@@ -14,7 +14,7 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
 
-use crate::datum::{self, ColumnType};
+use crate::datum::{self, ColumnReader, ColumnType};
 use crate::error::{raise, OrReport};
 use crate::fdw::pushdown::{self, FieldNames};
 use crate::fdw::table::ForeignHudiTable;
@@ -307,7 +307,10 @@ struct ScanState {
     next_slice: usize,
     batch: Option<RecordBatch>,
     next_row: usize,
-    columns: Vec<Option<ColumnBinding>>,
+    /// `(attribute index, binding)` of the columns the query uses; the others stay NULL.
+    columns: Vec<(usize, ColumnBinding)>,
+    /// Readers of those columns in `batch`.
+    readers: Vec<(usize, ColumnReader)>,
 }
 
 /// Frees the state when the query's memory goes away, also after an error (when
@@ -340,6 +343,7 @@ pub unsafe extern "C-unwind" fn begin_foreign_scan(node: *mut pg_sys::ForeignSca
     let plan = (*node).ss.ps.plan as *mut pg_sys::ForeignScan;
     let options = PlanInfo::from_list((*plan).fdw_private).options;
     let (slices, stats) = slices_to_read(&reader, &spec, &options);
+    let columns = used_bindings(columns, options.columns.as_deref(), schema);
     let bound = spec.bound(&reader);
     let state = Box::new(ScanState {
         reader,
@@ -353,6 +357,7 @@ pub unsafe extern "C-unwind" fn begin_foreign_scan(node: *mut pg_sys::ForeignSca
         batch: None,
         next_row: 0,
         columns,
+        readers: Vec::new(),
     });
     (*node).fdw_state = Box::into_raw(state) as *mut c_void;
 
@@ -367,23 +372,17 @@ pub unsafe extern "C-unwind" fn begin_foreign_scan(node: *mut pg_sys::ForeignSca
 #[pg_guard]
 pub unsafe extern "C-unwind" fn iterate_foreign_scan(node: *mut pg_sys::ForeignScanState) -> *mut pg_sys::TupleTableSlot {
     let slot = (*node).ss.ss_ScanTupleSlot;
-    pg_sys::ExecClearTuple(slot);
     let state = &mut *((*node).fdw_state as *mut ScanState);
     loop {
-        if let Some(batch) = &state.batch {
-            if state.next_row < batch.num_rows() {
-                let row = state.next_row;
-                state.next_row += 1;
-                let natts = (*(*slot).tts_tupleDescriptor).natts as usize;
-                let values = std::slice::from_raw_parts_mut((*slot).tts_values, natts);
-                let nulls = std::slice::from_raw_parts_mut((*slot).tts_isnull, natts);
-                fill_row(&state.columns, batch, row, values, nulls);
-                pg_sys::ExecStoreVirtualTuple(slot);
-                return slot;
-            }
+        if state.batch.as_ref().is_some_and(|b| state.next_row < b.num_rows()) {
+            let row = state.next_row;
+            state.next_row += 1;
+            store_row(slot, &state.readers, row);
+            return slot;
         }
         if state.next_slice >= state.slices.len() {
             state.batch = None;
+            pg_sys::ExecClearTuple(slot);
             return slot;
         }
         let slice = &state.slices[state.next_slice];
@@ -396,28 +395,63 @@ pub unsafe extern "C-unwind" fn iterate_foreign_scan(node: *mut pg_sys::ForeignS
             }
         };
         state.next_row = 0;
+        state.readers = state.batch.as_ref().map(|b| column_readers(&state.columns, b)).unwrap_or_default();
     }
 }
 
-/// Converts row `row` of `batch` into the `values`/`nulls` of a tuple.
-fn fill_row(
-    columns: &[Option<ColumnBinding>],
-    batch: &RecordBatch,
-    row: usize,
-    values: &mut [pg_sys::Datum],
-    nulls: &mut [bool],
-) {
-    for (i, binding) in columns.iter().enumerate().take(values.len()) {
-        let datum = match binding {
-            Some(ColumnBinding { source: Some(index), column_type }) => {
-                column_type.to_datum(batch.column(*index).as_ref(), row).unwrap_or_else(|why| {
-                    raise(PgSqlErrorCode::ERRCODE_FDW_INVALID_DATA_TYPE, format!("cannot read column {}: {why}", i + 1), None)
-                })
-            }
-            _ => None,
-        };
-        values[i] = datum.unwrap_or(pg_sys::Datum::from(0));
-        nulls[i] = datum.is_none();
+/// Stores row `row` of the `readers`' batch in `slot` as a virtual tuple. The slot is refilled in place
+/// instead of going through ExecClearTuple and ExecStoreVirtualTuple, two calls across the FFI
+/// boundary per row: what they do is set below, except freeing a tuple that a consumer
+/// materialized in the slot, which happens through ExecClearTuple as before.
+unsafe fn store_row(slot: *mut pg_sys::TupleTableSlot, readers: &[(usize, ColumnReader)], row: usize) {
+    if (*slot).tts_flags & pg_sys::TTS_FLAG_SHOULDFREE as u16 != 0 {
+        pg_sys::ExecClearTuple(slot);
+    }
+    let natts = (*(*slot).tts_tupleDescriptor).natts;
+    let values = std::slice::from_raw_parts_mut((*slot).tts_values, natts as usize);
+    let nulls = std::slice::from_raw_parts_mut((*slot).tts_isnull, natts as usize);
+    fill_row(readers, row, values, nulls);
+    (*slot).tts_flags &= !(pg_sys::TTS_FLAG_EMPTY as u16);
+    (*slot).tts_nvalid = natts as i16;
+}
+
+/// `(attribute index, binding)` of the bound attributes among `used` Hudi fields (all when
+/// `None`).
+fn used_bindings(columns: Vec<Option<ColumnBinding>>, used: Option<&[String]>, schema: &Schema) -> Vec<(usize, ColumnBinding)> {
+    columns
+        .into_iter()
+        .enumerate()
+        .filter_map(|(attribute, binding)| {
+            let binding = binding?;
+            let is_used = match (used, binding.source) {
+                (Some(used), Some(source)) => used.iter().any(|name| name == schema.field(source).name()),
+                _ => true,
+            };
+            is_used.then_some((attribute, binding))
+        })
+        .collect()
+}
+
+/// `(attribute index, reader)` of the `columns` that have values in `batch`.
+fn column_readers(columns: &[(usize, ColumnBinding)], batch: &RecordBatch) -> Vec<(usize, ColumnReader)> {
+    columns
+        .iter()
+        .filter_map(|(i, binding)| Some((*i, ColumnReader::new(binding.column_type, batch.column(binding.source?)))))
+        .collect()
+}
+
+/// Converts row `row` of the `readers`' batch into the `values`/`nulls` of a tuple: the used
+/// columns, NULL elsewhere.
+fn fill_row(readers: &[(usize, ColumnReader)], row: usize, values: &mut [pg_sys::Datum], nulls: &mut [bool]) {
+    nulls.fill(true);
+    for (i, reader) in readers {
+        let datum = reader.datum(row).unwrap_or_else(|why| {
+            raise(PgSqlErrorCode::ERRCODE_FDW_INVALID_DATA_TYPE, format!("cannot read column {}: {why}", i + 1), None)
+        });
+        if let (Some(value), Some(slot)) = (datum, values.get_mut(*i)) {
+            *slot = value;
+            nulls[*i] = false;
+        }
     }
 }
 
@@ -516,7 +550,7 @@ unsafe extern "C-unwind" fn acquire_sample_rows(
     let table = ForeignHudiTable::of_relation(relid);
     let reader = table.open_reader();
     let tupdesc = (*relation).rd_att;
-    let columns = bind_columns(tupdesc, reader.schema(), &relation_name(relid), &table.uri.to_string());
+    let columns = used_bindings(bind_columns(tupdesc, reader.schema(), &relation_name(relid), &table.uri.to_string()), None, reader.schema());
     let (options, mut stats) = (ScanOptions::default(), ScanStats::default());
     let bound = ReadBound::Latest;
     let slices = block_on(reader.slices(&bound)).or_report();
@@ -538,6 +572,7 @@ unsafe extern "C-unwind" fn acquire_sample_rows(
         let Some(batch) = block_on(reader.read_slice(slice, &bound, &options, &mut stats)).or_report() else {
             continue;
         };
+        let readers = column_readers(&columns, &batch);
         for row in 0..batch.num_rows() {
             seen += 1;
             let slot = if sampled < target {
@@ -549,7 +584,7 @@ unsafe extern "C-unwind" fn acquire_sample_rows(
             };
             let Some(slot) = slot else { continue };
             let tuple = scratch.switch_to(|_| {
-                fill_row(&columns, &batch, row, &mut values, &mut nulls);
+                fill_row(&readers, row, &mut values, &mut nulls);
                 // heap_form_tuple copies into the caller's context below.
                 (values.clone(), nulls.clone())
             });

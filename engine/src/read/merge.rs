@@ -1,44 +1,47 @@
 //! The one merge routine (hudi-format.md §7.4) for snapshot reads, incremental reads and
 //! compaction: record versions of one file slice, oldest first, reduced to one per key.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
-use arrow::array::{Array, AsArray};
-use arrow::compute::interleave_record_batch;
+use arrow::array::{Array, ArrayRef, AsArray, StringArray};
+use arrow::compute::interleave;
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::log::DeleteRecord;
 use crate::ordering::OrderingValue;
-use crate::read::schema::{COMMIT_TIME_COLUMN, RECORD_KEY_COLUMN};
+use crate::read::schema::{NullColumns, COMMIT_TIME_COLUMN, RECORD_KEY_COLUMN};
 use crate::table::MergeMode;
 
 /// Record versions in the order they were written.
 #[derive(Debug)]
 pub enum MergeSource {
-    /// Rows aligned to the table schema.
+    /// The rows of the slice's base file, aligned to the table schema. Only the first source
+    /// may be a base file; its rows are not merged with each other (as in Java's reader).
+    Base(RecordBatch),
+    /// Rows of a log data block, aligned to the table schema.
     Data(RecordBatch),
     /// Deleted keys, with the instant that wrote them.
     Deletes { records: Vec<DeleteRecord>, instant: String },
 }
 
-/// One version of a key.
+/// One version of a key, borrowing from the merged batches and delete records.
 #[derive(Debug)]
-struct Version {
+struct Version<'a> {
     /// `(batch, row)` of the row, or `None` when the key is deleted.
     row: Option<(usize, usize)>,
     ordering: OrderingValue,
     /// The instant that wrote this version (tracked for change queries only).
-    instant: Option<String>,
-    partition_path: Option<String>,
+    instant: Option<&'a str>,
+    partition_path: Option<&'a str>,
 }
 
 /// The surviving version of a key and, for change queries, whether the key was alive before
 /// the first version written inside the range.
 #[derive(Debug)]
-struct KeyState {
-    winner: Version,
+struct KeyState<'a> {
+    winner: Version<'a>,
     alive_before_range: Option<bool>,
 }
 
@@ -46,6 +49,8 @@ struct KeyState {
 #[derive(Debug, Clone, Copy)]
 pub struct MergeRule {
     pub mode: MergeMode,
+    /// Index of the ordering field in the merged schema.
+    pub ordering_column: Option<usize>,
 }
 
 impl MergeRule {
@@ -61,12 +66,34 @@ impl MergeRule {
             }
         }
     }
+
+    /// The state of a key after all its `versions`, oldest first; with a change range, also
+    /// whether it was alive before the first version written inside the range.
+    fn fold<'a>(&self, versions: impl IntoIterator<Item = Version<'a>>, change_range: Option<&HashSet<String>>) -> Option<KeyState<'a>> {
+        let mut state: Option<KeyState<'a>> = None;
+        for version in versions {
+            let in_range = change_range.is_some_and(|r| version.instant.is_some_and(|i| r.contains(i)));
+            match &mut state {
+                Some(state) => {
+                    if in_range && state.alive_before_range.is_none() {
+                        state.alive_before_range = Some(state.winner.row.is_some());
+                    }
+                    if self.replaces(&state.winner, &version) {
+                        state.winner = version;
+                    }
+                }
+                None => state = Some(KeyState { winner: version, alive_before_range: in_range.then_some(false) }),
+            }
+        }
+        state
+    }
 }
 
 /// What the merge of one file slice produced.
 #[derive(Debug, Default)]
 pub struct Merged {
-    /// One row per surviving key, in order of each key's first appearance.
+    /// One row per surviving key: the base file's keys in its order, then the keys only the
+    /// logs have, in order of first appearance.
     pub rows: Option<RecordBatch>,
     /// Change queries only: per row of `rows`, whether the key was alive before the range.
     pub alive_before_range: Vec<bool>,
@@ -82,111 +109,167 @@ pub struct DeletedKey {
     pub instant: String,
 }
 
-/// Merges the versions of one file slice into one row per surviving key. `ordering_column`
-/// indexes the ordering field in the schema. With `change_range` (the requested instants of
+type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+
+/// The columns of a source batch that merging reads.
+struct MergeColumns<'a> {
+    keys: &'a StringArray,
+    commit_times: &'a StringArray,
+    ordering: Option<&'a dyn Array>,
+}
+
+impl<'a> MergeColumns<'a> {
+    fn of(batch: &'a RecordBatch, ordering_column: Option<usize>) -> Result<MergeColumns<'a>> {
+        let string_column = |i: usize| {
+            batch.column(i).as_string_opt::<i32>().ok_or_else(|| Error::new(ErrorKind::Internal, "meta columns are not string columns"))
+        };
+        Ok(MergeColumns {
+            keys: string_column(RECORD_KEY_COLUMN)?,
+            commit_times: string_column(COMMIT_TIME_COLUMN)?,
+            ordering: ordering_column.map(|c| batch.column(c).as_ref()),
+        })
+    }
+
+    fn key(&self, row: usize) -> Result<&'a str> {
+        if self.keys.is_null(row) {
+            return Err(Error::new(ErrorKind::Corrupt, "a record without _hoodie_record_key cannot be merged"));
+        }
+        Ok(self.keys.value(row))
+    }
+
+    fn version(&self, batch: usize, row: usize, tracking: bool) -> Version<'a> {
+        Version {
+            row: Some((batch, row)),
+            ordering: self.ordering.map_or(OrderingValue::Null, |c| OrderingValue::from_array(c, row)),
+            instant: (tracking && self.commit_times.is_valid(row)).then(|| self.commit_times.value(row)),
+            partition_path: None,
+        }
+    }
+}
+
+/// Merges the versions of one file slice into one row per surviving key. With `output`, only
+/// those columns are assembled; the others are NULL columns taken from its `NullColumns`. With `change_range` (the requested instants of
 /// the commits in an incremental range) the merge also records, per key, whether it was alive
 /// before the first version written in the range, and which keys the range deleted.
+///
+/// The log versions are indexed by key (borrowed, not copied); each base-file row then costs
+/// one lookup, and only keys that the logs touch are compared by ordering value.
 pub fn merge(
     schema: &SchemaRef,
     sources: Vec<MergeSource>,
-    ordering_column: Option<usize>,
     rule: MergeRule,
     change_range: Option<&HashSet<String>>,
+    output: Option<(&HashSet<usize>, &NullColumns)>,
 ) -> Result<Merged> {
+    let ordering_column = rule.ordering_column;
+    let tracking = change_range.is_some();
     let mut batches: Vec<RecordBatch> = Vec::new();
-    let mut order: Vec<String> = Vec::new();
-    let mut keys: HashMap<String, KeyState> = HashMap::new();
-    let mut offer = |key: String, version: Version| {
-        let in_range = change_range.is_some_and(|r| version.instant.as_ref().is_some_and(|i| r.contains(i)));
-        match keys.get_mut(&key) {
-            Some(state) => {
-                if in_range && state.alive_before_range.is_none() {
-                    state.alive_before_range = Some(state.winner.row.is_some());
-                }
-                if rule.replaces(&state.winner, &version) {
-                    state.winner = version;
-                }
-            }
-            None => {
-                order.push(key.clone());
-                let alive_before_range = in_range.then_some(false);
-                keys.insert(key, KeyState { winner: version, alive_before_range });
-            }
-        }
-    };
-    for source in sources {
+    let mut has_base = false;
+    let mut later: Vec<(Option<usize>, Option<(Vec<DeleteRecord>, String)>)> = Vec::new();
+    for (i, source) in sources.into_iter().enumerate() {
         match source {
-            MergeSource::Data(batch) => {
-                let index = batches.len();
-                let string_column = |i: usize| {
-                    batch.column(i).as_string_opt::<i32>().ok_or_else(|| {
-                        Error::new(ErrorKind::Internal, "meta columns are not string columns")
-                    })
-                };
-                let record_keys = string_column(RECORD_KEY_COLUMN)?;
-                let commit_times = string_column(COMMIT_TIME_COLUMN)?;
-                let ordering = ordering_column.map(|c| batch.column(c).clone());
-                for row in 0..batch.num_rows() {
-                    if record_keys.is_null(row) {
-                        return Err(Error::new(
-                            ErrorKind::Corrupt,
-                            "a record without _hoodie_record_key cannot be merged",
-                        ));
-                    }
-                    let ordering = ordering
-                        .as_ref()
-                        .map_or(OrderingValue::Null, |c| OrderingValue::from_array(c.as_ref(), row));
-                    let instant = (change_range.is_some() && commit_times.is_valid(row))
-                        .then(|| commit_times.value(row).to_owned());
-                    let version = Version { row: Some((index, row)), ordering, instant, partition_path: None };
-                    offer(record_keys.value(row).to_owned(), version);
-                }
+            MergeSource::Base(batch) if i == 0 => {
+                has_base = true;
                 batches.push(batch);
             }
-            MergeSource::Deletes { records, instant } => {
-                for delete in records {
-                    let version = Version {
-                        row: None,
-                        ordering: delete.ordering,
-                        instant: Some(instant.clone()),
-                        partition_path: delete.partition_path,
-                    };
-                    offer(delete.record_key, version);
-                }
+            MergeSource::Base(_) => return Err(Error::new(ErrorKind::Internal, "a base file after other versions")),
+            MergeSource::Data(batch) => {
+                later.push((Some(batches.len()), None));
+                batches.push(batch);
+            }
+            MergeSource::Deletes { records, instant } => later.push((None, Some((records, instant)))),
+        }
+    }
+
+    // Versions written after the base file, by key, in the order they apply.
+    let mut log_versions: FastMap<&str, Vec<Version>> = FastMap::default();
+    let mut log_order: Vec<&str> = Vec::new();
+    for (batch, deletes) in &later {
+        if let Some(index) = *batch {
+            let columns = MergeColumns::of(&batches[index], ordering_column)?;
+            for row in 0..batches[index].num_rows() {
+                let key = columns.key(row)?;
+                let versions = log_versions.entry(key).or_insert_with(|| {
+                    log_order.push(key);
+                    Vec::new()
+                });
+                versions.push(columns.version(index, row, tracking));
+            }
+        }
+        if let Some((records, instant)) = deletes {
+            for delete in records {
+                let key = delete.record_key.as_str();
+                let versions = log_versions.entry(key).or_insert_with(|| {
+                    log_order.push(key);
+                    Vec::new()
+                });
+                versions.push(Version {
+                    row: None,
+                    ordering: delete.ordering.clone(),
+                    instant: Some(instant),
+                    partition_path: delete.partition_path.as_deref(),
+                });
             }
         }
     }
 
     let mut merged = Merged::default();
     let mut indices = Vec::new();
-    for key in &order {
-        let state = &keys[key];
+    let mut emit = |key: &str, state: Option<KeyState>| {
+        let Some(state) = state else { return };
         match state.winner.row {
             Some(row) => {
                 indices.push(row);
-                if change_range.is_some() {
+                if tracking {
                     merged.alive_before_range.push(state.alive_before_range.unwrap_or(false));
                 }
             }
             None if state.alive_before_range == Some(true) => {
-                let instant = state.winner.instant.clone().unwrap_or_default();
-                if change_range.is_some_and(|r| r.contains(&instant)) {
+                let instant = state.winner.instant.unwrap_or_default();
+                if change_range.is_some_and(|r| r.contains(instant)) {
                     merged.deleted.push(DeletedKey {
-                        record_key: key.clone(),
-                        partition_path: state.winner.partition_path.clone(),
-                        instant,
+                        record_key: key.to_owned(),
+                        partition_path: state.winner.partition_path.map(str::to_owned),
+                        instant: instant.to_owned(),
                     });
                 }
             }
             None => {}
         }
+    };
+    if has_base {
+        let columns = MergeColumns::of(&batches[0], ordering_column)?;
+        for row in 0..batches[0].num_rows() {
+            let key = columns.key(row)?;
+            match log_versions.remove(key) {
+                // The common case: the logs do not touch the key and the base row stands
+                // (inside a change range or not, the key was not alive before its one version).
+                None => emit(key, Some(KeyState { winner: Version { row: Some((0, row)), ordering: OrderingValue::Null, instant: None, partition_path: None }, alive_before_range: None })),
+                Some(versions) => {
+                    let base = columns.version(0, row, tracking);
+                    emit(key, rule.fold(std::iter::once(base).chain(versions), change_range))
+                }
+            }
+        }
     }
+    for key in log_order {
+        if let Some(versions) = log_versions.remove(key) {
+            emit(key, rule.fold(versions, change_range));
+        }
+    }
+
     if !indices.is_empty() {
-        let refs: Vec<&RecordBatch> = batches.iter().collect();
-        let rows = interleave_record_batch(&refs, &indices)
-            .map_err(|e| Error::new(ErrorKind::Internal, "cannot assemble merged rows").with_source(e))?;
-        debug_assert_eq!(rows.schema(), *schema);
-        merged.rows = Some(rows);
+        let assemble = |e| Error::new(ErrorKind::Internal, "cannot assemble merged rows").with_source(e);
+        let columns = (0..schema.fields().len())
+            .map(|c| {
+                if let Some((_, nulls)) = output.filter(|(columns, _)| !columns.contains(&c)) {
+                    return Ok(nulls.get(schema.field(c).data_type(), indices.len()));
+                }
+                let arrays: Vec<&dyn Array> = batches.iter().map(|b| b.column(c).as_ref()).collect();
+                interleave(&arrays, &indices).map_err(assemble)
+            })
+            .collect::<Result<Vec<ArrayRef>>>()?;
+        merged.rows = Some(RecordBatch::try_new(schema.clone(), columns).map_err(assemble)?);
     }
     Ok(merged)
 }
@@ -237,7 +320,7 @@ mod tests {
         (0..batch.num_rows()).map(|i| (keys.value(i).to_owned(), v.value(i).to_owned())).collect()
     }
 
-    const EVENT: MergeRule = MergeRule { mode: MergeMode::EventTimeOrdering };
+    const EVENT: MergeRule = MergeRule { mode: MergeMode::EventTimeOrdering, ordering_column: Some(5) };
 
     #[test]
     fn event_time_keeps_greater_ordering_and_newer_on_ties() {
@@ -248,8 +331,8 @@ mod tests {
                 rows(&s, &[("a", 10, "a-base"), ("b", 10, "b-base"), ("c", 10, "c-base")]),
                 rows(&s, &[("a", 5, "a-older-event"), ("b", 10, "b-tie"), ("c", 11, "c-newer"), ("d", 1, "d-new")]),
             ],
-            Some(5),
             EVENT,
+            None,
             None,
         )
         .unwrap();
@@ -257,6 +340,28 @@ mod tests {
             result(merged),
             [("a", "a-base"), ("b", "b-tie"), ("c", "c-newer"), ("d", "d-new")]
                 .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        );
+    }
+
+    #[test]
+    fn base_rows_stand_unless_the_logs_touch_their_keys() {
+        let s = schema();
+        let MergeSource::Data(base) = rows(&s, &[("a", 10, "a-base"), ("b", 10, "b-base"), ("c", 10, "c-base")]) else { unreachable!() };
+        let merged = merge(
+            &s,
+            vec![
+                MergeSource::Base(base),
+                rows(&s, &[("d", 1, "d-new"), ("b", 11, "b-newer"), ("c", 9, "c-older")]),
+                delete("a", OrderingValue::Int(0)),
+            ],
+            EVENT,
+            None,
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            result(merged),
+            [("b", "b-newer"), ("c", "c-base"), ("d", "d-new")].map(|(k, v)| (k.to_owned(), v.to_owned()))
         );
     }
 
@@ -274,8 +379,8 @@ mod tests {
                 rows(&s, &[("c", 15, "c-late")]),    // lower than the delete: stays deleted
                 rows(&s, &[("a", 1, "a-reinserted")]),
             ],
-            Some(5),
             EVENT,
+            None,
             None,
         )
         .unwrap();
@@ -291,8 +396,8 @@ mod tests {
         let merged = merge(
             &s,
             vec![rows(&s, &[("a", 10, "old")]), rows(&s, &[("a", 1, "new")]), delete("b", OrderingValue::Null)],
-            Some(5),
-            MergeRule { mode: MergeMode::CommitTimeOrdering },
+            MergeRule { mode: MergeMode::CommitTimeOrdering, ordering_column: Some(5) },
+            None,
             None,
         )
         .unwrap();
@@ -318,9 +423,9 @@ mod tests {
                     instant: "2".into(),
                 },
             ],
-            Some(5),
             EVENT,
             Some(&in_range),
+            None,
         )
         .unwrap();
         assert_eq!(merged.alive_before_range, [true, false, false]); // a, c, d

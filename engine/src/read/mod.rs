@@ -13,8 +13,8 @@ use arrow::array::{new_null_array, Array, ArrayRef, StringArray};
 use arrow::compute::{concat_batches, filter_record_batch};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use parquet::arrow::ProjectionMask;
+use futures::TryStreamExt;
+use parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, ErrorKind, Result, ResultExt};
@@ -67,6 +67,8 @@ pub struct TableReader {
     avro_schema: String,
     schema: SchemaRef,
     changes_schema: SchemaRef,
+    /// The columns a scan does not read, shared by all its batches.
+    nulls: schema::NullColumns,
 }
 
 impl TableReader {
@@ -85,7 +87,7 @@ impl TableReader {
         let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
         fields.push(Field::new(OPERATION_COLUMN, DataType::Utf8, true));
         let changes_schema = Arc::new(Schema::new(fields));
-        Ok(TableReader { storage, config, timeline, view, avro_schema: avro, schema, changes_schema })
+        Ok(TableReader { storage, config, timeline, view, avro_schema: avro, schema, changes_schema, nulls: Default::default() })
     }
 
     pub fn config(&self) -> &TableConfig {
@@ -293,17 +295,18 @@ impl TableReader {
         options: &ScanOptions,
         stats: &mut ScanStats,
     ) -> Result<Merged> {
+        // A slice without logs read as a snapshot needs no merging: only the asked-for columns
+        // are decoded, and row groups may be skipped by statistics.
+        let merging = !slice.log_files.is_empty() || change_range.is_some();
         let mut sources = Vec::new();
-        if let Some(path) = slice.base_path() {
-            let prune = slice.log_files.is_empty();
-            sources.push(MergeSource::Data(self.read_parquet(&path, options, prune, stats).await?));
-        }
-        if slice.log_files.is_empty() && change_range.is_none() {
-            let rows = sources.into_iter().find_map(|s| match s {
-                MergeSource::Data(batch) if batch.num_rows() > 0 => Some(batch),
-                _ => None,
-            });
-            return Ok(Merged { rows, ..Default::default() });
+        if slice.base_file.is_some() {
+            let base = self.read_base_file(slice, options, merging, change_range.is_some(), stats).await?;
+            if !merging {
+                return Ok(Merged { rows: (base.num_rows() > 0).then_some(base), ..Default::default() });
+            }
+            sources.push(MergeSource::Base(base));
+        } else if !merging {
+            return Ok(Merged::default());
         }
         if !self.config.populate_meta_fields {
             return Err(Error::new(
@@ -333,7 +336,7 @@ impl TableReader {
             match content {
                 Some(BlockContent::Data(batches)) => {
                     for batch in batches {
-                        sources.push(MergeSource::Data(schema::align_batch(&batch, &self.schema)?));
+                        sources.push(MergeSource::Data(schema::align_batch_with(&batch, &self.schema, &self.nulls)?));
                     }
                 }
                 Some(BlockContent::Deletes(records)) => sources.push(MergeSource::Deletes { records, instant }),
@@ -341,33 +344,66 @@ impl TableReader {
             }
         }
         let ordering_column = self.config.ordering_fields.first().and_then(|f| self.schema.index_of(f).ok());
-        merge(&self.schema, sources, ordering_column, MergeRule { mode: self.config.merge_mode }, change_range)
+        // Only the columns the scan returns are assembled from the merged versions.
+        let output: Option<HashSet<usize>> = self.output_columns(options, change_range.is_some());
+        let rule = MergeRule { mode: self.config.merge_mode, ordering_column };
+        merge(&self.schema, sources, rule, change_range, output.as_ref().map(|o| (o, &self.nulls)))
     }
 
-    /// The columns a read must decode: the requested ones plus what merging needs.
-    fn needed_columns(&self, options: &ScanOptions) -> Option<HashSet<String>> {
+    /// The columns a read returns: the requested ones, and the commit time that change reads
+    /// select rows by (`None`: all).
+    fn output_columns(&self, options: &ScanOptions, changes: bool) -> Option<HashSet<usize>> {
+        let names = options.columns.as_ref()?;
+        let mut out: HashSet<usize> = names.iter().filter_map(|n| self.schema.index_of(n).ok()).collect();
+        if changes {
+            out.insert(schema::COMMIT_TIME_COLUMN);
+        }
+        Some(out)
+    }
+
+    /// The columns a read must decode: the requested ones, plus the record key and ordering
+    /// field when merging, plus the commit time for change reads.
+    fn needed_columns(&self, options: &ScanOptions, merging: bool, changes: bool) -> Option<HashSet<String>> {
         let mut needed: HashSet<String> = options.columns.as_ref()?.iter().cloned().collect();
-        needed.extend(["_hoodie_commit_time", "_hoodie_record_key", "_hoodie_partition_path"].map(str::to_owned));
-        needed.extend(self.config.ordering_fields.iter().cloned());
+        if merging {
+            needed.insert("_hoodie_record_key".to_owned());
+            needed.extend(self.config.ordering_fields.iter().cloned());
+        }
+        if changes {
+            needed.insert("_hoodie_commit_time".to_owned());
+        }
         Some(needed)
     }
 
-    async fn read_parquet(&self, path: &str, options: &ScanOptions, prune: bool, stats: &mut ScanStats) -> Result<RecordBatch> {
-        let bytes = self.storage.get(path).await?;
+    /// Reads the slice's base file, fetching only the column chunks it decodes. Row groups are
+    /// skipped by statistics only when the slice has no logs; `merging` and `changes` add the
+    /// columns merging and change reads need.
+    async fn read_base_file(
+        &self,
+        slice: &FileSlice,
+        options: &ScanOptions,
+        merging: bool,
+        changes: bool,
+        stats: &mut ScanStats,
+    ) -> Result<RecordBatch> {
+        let (Some(path), Some(base)) = (slice.base_path(), slice.base_file.as_ref()) else {
+            return Ok(RecordBatch::new_empty(self.schema.clone()));
+        };
         let invalid = |e: parquet::errors::ParquetError| {
             Error::new(ErrorKind::Corrupt, format!("invalid Parquet file {}/{path}", self.storage.uri())).with_source(e)
         };
-        let mut builder = ParquetRecordBatchReaderBuilder::try_new(bytes).map_err(invalid)?;
+        let reader = self.storage.parquet_reader(&path, Some(base.size));
+        let mut builder = ParquetRecordBatchStreamBuilder::new(reader).await.map_err(invalid)?;
         let total = builder.metadata().num_row_groups();
         stats.row_groups_total += total;
-        if prune && !options.filter.is_empty() {
+        if slice.log_files.is_empty() && !options.filter.is_empty() {
             let groups = options.filter.row_groups(builder.metadata(), builder.schema(), builder.parquet_schema());
             stats.row_groups_kept += groups.len();
             builder = builder.with_row_groups(groups);
         } else {
             stats.row_groups_kept += total;
         }
-        if let Some(needed) = self.needed_columns(options) {
+        if let Some(needed) = self.needed_columns(options, merging, changes) {
             let roots: Vec<usize> = builder
                 .schema()
                 .fields()
@@ -379,13 +415,18 @@ impl TableReader {
             let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
             builder = builder.with_projection(mask);
         }
-        let reader = builder.build().map_err(invalid)?;
-        let mut batches = Vec::new();
-        for batch in reader {
-            let batch = batch.map_err(|e| invalid(e.into()))?;
-            batches.push(schema::align_batch(&batch, &self.schema)?);
-        }
-        concat_batches(&self.schema, &batches)
-            .map_err(|e| Error::new(ErrorKind::Internal, "cannot concatenate batches").with_source(e))
+        // One batch for the file (its memory is the slice's anyway): no concatenation, and
+        // one alignment to the table schema.
+        let rows: i64 = builder.metadata().row_groups().iter().map(|g| g.num_rows()).sum();
+        builder = builder.with_batch_size((rows as usize).clamp(1024, 1 << 22));
+        let stream = builder.build().map_err(invalid)?;
+        let file_schema = stream.schema().clone();
+        let batches: Vec<RecordBatch> = stream.try_collect().await.map_err(invalid)?;
+        let rows = match batches.len() {
+            1 => batches.into_iter().next().expect("one batch"),
+            _ => concat_batches(&file_schema, &batches)
+                .map_err(|e| Error::new(ErrorKind::Internal, "cannot concatenate batches").with_source(e))?,
+        };
+        schema::align_batch_with(&rows, &self.schema, &self.nulls)
     }
 }

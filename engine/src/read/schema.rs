@@ -2,7 +2,8 @@
 //! schema; and the alignment of batches decoded from files of older or differently typed
 //! writers (Spark's Parquet, Avro log blocks) to it.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use arrow::array::{new_null_array, ArrayRef};
 use arrow::compute::{cast_with_options, CastOptions};
@@ -60,8 +61,32 @@ pub fn table_schema(data: &Schema, with_meta_fields: bool) -> SchemaRef {
     Arc::new(Schema::new(fields))
 }
 
+/// NULL columns of any length, sliced from one allocation per type: aligning many batches to
+/// a wide schema then allocates and zeroes nothing per batch.
+#[derive(Debug, Default, Clone)]
+pub struct NullColumns {
+    cache: Arc<Mutex<HashMap<DataType, ArrayRef>>>,
+}
+
+impl NullColumns {
+    /// A column of `len` NULLs of `data_type`.
+    pub fn get(&self, data_type: &DataType, len: usize) -> ArrayRef {
+        let mut cache = self.cache.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let nulls = cache.entry(data_type.clone()).or_insert_with(|| new_null_array(data_type, 0));
+        if nulls.len() < len {
+            *nulls = new_null_array(data_type, len);
+        }
+        nulls.slice(0, len)
+    }
+}
+
 /// Re-shapes `batch` to `target`: columns by name, cast to the target type, missing ones null.
 pub fn align_batch(batch: &RecordBatch, target: &SchemaRef) -> Result<RecordBatch> {
+    align_batch_with(batch, target, &NullColumns::default())
+}
+
+/// [`align_batch`], with missing columns taken from `nulls`.
+pub fn align_batch_with(batch: &RecordBatch, target: &SchemaRef, nulls: &NullColumns) -> Result<RecordBatch> {
     let rows = batch.num_rows();
     let options = CastOptions { safe: false, ..Default::default() };
     let columns = target
@@ -82,7 +107,7 @@ pub fn align_batch(batch: &RecordBatch, target: &SchemaRef) -> Result<RecordBatc
                     )
                     .with_source(e)
                 }),
-                None => Ok(new_null_array(field.data_type(), rows)),
+                None => Ok(nulls.get(field.data_type(), rows)),
             }
         })
         .collect::<Result<Vec<_>>>()?;

@@ -28,11 +28,19 @@ pub struct LockOptions {
     /// Bound on clock skew between servers: waited under the lock before taking a time, as
     /// Hudi's skew-adjusting time generator does, so that times follow real order too.
     pub max_clock_skew: Duration,
+    /// Crash tests only: how long a commit waits, holding the lock, between taking its
+    /// completion time and creating the completed instant.
+    pub pause_before_completing: Duration,
 }
 
 impl Default for LockOptions {
     fn default() -> Self {
-        LockOptions { lease: Duration::from_secs(60), timeout: Duration::from_secs(120), max_clock_skew: Duration::ZERO }
+        LockOptions {
+            lease: Duration::from_secs(60),
+            timeout: Duration::from_secs(120),
+            max_clock_skew: Duration::ZERO,
+            pause_before_completing: Duration::ZERO,
+        }
     }
 }
 

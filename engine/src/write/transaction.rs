@@ -365,6 +365,9 @@ impl Transaction {
                 });
             }
             let completion = lock.next_time(&self.lock_options).await?;
+            if !self.lock_options.pause_before_completing.is_zero() {
+                tokio::time::sleep(self.lock_options.pause_before_completing).await;
+            }
             let name = format!("{}/{}_{completion}.deltacommit", self.config.timeline_dir, self.instant);
             if !self.storage.put_if_absent(&name, bytes).await? {
                 return Err(Error::new(ErrorKind::Internal, format!("{name} already exists")));

@@ -1,0 +1,123 @@
+"""bench/scan: see run.sh. Prints a Markdown table of the measurements."""
+
+import argparse
+import glob
+import os
+import statistics
+import time
+
+import duckdb
+import psycopg
+import pyarrow as pa
+import pyarrow.compute as pc
+from hudi import HudiReadOptions, HudiTableBuilder
+
+COLUMNS = "id bigint, name text, city text, amount numeric(12, 2), qty integer, score double precision, " \
+          "flag boolean, day date, note text, ts timestamptz"
+ROW = ("g, 'name ' || g, (ARRAY['amsterdam','berlin','paris','rome'])[1 + g % 4], (g % 10000) / 100.0, g % 1000, "
+       "g * 0.5, g % 2 = 0, date '2026-01-01' + (g % 365), repeat('x', 20), timestamptz '2026-01-01' + g * interval '1 second'")
+QUERY = "SELECT sum(qty) FROM {}"
+RUNS = 5
+
+
+def connect(port):
+    return psycopg.connect(host="127.0.0.1", port=port, user="postgres", dbname="postgres", autocommit=True)
+
+
+def peak_memory_kb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return int(next(line for line in f if line.startswith("VmHWM")).split()[1])
+
+
+def median_seconds(run):
+    """The median of RUNS timed runs after one warm-up; returns (seconds, last result)."""
+    result = run()
+    times = []
+    for _ in range(RUNS):
+        started = time.perf_counter()
+        result = run()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times), result
+
+
+def scan_in_fresh_backend(port, table):
+    """Median time of the query in a new backend, its result, and that backend's peak memory."""
+    with connect(port) as conn:
+        pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+        seconds, result = median_seconds(lambda: conn.execute(QUERY.format(table)).fetchone()[0])
+        return seconds, int(result), peak_memory_kb(pid)
+
+
+def reference_sum(path):
+    def run():
+        batches = HudiTableBuilder.from_base_uri(path).build().read(HudiReadOptions())
+        return pc.sum(pa.Table.from_batches(batches).column("qty")).as_py()
+    return median_seconds(run)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--lake", required=True)
+    parser.add_argument("--rows", type=int, default=5_000_000)
+    args = parser.parse_args()
+    n = args.rows
+    path = os.path.join(args.lake, "scan")
+    with connect(args.port) as conn:
+        conn.execute("CREATE EXTENSION pg_hudi")
+        conn.execute(f"CREATE SERVER lake FOREIGN DATA WRAPPER hudi_fdw OPTIONS (base_uri 'file://{args.lake}')")
+        conn.execute(f"CREATE TABLE heap ({COLUMNS}, PRIMARY KEY (id))")
+        conn.execute(f"CREATE FOREIGN TABLE scan ({COLUMNS}) SERVER lake OPTIONS (path 'scan', primary_key 'id', "
+                     f"ordering_field 'ts', buckets '16')")
+        conn.execute("SELECT hudi.create_table('scan')")
+        conn.execute(f"INSERT INTO heap SELECT {ROW} FROM generate_series(1, {n}) g")
+        conn.execute("VACUUM ANALYZE heap")
+        conn.execute("INSERT INTO scan SELECT * FROM heap")
+        started = time.perf_counter()
+        compaction = conn.execute("SELECT file_groups, rows_written FROM hudi.compact('scan')").fetchone()
+        compact_s = time.perf_counter() - started
+        assert compaction[1] == n, compaction
+        conn.execute("ANALYZE scan")
+
+    heap_s, heap_sum, heap_peak = scan_in_fresh_backend(args.port, "heap")
+    compacted_s, compacted_sum, compacted_peak = scan_in_fresh_backend(args.port, "scan")
+    assert compacted_sum == heap_sum, (compacted_sum, heap_sum)
+    base_files = glob.glob(os.path.join(path, "*.parquet"))
+    duck = duckdb.connect()
+    duck_s, duck_sum = median_seconds(
+        lambda: duck.execute("SELECT sum(qty) FROM read_parquet(?)", [base_files]).fetchone()[0])
+    assert duck_sum == heap_sum
+    reference_s, reference_result = reference_sum(path)
+    assert reference_result == heap_sum
+
+    # 10% of the keys updated (a newer ordering value), into log files on top of the bases.
+    with connect(args.port) as conn:
+        update = "SET qty = qty + 1, ts = ts + interval '1 day' WHERE id % 10 = 0"
+        conn.execute(f"UPDATE heap {update}")
+        conn.execute("VACUUM ANALYZE heap")
+        conn.execute(f"INSERT INTO scan SELECT id, name, city, amount, qty, score, flag, day, note, ts FROM heap "
+                     f"WHERE id % 10 = 0")
+    updated_s, updated_sum, updated_peak = scan_in_fresh_backend(args.port, "scan")
+    updated_heap_s, updated_heap_sum, _ = scan_in_fresh_backend(args.port, "heap")
+    assert updated_sum == updated_heap_sum == heap_sum + n // 10, (updated_sum, updated_heap_sum)
+    updated_reference_s, updated_reference = reference_sum(path)
+    assert updated_reference == updated_sum
+
+    print(f"| `SELECT sum(qty)`, {n:,} rows x 10 columns, 16 file groups (median of {RUNS}) | time | vs heap |")
+    print("|---|---|---|")
+    print(f"| heap table | {heap_s:.3f} s | 1.00x |")
+    print(f"| pg_hudi, compacted (base files only) | {compacted_s:.3f} s | **{compacted_s / heap_s:.2f}x** |")
+    print(f"| DuckDB `read_parquet` on the base files | {duck_s:.3f} s | {duck_s / heap_s:.2f}x |")
+    print(f"| reference reader `hudi` 0.5.0, compacted | {reference_s:.3f} s | {reference_s / heap_s:.2f}x |")
+    print(f"| pg_hudi, 10% of keys updated in logs | {updated_s:.3f} s | {updated_s / heap_s:.2f}x "
+          f"(**{updated_s / compacted_s:.2f}x compacted**) |")
+    print(f"| heap table after the same update | {updated_heap_s:.3f} s | {updated_heap_s / heap_s:.2f}x |")
+    print(f"| reference reader, 10% updated | {updated_reference_s:.3f} s | {updated_reference_s / heap_s:.2f}x |")
+    print()
+    print(f"Peak backend memory (VmHWM): heap scan {heap_peak / 1024:,.0f} MiB, compacted scan "
+          f"{compacted_peak / 1024:,.0f} MiB, updated scan {updated_peak / 1024:,.0f} MiB. "
+          f"Compaction of {compaction[0]} file groups took {compact_s:.1f} s.")
+
+
+if __name__ == "__main__":
+    main()
