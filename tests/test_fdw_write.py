@@ -260,3 +260,36 @@ def test_a_writer_killed_between_completion_time_and_completed_instant(lake, clu
         completions = [p.name.split("_")[1].split(".")[0] for p in timeline.glob("*_*.deltacommit")]
         assert len(completions) == len(set(completions)) == 2
     assert sorted(r[1] for r in reference_rows(path)) == ["after", "kept"]
+
+
+def test_partial_update_lets_writers_fill_different_columns(cluster, tmp_path):
+    """merge_mode 'partial_update': a NULL in a newer row keeps the earlier value, so several
+    sessions each fill some columns of the same keys; compaction keeps the merged rows."""
+    root = cluster.directory / "lake"
+    root.mkdir()
+    from conftest import create_lake_server, give_to_postgres
+    give_to_postgres(root)
+    with cluster.connect() as conn:
+        create_lake_server(conn, root)
+        conn.execute("SET timezone = 'UTC'")
+        conn.execute("""CREATE FOREIGN TABLE profiles (id bigint, name text, email text, score integer, ts timestamptz)
+                        SERVER lake OPTIONS (path 'profiles', primary_key 'id', ordering_field 'ts',
+                                             buckets '2', merge_mode 'partial_update')""")
+        conn.execute("SELECT hudi.create_table('profiles')")
+        props = dict(conn.execute("SELECT key, value FROM hudi.table_properties(%s)", (f"file://{root}/profiles",)).fetchall())
+        assert props["hoodie.record.merge.mode"] == "CUSTOM"
+        assert props["hoodie.compaction.payload.class"] == "org.apache.hudi.common.model.PartialUpdateAvroPayload"
+        sessions = [cluster.connect() for _ in range(3)]
+        for s in sessions:
+            s.execute("BEGIN")
+        sessions[0].execute("INSERT INTO profiles (id, name, ts) VALUES (1, 'ann', '2026-01-01'), (2, 'bob', '2026-01-01')")
+        sessions[1].execute("INSERT INTO profiles (id, email, ts) VALUES (1, 'ann@x', '2026-01-02'), (3, 'cy@x', '2026-01-02')")
+        # an older row fills only what is still NULL
+        sessions[2].execute("INSERT INTO profiles (id, name, score, ts) VALUES (1, 'stale', 7, '2025-01-01')")
+        for s in reversed(sessions):
+            s.execute("COMMIT")
+            s.close()
+        expected = [(1, "ann", "ann@x", 7), (2, "bob", None, None), (3, None, "cy@x", None)]
+        assert conn.execute("SELECT id, name, email, score FROM profiles ORDER BY id").fetchall() == expected
+        assert conn.execute("SELECT count(*) FROM hudi.compact('profiles')").fetchone() == (1,)
+        assert conn.execute("SELECT id, name, email, score FROM profiles ORDER BY id").fetchall() == expected

@@ -72,7 +72,7 @@ async fn creating_again_accepts_the_same_table_and_refuses_another() {
     assert!(err.to_string().contains("its buckets is \"4\", not \"8\""), "{err}");
     let mut bad = spec();
     bad.ordering_field = None;
-    assert!(create_table(&storage, &bad).await.unwrap_err().to_string().contains("needs an ordering field"));
+    assert!(create_table(&storage, &bad).await.unwrap_err().to_string().contains("need an ordering field"));
 }
 
 #[tokio::test]

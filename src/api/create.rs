@@ -60,11 +60,7 @@ fn create_table(table: PgRelation) -> String {
     }
     let merge_mode = match options.get("merge_mode").map_or("event_time", String::as_str) {
         "commit_time" => MergeMode::CommitTimeOrdering,
-        "partial_update" => raise(
-            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-            "merge_mode 'partial_update' is not available in this version of pg_hudi",
-            None,
-        ),
+        "partial_update" => MergeMode::PartialUpdate,
         _ => MergeMode::EventTimeOrdering,
     };
     let spec = NewTable {

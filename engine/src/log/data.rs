@@ -1,6 +1,7 @@
 //! Contents of data and delete blocks (hudi-format.md §4.4–4.6) decoded into Arrow batches and
 //! delete records. Avro records go through `arrow-avro`, deletes through `apache-avro`.
 
+use std::collections::HashSet;
 use std::io::Cursor as IoCursor;
 
 use arrow::record_batch::RecordBatch;
@@ -8,6 +9,7 @@ use arrow_avro::reader::ReaderBuilder;
 use arrow_avro::schema::{AvroSchema, Fingerprint, FingerprintAlgorithm, SchemaStore};
 use bytes::Bytes;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::ProjectionMask;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::log::block::{BlockType, LogBlock};
@@ -79,10 +81,16 @@ pub fn decode_avro_data(block: &LogBlock) -> Result<Vec<RecordBatch>> {
     Ok(batches)
 }
 
-/// The records of a PARQUET_DATA block: one complete Parquet file.
-pub fn decode_parquet_data(block: &LogBlock) -> Result<Vec<RecordBatch>> {
+/// The records of a PARQUET_DATA block: one complete Parquet file; only the `columns` named
+/// (all when `None`).
+pub fn decode_parquet_data(block: &LogBlock, columns: Option<&HashSet<String>>) -> Result<Vec<RecordBatch>> {
     let reader = ParquetRecordBatchReaderBuilder::try_new(block.content.clone())
-        .and_then(|b| b.build())
+        .and_then(|builder| {
+            let Some(columns) = columns else { return builder.build() };
+            let roots = builder.schema().fields().iter().enumerate().filter(|(_, f)| columns.contains(f.name())).map(|(i, _)| i);
+            let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
+            builder.with_projection(mask).build()
+        })
         .map_err(|e| corrupt("invalid Parquet in data block").with_source(e))?;
     reader
         .collect::<std::result::Result<Vec<_>, _>>()
@@ -258,11 +266,12 @@ pub enum BlockContent {
     Deletes(Vec<DeleteRecord>),
 }
 
-/// Decodes a data or delete block; other block types have no records.
-pub fn decode_block(block: &LogBlock) -> Result<Option<BlockContent>> {
+/// Decodes a data or delete block; other block types have no records. Parquet data blocks
+/// decode only the `columns` named (all when `None`); Avro blocks decode every field.
+pub fn decode_block(block: &LogBlock, columns: Option<&HashSet<String>>) -> Result<Option<BlockContent>> {
     Ok(match block.block_type {
         BlockType::AvroData => Some(BlockContent::Data(decode_avro_data(block)?)),
-        BlockType::ParquetData => Some(BlockContent::Data(decode_parquet_data(block)?)),
+        BlockType::ParquetData => Some(BlockContent::Data(decode_parquet_data(block, columns)?)),
         BlockType::Delete => Some(BlockContent::Deletes(decode_deletes(block)?)),
         BlockType::HFileData => {
             return Err(Error::new(ErrorKind::Unsupported, "HFile data blocks (metadata table) are not supported"))

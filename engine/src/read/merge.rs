@@ -3,8 +3,8 @@
 
 use std::collections::HashSet;
 
-use arrow::array::{Array, ArrayRef, AsArray, StringArray};
-use arrow::compute::interleave;
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, BooleanBufferBuilder, StringArray};
+use arrow::compute::{concat, filter, interleave};
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 
@@ -43,7 +43,13 @@ struct Version<'a> {
 struct KeyState<'a> {
     winner: Version<'a>,
     alive_before_range: Option<bool>,
+    /// Partial updates only: where each data column's value comes from, when not all from
+    /// the winner.
+    columns: Option<Vec<ColumnSource>>,
 }
+
+/// Meta fields come first in the merged schema; partial updates merge the columns after them.
+const FIRST_DATA_COLUMN: usize = crate::read::schema::META_FIELDS.len();
 
 /// How versions of one key replace each other.
 #[derive(Debug, Clone, Copy)]
@@ -60,7 +66,7 @@ impl MergeRule {
     fn replaces(&self, existing: &Version, newer: &Version) -> bool {
         match self.mode {
             MergeMode::CommitTimeOrdering | MergeMode::Custom => true,
-            MergeMode::EventTimeOrdering => {
+            MergeMode::EventTimeOrdering | MergeMode::PartialUpdate => {
                 let is_delete = newer.row.is_none();
                 (is_delete && newer.ordering.is_default()) || !existing.ordering.greater_than(&newer.ordering)
             }
@@ -68,8 +74,14 @@ impl MergeRule {
     }
 
     /// The state of a key after all its `versions`, oldest first; with a change range, also
-    /// whether it was alive before the first version written inside the range.
-    fn fold<'a>(&self, versions: impl IntoIterator<Item = Version<'a>>, change_range: Option<&HashSet<String>>) -> Option<KeyState<'a>> {
+    /// whether it was alive before the first version written inside the range. `batches` hold
+    /// the versions' rows (read by partial updates for NULLs).
+    fn fold<'a>(
+        &self,
+        versions: impl IntoIterator<Item = Version<'a>>,
+        batches: &[RecordBatch],
+        change_range: Option<&HashSet<String>>,
+    ) -> Option<KeyState<'a>> {
         let mut state: Option<KeyState<'a>> = None;
         for version in versions {
             let in_range = change_range.is_some_and(|r| version.instant.is_some_and(|i| r.contains(i)));
@@ -78,22 +90,54 @@ impl MergeRule {
                     if in_range && state.alive_before_range.is_none() {
                         state.alive_before_range = Some(state.winner.row.is_some());
                     }
-                    if self.replaces(&state.winner, &version) {
+                    let newer_wins = self.replaces(&state.winner, &version);
+                    if self.mode == MergeMode::PartialUpdate && state.winner.row.is_some() && version.row.is_some() {
+                        state.columns = Some(partial_update(batches, state.columns.take(), &state.winner, &version));
+                    } else if newer_wins {
+                        state.columns = None;
+                    }
+                    if newer_wins {
                         state.winner = version;
                     }
                 }
-                None => state = Some(KeyState { winner: version, alive_before_range: in_range.then_some(false) }),
+                None => state = Some(KeyState { winner: version, alive_before_range: in_range.then_some(false), columns: None }),
             }
         }
         state
     }
 }
 
+/// Where one column of a partially updated key comes from, and that version's ordering value.
+#[derive(Debug, Clone)]
+struct ColumnSource {
+    row: (usize, usize),
+    ordering: OrderingValue,
+}
+
+/// Partial update of one key's data columns (`sources`; all from `old` when `None`) by `new`:
+/// each column keeps the non-NULL value with the greatest ordering value (ties: the newer),
+/// whatever order the versions come in. A NULL never replaces a value.
+fn partial_update(batches: &[RecordBatch], sources: Option<Vec<ColumnSource>>, old: &Version, new: &Version) -> Vec<ColumnSource> {
+    let (Some(old_row), Some(new_row)) = (old.row, new.row) else { return sources.unwrap_or_default() };
+    let data_columns = batches[new_row.0].num_columns().saturating_sub(FIRST_DATA_COLUMN);
+    let mut sources =
+        sources.unwrap_or_else(|| vec![ColumnSource { row: old_row, ordering: old.ordering.clone() }; data_columns]);
+    for (i, source) in sources.iter_mut().enumerate() {
+        let column = FIRST_DATA_COLUMN + i;
+        let has_new = batches[new_row.0].column(column).is_valid(new_row.1);
+        let has_current = batches[source.row.0].column(column).is_valid(source.row.1);
+        if has_new && (!has_current || !source.ordering.greater_than(&new.ordering)) {
+            *source = ColumnSource { row: new_row, ordering: new.ordering.clone() };
+        }
+    }
+    sources
+}
+
 /// What the merge of one file slice produced.
 #[derive(Debug, Default)]
 pub struct Merged {
-    /// One row per surviving key: the base file's keys in its order, then the keys only the
-    /// logs have, in order of first appearance.
+    /// One row per surviving key: the base rows no log version touched, in the base file's
+    /// order, then the winning versions of the other keys, in order of first appearance.
     pub rows: Option<RecordBatch>,
     /// Change queries only: per row of `rows`, whether the key was alive before the range.
     pub alive_before_range: Vec<bool>,
@@ -110,6 +154,21 @@ pub struct DeletedKey {
 }
 
 type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+
+/// The log versions of one key, oldest first: almost always one, kept without an allocation.
+struct Versions<'a> {
+    first: Version<'a>,
+    rest: Vec<Version<'a>>,
+}
+
+impl<'a> IntoIterator for Versions<'a> {
+    type Item = Version<'a>;
+    type IntoIter = std::iter::Chain<std::iter::Once<Version<'a>>, std::vec::IntoIter<Version<'a>>>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        std::iter::once(self.first).chain(self.rest)
+    }
+}
 
 /// The columns of a source batch that merging reads.
 struct MergeColumns<'a> {
@@ -144,6 +203,43 @@ impl<'a> MergeColumns<'a> {
             instant: (tracking && self.commit_times.is_valid(row)).then(|| self.commit_times.value(row)),
             partition_path: None,
         }
+    }
+}
+
+/// The rows that won a merge against other versions, by `(batch, row)`; partial updates take
+/// some columns from other rows: `(position in rows, column, (batch, row))`.
+#[derive(Default)]
+struct Winners {
+    rows: Vec<(usize, usize)>,
+    overrides: Vec<(usize, usize, (usize, usize))>,
+}
+
+/// Records the outcome of one key: its surviving row, or, in a change range, its deletion.
+fn emit(merged: &mut Merged, winners: &mut Winners, key: &str, state: Option<KeyState>, change_range: Option<&HashSet<String>>) {
+    let Some(state) = state else { return };
+    match state.winner.row {
+        Some(row) => {
+            for (i, source) in state.columns.iter().flatten().enumerate() {
+                if source.row != row {
+                    winners.overrides.push((winners.rows.len(), FIRST_DATA_COLUMN + i, source.row));
+                }
+            }
+            winners.rows.push(row);
+            if change_range.is_some() {
+                merged.alive_before_range.push(state.alive_before_range.unwrap_or(false));
+            }
+        }
+        None if state.alive_before_range == Some(true) => {
+            let instant = state.winner.instant.unwrap_or_default();
+            if change_range.is_some_and(|r| r.contains(instant)) {
+                merged.deleted.push(DeletedKey {
+                    record_key: key.to_owned(),
+                    partition_path: state.winner.partition_path.map(str::to_owned),
+                    instant: instant.to_owned(),
+                });
+            }
+        }
+        None => {}
     }
 }
 
@@ -182,91 +278,117 @@ pub fn merge(
     }
 
     // Versions written after the base file, by key, in the order they apply.
-    let mut log_versions: FastMap<&str, Vec<Version>> = FastMap::default();
-    let mut log_order: Vec<&str> = Vec::new();
+    let log_rows: usize = later.iter().map(|(batch, deletes)| batch.map_or(0, |b| batches[b].num_rows()) + deletes.as_ref().map_or(0, |d| d.0.len())).sum();
+    let mut log_versions: FastMap<&str, Versions> = FastMap::with_capacity_and_hasher(log_rows, Default::default());
+    let mut log_order: Vec<&str> = Vec::with_capacity(log_rows);
+    let mut add = |key, version| match log_versions.entry(key) {
+        std::collections::hash_map::Entry::Occupied(mut versions) => versions.get_mut().rest.push(version),
+        std::collections::hash_map::Entry::Vacant(slot) => {
+            log_order.push(key);
+            slot.insert(Versions { first: version, rest: Vec::new() });
+        }
+    };
     for (batch, deletes) in &later {
         if let Some(index) = *batch {
             let columns = MergeColumns::of(&batches[index], ordering_column)?;
             for row in 0..batches[index].num_rows() {
-                let key = columns.key(row)?;
-                let versions = log_versions.entry(key).or_insert_with(|| {
-                    log_order.push(key);
-                    Vec::new()
-                });
-                versions.push(columns.version(index, row, tracking));
+                add(columns.key(row)?, columns.version(index, row, tracking));
             }
         }
         if let Some((records, instant)) = deletes {
             for delete in records {
-                let key = delete.record_key.as_str();
-                let versions = log_versions.entry(key).or_insert_with(|| {
-                    log_order.push(key);
-                    Vec::new()
-                });
-                versions.push(Version {
+                let version = Version {
                     row: None,
                     ordering: delete.ordering.clone(),
                     instant: Some(instant),
                     partition_path: delete.partition_path.as_deref(),
-                });
+                };
+                add(delete.record_key.as_str(), version);
             }
         }
     }
 
     let mut merged = Merged::default();
-    let mut indices = Vec::new();
-    let mut emit = |key: &str, state: Option<KeyState>| {
-        let Some(state) = state else { return };
-        match state.winner.row {
-            Some(row) => {
-                indices.push(row);
-                if tracking {
-                    merged.alive_before_range.push(state.alive_before_range.unwrap_or(false));
-                }
-            }
-            None if state.alive_before_range == Some(true) => {
-                let instant = state.winner.instant.unwrap_or_default();
-                if change_range.is_some_and(|r| r.contains(instant)) {
-                    merged.deleted.push(DeletedKey {
-                        record_key: key.to_owned(),
-                        partition_path: state.winner.partition_path.map(str::to_owned),
-                        instant: instant.to_owned(),
-                    });
-                }
-            }
-            None => {}
-        }
-    };
+    // Base rows that stand are kept by a mask (cheap to apply); the other winners by position.
+    let base_rows = if has_base { batches[0].num_rows() } else { 0 };
+    let mut keep_base = BooleanBufferBuilder::new(base_rows);
+    let mut winners = Winners { rows: Vec::with_capacity(log_order.len()), overrides: Vec::new() };
     if has_base {
         let columns = MergeColumns::of(&batches[0], ordering_column)?;
-        for row in 0..batches[0].num_rows() {
+        // Base files sorted by record key (as compaction writes them) are matched against the
+        // sorted log keys by a walk, without hashing every base key; unsorted ones by lookup.
+        let mut log_keys: Vec<&str> = log_versions.keys().copied().collect();
+        log_keys.sort_unstable();
+        let (mut next, mut previous, mut sorted) = (0, "", true);
+        for row in 0..base_rows {
+            if log_versions.is_empty() {
+                // Every log key was found already: the rest of the base stands.
+                keep_base.append_n(base_rows - row, true);
+                break;
+            }
             let key = columns.key(row)?;
-            match log_versions.remove(key) {
-                // The common case: the logs do not touch the key and the base row stands
-                // (inside a change range or not, the key was not alive before its one version).
-                None => emit(key, Some(KeyState { winner: Version { row: Some((0, row)), ordering: OrderingValue::Null, instant: None, partition_path: None }, alive_before_range: None })),
-                Some(versions) => {
-                    let base = columns.version(0, row, tracking);
-                    emit(key, rule.fold(std::iter::once(base).chain(versions), change_range))
+            sorted = sorted && key >= previous;
+            let versions = if sorted {
+                previous = key;
+                while next < log_keys.len() && log_keys[next] < key {
+                    next += 1;
                 }
+                (next < log_keys.len() && log_keys[next] == key).then(|| log_versions.remove(key)).flatten()
+            } else {
+                log_versions.remove(key)
+            };
+            // Untouched by the logs, the base row stands (and, in a change range, its key was
+            // not alive before its one version).
+            keep_base.append(versions.is_none());
+            if let Some(versions) = versions {
+                let base = columns.version(0, row, tracking);
+                let state = rule.fold(std::iter::once(base).chain(versions), &batches, change_range);
+                emit(&mut merged, &mut winners, key, state, change_range);
             }
         }
     }
     for key in log_order {
         if let Some(versions) = log_versions.remove(key) {
-            emit(key, rule.fold(versions, change_range));
+            emit(&mut merged, &mut winners, key, rule.fold(versions, &batches, change_range), change_range);
         }
     }
 
-    if !indices.is_empty() {
+    let kept = BooleanArray::new(keep_base.finish(), None);
+    let kept_rows = kept.true_count();
+    if tracking {
+        let mut alive = vec![false; kept_rows];
+        alive.append(&mut merged.alive_before_range);
+        merged.alive_before_range = alive;
+    }
+    let rows = kept_rows + winners.rows.len();
+    if rows > 0 {
         let assemble = |e| Error::new(ErrorKind::Internal, "cannot assemble merged rows").with_source(e);
         let columns = (0..schema.fields().len())
             .map(|c| {
                 if let Some((_, nulls)) = output.filter(|(columns, _)| !columns.contains(&c)) {
-                    return Ok(nulls.get(schema.field(c).data_type(), indices.len()));
+                    return Ok(nulls.get(schema.field(c).data_type(), rows));
                 }
-                let arrays: Vec<&dyn Array> = batches.iter().map(|b| b.column(c).as_ref()).collect();
-                interleave(&arrays, &indices).map_err(assemble)
+                let mut parts: Vec<ArrayRef> = Vec::with_capacity(2);
+                if kept_rows > 0 {
+                    let base = batches[0].column(c);
+                    parts.push(if kept_rows == base.len() { base.clone() } else { filter(base, &kept).map_err(assemble)? });
+                }
+                if !winners.rows.is_empty() {
+                    let arrays: Vec<&dyn Array> = batches.iter().map(|b| b.column(c).as_ref()).collect();
+                    let mut overrides = winners.overrides.iter().filter(|o| o.1 == c).peekable();
+                    let indices = if overrides.peek().is_some() {
+                        let mut indices = winners.rows.clone();
+                        overrides.for_each(|&(position, _, source)| indices[position] = source);
+                        std::borrow::Cow::Owned(indices)
+                    } else {
+                        std::borrow::Cow::Borrowed(&winners.rows)
+                    };
+                    parts.push(interleave(&arrays, &indices).map_err(assemble)?);
+                }
+                match parts.len() {
+                    1 => Ok(parts.pop().expect("one part")),
+                    _ => concat(&parts.iter().map(|p| p.as_ref()).collect::<Vec<_>>()).map_err(assemble),
+                }
             })
             .collect::<Result<Vec<ArrayRef>>>()?;
         merged.rows = Some(RecordBatch::try_new(schema.clone(), columns).map_err(assemble)?);
@@ -317,7 +439,9 @@ mod tests {
         let Some(batch) = merged.rows else { return vec![] };
         let keys = batch.column(2).as_string::<i32>();
         let v = batch.column(6).as_string::<i32>();
-        (0..batch.num_rows()).map(|i| (keys.value(i).to_owned(), v.value(i).to_owned())).collect()
+        let mut out: Vec<(String, String)> = (0..batch.num_rows()).map(|i| (keys.value(i).to_owned(), v.value(i).to_owned())).collect();
+        out.sort();
+        out
     }
 
     const EVENT: MergeRule = MergeRule { mode: MergeMode::EventTimeOrdering, ordering_column: Some(5) };
@@ -363,6 +487,93 @@ mod tests {
             result(merged),
             [("b", "b-newer"), ("c", "c-base"), ("d", "d-new")].map(|(k, v)| (k.to_owned(), v.to_owned()))
         );
+    }
+
+    #[test]
+    fn sorted_and_unsorted_base_files_find_the_same_log_keys() {
+        let s = schema();
+        for base_keys in [["a", "c", "e", "g"], ["c", "a", "g", "e"], ["a", "c", "g", "e"]] {
+            let base: Vec<(&str, i64, &str)> = base_keys.iter().map(|k| (*k, 10, "base")).collect();
+            let MergeSource::Data(base) = rows(&s, &base) else { unreachable!() };
+            let merged = merge(
+                &s,
+                vec![
+                    MergeSource::Base(base),
+                    rows(&s, &[("b", 1, "new"), ("c", 11, "log"), ("e", 11, "log"), ("h", 1, "new")]),
+                    delete("g", OrderingValue::Int(0)),
+                ],
+                EVENT,
+                None,
+                None,
+            )
+            .unwrap();
+            assert_eq!(
+                result(merged),
+                [("a", "base"), ("b", "new"), ("c", "log"), ("e", "log"), ("h", "new")].map(|(k, v)| (k.to_owned(), v.to_owned())),
+                "base keys in the order {base_keys:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn partial_updates_fill_columns_from_every_version() {
+        let data = Schema::new(vec![
+            Field::new("ts", DataType::Int64, true),
+            Field::new("name", DataType::Utf8, true),
+            Field::new("email", DataType::Utf8, true),
+        ]);
+        let s = table_schema(&data, true);
+        let batch = |key: &str, ts: i64, name: Option<&str>, email: Option<&str>| {
+            let nulls = || Arc::new(StringArray::from(vec![None::<&str>])) as Arc<dyn Array>;
+            MergeSource::Data(
+                RecordBatch::try_new(
+                    s.clone(),
+                    vec![
+                        nulls(),
+                        nulls(),
+                        Arc::new(StringArray::from(vec![key])),
+                        nulls(),
+                        nulls(),
+                        Arc::new(Int64Array::from(vec![ts])),
+                        Arc::new(StringArray::from(vec![name])),
+                        Arc::new(StringArray::from(vec![email])),
+                    ],
+                )
+                .unwrap(),
+            )
+        };
+        let merged = merge(
+            &s,
+            vec![
+                batch("a", 10, Some("ann"), None),
+                batch("a", 20, None, Some("ann@x")),    // newer: fills email, keeps name
+                batch("a", 5, Some("stale"), Some("old@x")), // older: loses where a value exists
+                batch("b", 10, Some("bob"), None),
+                batch("b", 1, Some("bobby"), Some("bob@x")), // older: only fills the NULL
+                batch("c", 10, Some("cy"), Some("cy@x")),
+            ],
+            MergeRule { mode: MergeMode::PartialUpdate, ordering_column: Some(5) },
+            None,
+            None,
+        )
+        .unwrap();
+        let rows = merged.rows.unwrap();
+        let text = |c: usize| rows.column(c).as_string::<i32>().iter().map(|v| v.map(str::to_owned)).collect::<Vec<_>>();
+        let keys = text(2);
+        let mut got: Vec<(String, Option<String>, Option<String>)> =
+            keys.into_iter().zip(text(6)).zip(text(7)).map(|((k, n), e)| (k.unwrap(), n, e)).collect();
+        got.sort();
+        let some = |v: &str| Some(v.to_owned());
+        assert_eq!(
+            got,
+            [
+                ("a".to_owned(), some("ann"), some("ann@x")),
+                ("b".to_owned(), some("bob"), some("bob@x")),
+                ("c".to_owned(), some("cy"), some("cy@x")),
+            ]
+        );
+        let ts = rows.column(5).as_primitive::<arrow::datatypes::Int64Type>();
+        assert!(ts.iter().all(|t| t.is_some_and(|t| t >= 10)), "meta and ordering come from the winning version");
     }
 
     #[test]

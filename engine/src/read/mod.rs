@@ -321,6 +321,7 @@ impl TableReader {
             let bytes = self.storage.get(&path).await?;
             blocks.extend(read_blocks(&bytes).into_iter().map(|b| (path.clone(), b)));
         }
+        let needed = self.needed_columns(options, true, change_range.is_some());
         let rolled_back: HashSet<String> =
             blocks.iter().filter_map(|(_, b)| b.rollback_target().map(str::to_owned)).collect();
         for (path, block) in blocks {
@@ -332,7 +333,8 @@ impl TableReader {
                 continue;
             }
             let instant = instant.to_owned();
-            let content = decode_block(&block).context(|| format!("reading block at {} of {path}", block.offset))?;
+            let content = decode_block(&block, needed.as_ref())
+                .context(|| format!("reading block at {} of {path}", block.offset))?;
             match content {
                 Some(BlockContent::Data(batches)) => {
                     for batch in batches {

@@ -47,9 +47,16 @@ pub enum MergeMode {
     EventTimeOrdering,
     /// The latest write wins.
     CommitTimeOrdering,
+    /// Event-time ordering, except that a NULL in the winning version keeps the other
+    /// version's value of that column (Hudi's `PartialUpdateAvroPayload`): several writers
+    /// may each fill some columns of the same keys.
+    PartialUpdate,
     /// A user-defined merger; not something this engine can reproduce.
     Custom,
 }
+
+/// The payload class of [`MergeMode::PartialUpdate`] tables.
+pub const PARTIAL_UPDATE_PAYLOAD: &str = "org.apache.hudi.common.model.PartialUpdateAvroPayload";
 
 /// Which time zone instant times are written in (`hoodie.table.timeline.timezone`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -188,6 +195,9 @@ impl TableConfig {
         let merge_mode = match properties.get(keys::MERGE_MODE).map(str::trim) {
             Some("EVENT_TIME_ORDERING") => MergeMode::EventTimeOrdering,
             Some("COMMIT_TIME_ORDERING") => MergeMode::CommitTimeOrdering,
+            Some("CUSTOM") if properties.get("hoodie.compaction.payload.class").map(str::trim) == Some(PARTIAL_UPDATE_PAYLOAD) => {
+                MergeMode::PartialUpdate
+            }
             Some("CUSTOM") => MergeMode::Custom,
             // v6 tables have no merge mode: the payload decides; with an ordering field that is
             // event-time ordering, without one the latest write wins.

@@ -26,6 +26,8 @@ pub struct NewTable {
 /// Merge strategy ids Hudi 1.x records with the merge mode.
 const EVENT_TIME_STRATEGY: &str = "eeb8d96f-b1e4-49fd-bbf8-28ac514178e5";
 const COMMIT_TIME_STRATEGY: &str = "ce9acb64-bde0-424c-9b91-f6ebba25356d";
+/// Merging by the payload class (Hudi 1.x `PAYLOAD_BASED_MERGE_STRATEGY_UUID`).
+const PAYLOAD_STRATEGY: &str = "00000000-0000-0000-0000-000000000002";
 
 impl NewTable {
     fn invalid(&self, why: String) -> Error {
@@ -42,8 +44,8 @@ impl NewTable {
                 return Err(self.invalid(format!("column \"{field}\" does not exist")));
             }
         }
-        if self.merge_mode == MergeMode::EventTimeOrdering && self.ordering_field.is_none() {
-            return Err(self.invalid("merge mode event_time needs an ordering field".into()));
+        if matches!(self.merge_mode, MergeMode::EventTimeOrdering | MergeMode::PartialUpdate) && self.ordering_field.is_none() {
+            return Err(self.invalid("merge modes event_time and partial_update need an ordering field".into()));
         }
         if self.buckets == 0 {
             return Err(self.invalid("buckets must be at least 1".into()));
@@ -66,6 +68,7 @@ impl NewTable {
             MergeMode::CommitTimeOrdering => {
                 ("COMMIT_TIME_ORDERING", COMMIT_TIME_STRATEGY, "org.apache.hudi.common.model.OverwriteWithLatestAvroPayload")
             }
+            MergeMode::PartialUpdate => ("CUSTOM", PAYLOAD_STRATEGY, crate::table::config::PARTIAL_UPDATE_PAYLOAD),
             _ => ("EVENT_TIME_ORDERING", EVENT_TIME_STRATEGY, "org.apache.hudi.common.model.DefaultHoodieRecordPayload"),
         };
         for (key, value) in [
