@@ -45,7 +45,8 @@ impl OpenWrite {
 }
 
 thread_local! {
-    static OPEN: RefCell<BTreeMap<u32, OpenWrite>> = const { RefCell::new(BTreeMap::new()) };
+    // Boxed: a write is taken out of the map and put back for every row.
+    static OPEN: RefCell<BTreeMap<u32, Box<OpenWrite>>> = const { RefCell::new(BTreeMap::new()) };
     static REGISTERED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
@@ -59,7 +60,7 @@ pub fn with_open_write<R>(
     let key = relid.to_u32();
     let exists = OPEN.with(|open| open.borrow().contains_key(&key));
     if !exists {
-        let write = begin();
+        let write = Box::new(begin());
         OPEN.with(|open| open.borrow_mut().insert(key, write));
     }
     // Take it out while `f` runs: `f` may raise an ERROR, whose abort callback needs the map.
@@ -81,7 +82,7 @@ fn register_callbacks() {
 }
 
 fn take_all() -> Vec<OpenWrite> {
-    OPEN.with(|open| std::mem::take(&mut *open.borrow_mut()).into_values().collect())
+    OPEN.with(|open| std::mem::take(&mut *open.borrow_mut()).into_values().map(|w| *w).collect())
 }
 
 #[pg_guard]

@@ -30,7 +30,7 @@ use crate::view::FileSlice;
 use crate::write::commit::{CommitMetadata, WriteStat};
 use crate::write::time::{LockOptions, TableLock};
 use crate::write::transaction::next_transaction_number;
-use crate::write::{heartbeat, parquet_bytes, WriterId};
+use crate::write::{heartbeat, parquet_bytes, ParquetFile, WriterId};
 
 const COMPACTION_PLAN_SCHEMA: &str = include_str!("HoodieCompactionPlan.avsc");
 
@@ -277,7 +277,7 @@ async fn execute(
         let name = format!("{}_{token}_{instant}.parquet", op.file_id);
         let rows = merged.unwrap_or_else(|| RecordBatch::new_empty(reader.schema().clone()));
         let rows = with_file_name(&sorted_by_record_key(&rows)?, &name)?;
-        let bytes = parquet_bytes(&rows, key_range(&rows))?;
+        let bytes = parquet_bytes(&rows, ParquetFile::BaseFile(key_range(&rows)))?;
         let size = bytes.len() as i64;
         storage.put(&in_partition(&name), Bytes::from(bytes)).await?;
         heartbeat::beat(storage, instant).await?;

@@ -157,29 +157,33 @@ impl Transaction {
 
     /// The record key of each row: the value of a single key field, or `f1:v1,f2:v2` for
     /// composite keys. A NULL key is an error naming the row.
-    fn record_keys(&self, batch: &RecordBatch) -> Result<Vec<String>> {
+    fn record_keys(&self, batch: &RecordBatch) -> Result<StringArray> {
         let fields = &self.config.record_key_fields;
         let columns = text_columns(batch, fields, "key")?;
-        (0..batch.num_rows())
-            .map(|row| {
-                let mut parts = Vec::with_capacity(fields.len());
-                for (field, column) in fields.iter().zip(&columns) {
-                    if column.is_null(row) {
-                        return Err(Error::new(
-                            ErrorKind::InvalidArgument,
-                            format!("row {} has a NULL value in key column {field}", row + 1),
-                        ));
-                    }
-                    let value = column.as_string::<i32>().value(row);
-                    parts.push(if fields.len() == 1 {
-                        value.to_owned()
-                    } else {
-                        format!("{field}:{}", if value.is_empty() { "__empty__" } else { value })
-                    });
+        if columns.iter().any(|c| c.null_count() > 0) {
+            for row in 0..batch.num_rows() {
+                if let Some((field, _)) = fields.iter().zip(&columns).find(|(_, c)| c.is_null(row)) {
+                    return Err(Error::new(
+                        ErrorKind::InvalidArgument,
+                        format!("row {} has a NULL value in key column {field}", row + 1),
+                    ));
                 }
-                Ok(parts.join(","))
-            })
-            .collect()
+            }
+        }
+        if let [single] = columns.as_slice() {
+            return Ok(single.as_string::<i32>().clone());
+        }
+        use std::fmt::Write;
+        let mut keys = arrow::array::StringBuilder::with_capacity(batch.num_rows(), batch.num_rows() * 16 * fields.len());
+        for row in 0..batch.num_rows() {
+            for (i, (field, column)) in fields.iter().zip(&columns).enumerate() {
+                let value = column.as_string::<i32>().value(row);
+                let value = if value.is_empty() { "__empty__" } else { value };
+                let _ = write!(keys, "{}{field}:{value}", if i > 0 { "," } else { "" });
+            }
+            keys.append_value("");
+        }
+        Ok(keys.finish())
     }
 
     /// The hive-style partition path of each row.
@@ -244,8 +248,8 @@ impl Transaction {
         // Rows of each (partition, bucket), in input order, without a string copy per row.
         let mut groups: BTreeMap<&str, Vec<Vec<u32>>> = BTreeMap::new();
         let buckets = self.buckets as usize;
-        for (row, (key, partition)) in keys.iter().zip(&partitions).enumerate() {
-            let bucket = bucket_of_key(key, self.buckets) as usize;
+        for (row, partition) in partitions.iter().enumerate() {
+            let bucket = bucket_of_key(keys.value(row), self.buckets) as usize;
             groups.entry(partition.as_str()).or_insert_with(|| vec![Vec::new(); buckets])[bucket].push(row as u32);
         }
         let groups: Vec<((String, u32), Vec<u32>)> = groups
@@ -267,13 +271,13 @@ impl Transaction {
             let meta: Vec<ArrayRef> = vec![
                 Arc::new(StringArray::from(vec![self.instant.as_str(); n])),
                 Arc::new(sequence_numbers(&self.instant, bucket, seq_base * 1_000_000, n)),
-                Arc::new(StringArray::from_iter_values(rows.iter().map(|&r| keys[r as usize].as_str()))),
+                Arc::new(StringArray::from_iter_values(rows.iter().map(|&r| keys.value(r as usize)))),
                 Arc::new(StringArray::from(vec![partition.as_str(); n])),
                 Arc::new(StringArray::from(vec![file_id.as_str(); n])),
             ];
             let columns: Vec<ArrayRef> = meta.into_iter().chain(part.columns().iter().cloned()).collect();
             let records = RecordBatch::try_new(self.record_schema.clone(), columns).map_err(internal("cannot assemble records"))?;
-            let parquet = crate::write::parquet_bytes(&records, Vec::new())?;
+            let parquet = crate::write::parquet_bytes(&records, crate::write::ParquetFile::LogBlock)?;
             let block = encode_block(BlockType::ParquetData, &self.block_header(), &parquet);
             self.write_log(&partition, &file_id, block, n as i64, 0).await?;
         }
@@ -306,7 +310,7 @@ impl Transaction {
             .map_err(|e| Error::new(ErrorKind::InvalidArgument, e.detail()))?;
         let keys = self.record_keys(&data)?;
         let partitions = self.partition_paths(&data)?;
-        let deletes = keys.into_iter().zip(partitions).map(|(k, p)| (k, p, OrderingValue::Int(0))).collect();
+        let deletes = partitions.into_iter().enumerate().map(|(row, p)| (keys.value(row).to_owned(), p, OrderingValue::Int(0))).collect();
         self.delete(deletes).await
     }
 
