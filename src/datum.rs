@@ -579,6 +579,62 @@ fn unscaled(text: &str, scale: i8) -> Option<i128> {
     digits.parse().ok()
 }
 
+/// A `numeric` datum as an unscaled integer at `scale`, read from its varlena in place
+/// (`src/include/utils/numeric.h` layout: base-10000 digits, weight, sign, display scale)
+/// without a round trip through text. `None` when it cannot be read that way — toasted or
+/// compressed, NaN or infinite, more fraction digits than `scale`, beyond `i128` — and the
+/// caller takes the text path, which reports those cases.
+///
+/// # Safety
+/// `datum` must point to a `numeric` varlena.
+unsafe fn numeric_unscaled(datum: pg_sys::Datum, scale: i8) -> Option<i128> {
+    let varlena = datum.cast_mut_ptr::<u8>().cast_const();
+    let first = *varlena;
+    // Little-endian varlena headers: 1-byte (low bit set; 0x01 alone is a TOAST pointer),
+    // or 4-byte uncompressed (low two bits clear).
+    let (data, len) = if first & 0x01 == 0x01 {
+        if first == 0x01 {
+            return None;
+        }
+        (varlena.add(1), ((first >> 1) & 0x7F) as usize - 1)
+    } else if first & 0x03 == 0x00 {
+        let header = u32::from_le_bytes(std::ptr::read_unaligned(varlena as *const [u8; 4]));
+        (varlena.add(4), ((header >> 2) & 0x3FFF_FFFF) as usize - 4)
+    } else {
+        return None;
+    };
+    let bytes = std::slice::from_raw_parts(data, len);
+    let word = |i: usize| bytes.get(i..i + 2).map(|b| u16::from_le_bytes([b[0], b[1]]));
+    let header = word(0)?;
+    let (negative, weight, digits_at) = match header & 0xC000 {
+        0xC000 => return None, // NaN, +/-Infinity
+        0x8000 => {
+            // Short format: sign bit, display scale, 7-bit signed weight in the header.
+            let weight = (header & 0x003F) as i32 - if header & 0x0040 != 0 { 0x40 } else { 0 };
+            (header & 0x2000 != 0, weight, 2)
+        }
+        sign => (sign == 0x4000, word(2)? as i16 as i32, 4),
+    };
+    let digits = bytes.get(digits_at..)?.chunks_exact(2).map(|b| i16::from_le_bytes([b[0], b[1]]) as i128);
+    let count = (len - digits_at) as i32 / 2;
+    let mut value: i128 = 0;
+    for digit in digits {
+        value = value.checked_mul(10_000)?.checked_add(digit)?;
+    }
+    // value x 10000^(weight - count + 1), at `scale` decimal places.
+    let exponent = 4 * (weight - count + 1) + i32::from(scale);
+    let value = if exponent >= 0 {
+        value.checked_mul(10i128.checked_pow(exponent as u32)?)?
+    } else {
+        let divisor = 10i128.checked_pow(exponent.unsigned_abs())?;
+        if value % divisor != 0 {
+            return None;
+        }
+        value / divisor
+    };
+    Some(if negative { -value } else { value })
+}
+
 /// Rows being written, column by column, as Arrow arrays of the table's data columns.
 pub struct RowBuffer {
     schema: arrow::datatypes::SchemaRef,
@@ -649,6 +705,10 @@ impl RowBuffer {
                 DataType::Decimal128(_, scale) => {
                     let scale = *scale;
                     append!(Decimal128Builder, |d, k: PgKind| {
+                        // SAFETY: a numeric datum, read in place when stored plainly.
+                        if let Some(value) = (k == PgKind::Numeric).then(|| unsafe { numeric_unscaled(d, scale) }).flatten() {
+                            return Ok(value);
+                        }
                         let text = if k == PgKind::Numeric {
                             // SAFETY: a numeric datum.
                             unsafe { AnyNumeric::from_datum(d, false) }.map(|n| n.to_string()).unwrap_or_default()

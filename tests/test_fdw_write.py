@@ -293,3 +293,23 @@ def test_partial_update_lets_writers_fill_different_columns(cluster, tmp_path):
         assert conn.execute("SELECT id, name, email, score FROM profiles ORDER BY id").fetchall() == expected
         assert conn.execute("SELECT count(*) FROM hudi.compact('profiles')").fetchone() == (1,)
         assert conn.execute("SELECT id, name, email, score FROM profiles ORDER BY id").fetchall() == expected
+
+
+def test_numerics_round_trip_exactly(lake):
+    """numeric values go into Hudi decimals read straight from PostgreSQL's numeric format:
+    signs, zeros, fractions, the column's extremes, integers with trailing zero digits."""
+    conn, path = lake
+    values = ["-1234.56", "0.01", "-0.01", "0", "1000", "9999999999.99", "-9999999999.99", "12.3", "100000000",
+              "0.10", "5", "10000.01", "-70000"]
+    conn.execute("CREATE TABLE expected (id bigint, balance numeric(12, 2))")
+    for i, v in enumerate(values):
+        conn.execute("INSERT INTO expected VALUES (%s, %s::numeric(12, 2))", (i, v))
+    conn.execute("INSERT INTO customers SELECT id, 'n', 'nl', balance, '2026-01-01' FROM expected")
+    conn.execute("INSERT INTO customers SELECT 100 + id, 'n', 'nl', balance::int, '2026-01-01' FROM expected "
+                 "WHERE balance = trunc(balance)")
+    ours = conn.execute("SELECT id, balance FROM customers ORDER BY id").fetchall()
+    want = conn.execute("SELECT id, balance FROM expected UNION ALL SELECT 100 + id, balance FROM expected "
+                        "WHERE balance = trunc(balance) ORDER BY id").fetchall()
+    assert ours == want
+    theirs = sorted((r[0], r[3]) for r in reference_rows(path))
+    assert theirs == want
