@@ -752,12 +752,19 @@ impl RowBuffer {
 
     /// The buffered rows as a batch; the buffer starts over empty.
     pub fn take(&mut self) -> arrow::record_batch::RecordBatch {
+        let rows = self.rows;
         let columns: Vec<arrow::array::ArrayRef> = self
             .builders
             .iter_mut()
             .zip(self.schema.fields())
             .map(|(b, f)| {
                 let array = b.finish();
+                // The next batch is likely as large: size the builder for it up front instead
+                // of growing (and copying) its buffers from nothing again.
+                *b = match array.as_string_opt::<i32>() {
+                    Some(strings) => Box::new(arrow::array::StringBuilder::with_capacity(rows, strings.value_data().len())),
+                    None => arrow::array::make_builder(f.data_type(), rows),
+                };
                 // Builders drop timezones; put the column's type back.
                 arrow::compute::cast(&array, f.data_type()).unwrap_or(array)
             })

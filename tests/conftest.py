@@ -1,5 +1,6 @@
 """Shared pytest fixtures: the Spark-written Hudi fixtures and throwaway PostgreSQL clusters."""
 
+import contextlib
 import os
 import pathlib
 import subprocess
@@ -74,15 +75,22 @@ def cluster(request):
     c.stop()
 
 
-@pytest.fixture
-def lake(cluster):
-    """A writable table `customers` (bucketed by id, partitioned by country) in a new lake."""
+@contextlib.contextmanager
+def new_lake(cluster):
+    """An empty lake directory with pg_hudi and the server `lake` on it: (connection, root)."""
     root = cluster.directory / "lake"
     root.mkdir()
     give_to_postgres(root)
     with cluster.connect() as conn:
         create_lake_server(conn, root)
         conn.execute("SET timezone = 'UTC'")
+        yield conn, root
+
+
+@pytest.fixture
+def lake(cluster):
+    """A writable table `customers` (bucketed by id, partitioned by country) in a new lake."""
+    with new_lake(cluster) as (conn, root):
         conn.execute("""CREATE FOREIGN TABLE customers (id bigint, name text, country text, balance numeric(12, 2),
                           ts timestamptz) SERVER lake
                         OPTIONS (path 'customers', primary_key 'id', ordering_field 'ts',

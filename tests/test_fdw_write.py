@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 from hudi import HudiReadOptions, HudiTableBuilder
 
-from conftest import our_rows, reference_rows
+from conftest import new_lake, our_rows, reference_rows
 
 
 def test_inserts_upsert_by_key_and_read_back_everywhere(lake):
@@ -262,16 +262,11 @@ def test_a_writer_killed_between_completion_time_and_completed_instant(lake, clu
     assert sorted(r[1] for r in reference_rows(path)) == ["after", "kept"]
 
 
-def test_partial_update_lets_writers_fill_different_columns(cluster, tmp_path):
-    """merge_mode 'partial_update': a NULL in a newer row keeps the earlier value, so several
-    sessions each fill some columns of the same keys; compaction keeps the merged rows."""
-    root = cluster.directory / "lake"
-    root.mkdir()
-    from conftest import create_lake_server, give_to_postgres
-    give_to_postgres(root)
-    with cluster.connect() as conn:
-        create_lake_server(conn, root)
-        conn.execute("SET timezone = 'UTC'")
+def test_partial_update_lets_writers_fill_different_columns(cluster):
+    """merge_mode 'partial_update': each column keeps the non-NULL value with the greatest
+    ordering value, so several sessions each fill some columns of the same keys, whatever
+    order they commit in; compaction keeps the merged rows."""
+    with new_lake(cluster) as (conn, root):
         conn.execute("""CREATE FOREIGN TABLE profiles (id bigint, name text, email text, score integer, ts timestamptz)
                         SERVER lake OPTIONS (path 'profiles', primary_key 'id', ordering_field 'ts',
                                              buckets '2', merge_mode 'partial_update')""")

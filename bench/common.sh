@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Shared by bench/*/run.sh: `run_bench NAME ARGS...` builds and installs the release extension,
+# starts a fresh cluster of the benchmark's own under the build folder (stopped on exit) with an
+# empty lake directory, and runs bench/NAME/bench.py --port PORT --lake DIR ARGS.
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/common.sh"
+
+run_bench() {
+  local name=$1
+  shift
+  "$REPO/scripts/install.sh" --release
+  local cluster
+  cluster=$(run_dir)/bench-$name
+  "$REPO/scripts/cluster.sh" stop "$cluster"
+  rm -rf "$cluster"
+  local port
+  port=$("$REPO/scripts/cluster.sh" start "$cluster")
+  trap '"$REPO/scripts/cluster.sh" stop "'"$cluster"'"' EXIT
+  mkdir -p "$cluster/lake"
+  if is_root; then chown postgres: "$cluster/lake"; fi
+  "$BUILD/venv/bin/python" "$REPO/bench/$name/bench.py" --port "$port" --lake "$cluster/lake" "$@"
+}
