@@ -52,6 +52,11 @@ UPDATE customers SET name = 'renamed', ts = now() WHERE id = 1;
 DELETE FROM customers WHERE id = 2;
 SELECT id, name, country FROM customers ORDER BY id;
 SELECT action, state, count(*) FROM hudi.timeline('customers') GROUP BY 1, 2;
+\echo '-- compaction: the log files of every file group merged into base files, while writers go on'
+SELECT file_groups, rows_written FROM hudi.compact('customers');
+SELECT partition_path, base_file IS NOT NULL AS has_base_file, cardinality(log_files) AS log_files
+  FROM hudi.file_slices('customers') ORDER BY 1 LIMIT 3;
+SELECT id, name, country FROM customers ORDER BY id;
 
 \echo '-- declarations are checked against the table'
 \set ON_ERROR_STOP off
