@@ -76,10 +76,15 @@ def cluster(request):
 
 
 @contextlib.contextmanager
-def new_lake(cluster):
-    """An empty lake directory with pg_hudi and the server `lake` on it: (connection, root)."""
+def new_lake(cluster, fixtures_root=None, zips=(), by_kind=False):
+    """A lake directory with the fixture `zips` unpacked in it (below their kind's folder, e.g.
+    sample_table/cow, with `by_kind`), pg_hudi and the server `lake` on it, and a connection in
+    UTC: (connection, root)."""
+    import hudi_rows
     root = cluster.directory / "lake"
-    root.mkdir()
+    root.mkdir(exist_ok=True)
+    for z in zips:
+        hudi_rows.unpack(fixtures_root, z, root / z.parent if by_kind else root)
     give_to_postgres(root)
     with cluster.connect() as conn:
         create_lake_server(conn, root)

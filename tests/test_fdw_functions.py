@@ -5,8 +5,7 @@ import pathlib
 import psycopg
 import pytest
 
-import hudi_rows
-from conftest import create_lake_server, give_to_postgres
+from conftest import new_lake
 
 TRIPS = pathlib.Path("quickstart_trips_table/mor/avro/v6_trips_8i3d.zip")
 TXNS = pathlib.Path("sample_table/mor/avro/v9_txns_simple_nometa.zip")
@@ -14,12 +13,7 @@ TXNS = pathlib.Path("sample_table/mor/avro/v9_txns_simple_nometa.zip")
 
 @pytest.fixture
 def conn(cluster, fixtures_root):
-    root = cluster.directory / "lake"
-    for z in (TRIPS, TXNS):
-        hudi_rows.unpack(fixtures_root, z, root)
-    give_to_postgres(root)
-    with cluster.connect() as conn:
-        create_lake_server(conn, root)
+    with new_lake(cluster, fixtures_root, (TRIPS, TXNS)) as (conn, _):
         conn.execute("IMPORT FOREIGN SCHEMA root FROM SERVER lake INTO public")
         yield conn
 

@@ -8,7 +8,7 @@ from hudi import HudiQueryType, HudiReadOptions, HudiTableBuilder
 import pyarrow as pa
 
 import hudi_rows
-from conftest import create_lake_server, give_to_postgres
+from conftest import new_lake
 
 MOR_FIXTURES = [
     "quickstart_trips_table/mor/avro/v6_trips_8i1u.zip",
@@ -60,18 +60,14 @@ def assert_same_rows(label, mine, theirs):
 @pytest.mark.parametrize("fixture", MOR_FIXTURES)
 def test_time_travel_and_incremental_match_the_reference_reader(cluster, fixtures_root, fixture):
     relative = pathlib.Path(fixture)
-    root = cluster.directory / "lake"
-    base = hudi_rows.unpack(fixtures_root, relative, root)
-    give_to_postgres(root)
-    writes = completed_writes(base)
-    assert len(writes) >= 2, writes
-    with cluster.connect() as conn:
-        conn.execute("SET timezone = 'UTC'")
-        create_lake_server(conn, root)
+    with new_lake(cluster, fixtures_root, [relative]) as (conn, root):
+        base = root / relative.stem
+        writes = completed_writes(base)
+        assert len(writes) >= 2, writes
         conn.execute("CREATE SCHEMA s")
-        conn.execute(f'IMPORT FOREIGN SCHEMA root FROM SERVER lake INTO s')
+        conn.execute('IMPORT FOREIGN SCHEMA root FROM SERVER lake INTO s')
         conn.execute("CREATE SCHEMA inc")
-        conn.execute(f'IMPORT FOREIGN SCHEMA root FROM SERVER lake INTO inc')
+        conn.execute('IMPORT FOREIGN SCHEMA root FROM SERVER lake INTO inc')
         conn.execute(f'ALTER FOREIGN TABLE inc."{relative.stem}" OPTIONS (ADD query_type \'incremental\')')
         checked = 0
         for requested, _ in writes:
@@ -100,12 +96,8 @@ def test_time_travel_and_incremental_match_the_reference_reader(cluster, fixture
 ])
 def test_operation_column_tells_inserts_updates_and_deletes(cluster, fixtures_root, fixture, ops_per_range):
     relative = pathlib.Path(fixture)
-    root = cluster.directory / "lake"
-    base = hudi_rows.unpack(fixtures_root, relative, root)
-    give_to_postgres(root)
-    writes = completed_writes(base)
-    with cluster.connect() as conn:
-        create_lake_server(conn, root)
+    with new_lake(cluster, fixtures_root, [relative]) as (conn, root):
+        writes = completed_writes(root / relative.stem)
         conn.execute(f"CREATE FOREIGN TABLE changes (_hoodie_commit_time text, _hoodie_record_key text, "
                      f"_hoodie_partition_path text, rider text, _hoodie_operation text) SERVER lake "
                      f"OPTIONS (path '{relative.stem}', query_type 'incremental')")

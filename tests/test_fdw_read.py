@@ -4,7 +4,7 @@ exactly the rows of its expected/ file (the reference reader's snapshot)."""
 import pytest
 
 import hudi_rows
-from conftest import create_lake_server, give_to_postgres
+from conftest import new_lake
 from hudi_rows import same
 
 META = ["_hoodie_commit_time", "_hoodie_commit_seqno", "_hoodie_record_key",
@@ -14,15 +14,9 @@ META = ["_hoodie_commit_time", "_hoodie_commit_seqno", "_hoodie_record_key",
 @pytest.fixture
 def lake(cluster, fixtures_root):
     """All fixtures unpacked below one warehouse, each under its kind (sample_table/cow, ...)."""
-    root = cluster.directory / "lake"
     zips = hudi_rows.fixture_zips(fixtures_root)
-    for z in zips:
-        hudi_rows.unpack(fixtures_root, z, root / z.parent)
-    give_to_postgres(root)
-    with cluster.connect() as conn:
-        create_lake_server(conn, root)
-        conn.execute("SET timezone = 'UTC'")
-    return zips
+    with new_lake(cluster, fixtures_root, zips, by_kind=True):
+        return zips
 
 
 def schema_of(kind):

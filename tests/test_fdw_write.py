@@ -97,7 +97,7 @@ def test_nbcc_stress_many_writers_no_aborts_whole_transactions(lake, cluster):
                     chosen = rng.sample(range(pairs), 3)
                     # ordering values are unique: microseconds carry writer and commit number
                     micros = rng.randrange(1_000_000) * 1000 + n * 100 + i % 100
-                    ts = f"2026-01-01 00:00:00+00"
+                    ts = "2026-01-01 00:00:00+00"
                     with c.transaction():
                         for p in chosen:
                             for key in (2 * p, 2 * p + 1):  # a pair is always written together

@@ -5,8 +5,6 @@ import os
 import signal
 import time
 
-import pytest
-
 
 def wait_for(predicate, timeout=30.0, interval=0.1):
     deadline = time.monotonic() + timeout

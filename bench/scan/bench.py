@@ -86,8 +86,8 @@ def main():
         update = "SET qty = qty + 1, ts = ts + interval '1 day' WHERE id % 10 = 0"
         conn.execute(f"UPDATE heap {update}")
         conn.execute("VACUUM ANALYZE heap")
-        conn.execute(f"INSERT INTO scan SELECT id, name, city, amount, qty, score, flag, day, note, ts FROM heap "
-                     f"WHERE id % 10 = 0")
+        conn.execute("INSERT INTO scan SELECT id, name, city, amount, qty, score, flag, day, note, ts FROM heap "
+                     "WHERE id % 10 = 0")
     updated_s, updated_sum, updated_peak = scan_in_fresh_backend(args.port, "scan")
     updated_heap_s, updated_heap_sum, _ = scan_in_fresh_backend(args.port, "heap")
     assert updated_sum == updated_heap_sum == heap_sum + n // 10, (updated_sum, updated_heap_sum)

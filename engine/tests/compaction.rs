@@ -70,7 +70,7 @@ async fn compaction_keeps_every_read_and_writers_never_stop() {
 
     let during_instant = during.instant().to_owned();
     let groups_with_logs = TableReader::open(storage.clone()).await.unwrap().slices(&ReadBound::Latest).await.unwrap().len();
-    let instant = schedule_compaction(&storage, &config, &writer(9), &LockOptions::default()).await.unwrap().unwrap();
+    let instant = schedule_compaction(&storage, &writer(9), &LockOptions::default()).await.unwrap().unwrap();
     let plan = CompactionPlan::load(&storage, &config, &instant).await.unwrap();
     // Every file group written so far, without any of `during`'s logs.
     assert_eq!(plan.operations.len(), groups_with_logs, "{plan:?}");
@@ -79,7 +79,7 @@ async fn compaction_keeps_every_read_and_writers_never_stop() {
     assert!(third > instant, "a completion after the plan's instant");
     assert_eq!(snapshot(&storage).await, [(1, "ann-2"), (2, "bob"), (4, "di-2"), (5, "ed")].map(|(i, n)| (i, n.to_owned())));
 
-    let outcome = run_compaction(&storage, &config, &instant, &writer(9), &LockOptions::default(), EXPIRY).await.unwrap();
+    let outcome = run_compaction(&storage, &instant, &writer(9), &LockOptions::default(), EXPIRY).await.unwrap();
     assert_eq!((outcome.file_groups, outcome.rows), (groups_with_logs, 3), "be has no live row left: an empty base file");
     let after = snapshot(&storage).await;
     assert_eq!(after, [(1, "ann-2"), (2, "bob"), (4, "di-2"), (5, "ed")].map(|(i, n)| (i, n.to_owned())));
@@ -120,9 +120,9 @@ async fn compaction_keeps_every_read_and_writers_never_stop() {
     commit(&storage, &config, &[(2, "bob-3", "nl", 40)]).await;
     assert_eq!(snapshot(&storage).await, [(1, "ann-2"), (2, "bob-3"), (4, "di-2"), (5, "ed")].map(|(i, n)| (i, n.to_owned())));
     // And a second compaction takes the rest; nothing is left to compact after it.
-    let again = compact(&storage, &config, &writer(9), &LockOptions::default(), EXPIRY).await.unwrap().unwrap();
+    let again = compact(&storage, &writer(9), &LockOptions::default(), EXPIRY).await.unwrap().unwrap();
     assert!(again.instant > instant);
-    assert!(compact(&storage, &config, &writer(9), &LockOptions::default(), EXPIRY).await.unwrap().is_none());
+    assert!(compact(&storage, &writer(9), &LockOptions::default(), EXPIRY).await.unwrap().is_none());
     assert_eq!(snapshot(&storage).await, [(1, "ann-2"), (2, "bob-3"), (4, "di-2"), (5, "ed")].map(|(i, n)| (i, n.to_owned())));
 }
 
@@ -138,7 +138,7 @@ async fn a_failed_attempt_is_redone_and_a_running_one_is_refused() {
     let config = create_table(&storage, &spec()).await.unwrap();
     commit(&storage, &config, &[(1, "ann", "nl", 10), (2, "bob", "nl", 10)]).await;
     let expected = snapshot(&storage).await;
-    let instant = schedule_compaction(&storage, &config, &writer(9), &LockOptions::default()).await.unwrap().unwrap();
+    let instant = schedule_compaction(&storage, &writer(9), &LockOptions::default()).await.unwrap().unwrap();
     let plan = CompactionPlan::load(&storage, &config, &instant).await.unwrap();
     let op = &plan.operations[0];
 
@@ -149,15 +149,15 @@ async fn a_failed_attempt_is_redone_and_a_running_one_is_refused() {
     engine::write::heartbeat::beat(&storage, &instant).await.unwrap();
     assert_eq!(snapshot(&storage).await, expected, "an uncompleted compaction is invisible");
 
-    let err = run_compaction(&storage, &config, &instant, &writer(9), &LockOptions::default(), EXPIRY).await.unwrap_err();
+    let err = run_compaction(&storage, &instant, &writer(9), &LockOptions::default(), EXPIRY).await.unwrap_err();
     assert!(err.to_string().contains("being executed by another writer"), "{err}");
     tokio::time::sleep(Duration::from_millis(20)).await;
-    run_compaction(&storage, &config, &instant, &writer(9), &LockOptions::default(), Duration::from_millis(10)).await.unwrap();
+    run_compaction(&storage, &instant, &writer(9), &LockOptions::default(), Duration::from_millis(10)).await.unwrap();
     assert!(storage.get(&debris).await.is_err(), "the failed attempt's file is gone");
     assert_eq!(snapshot(&storage).await, expected);
 
-    let err = run_compaction(&storage, &config, &instant, &writer(9), &LockOptions::default(), EXPIRY).await.unwrap_err();
+    let err = run_compaction(&storage, &instant, &writer(9), &LockOptions::default(), EXPIRY).await.unwrap_err();
     assert!(err.to_string().contains("already completed"), "{err}");
-    let err = run_compaction(&storage, &config, "20200101000000000", &writer(9), &LockOptions::default(), EXPIRY).await.unwrap_err();
+    let err = run_compaction(&storage, "20200101000000000", &writer(9), &LockOptions::default(), EXPIRY).await.unwrap_err();
     assert_eq!(err.kind(), engine::ErrorKind::NotFound);
 }

@@ -22,8 +22,8 @@ fn row(outcome: CompactionOutcome) -> (String, String, i32, i64) {
 /// (writers go on meanwhile) and returns the plan's instant, or NULL when no slice has logs.
 #[pg_extern(volatile)]
 fn schedule_compaction(table: PgRelation) -> Option<String> {
-    let (storage, config) = service_target(&table, "compact it");
-    block_on(compaction::schedule_compaction(&storage, &config, &writer_id(), &lock_options())).or_report()
+    let storage = service_target(&table, "compact it");
+    block_on(compaction::schedule_compaction(&storage, &writer_id(), &lock_options())).or_report()
 }
 
 /// `hudi.run_compaction(table, instant)`: executes the compaction planned at `instant` (one
@@ -33,10 +33,9 @@ fn run_compaction(table: PgRelation, instant: &str) -> TableIterator<
     'static,
     (name!(instant, String), name!(completion_time, String), name!(file_groups, i32), name!(rows_written, i64)),
 > {
-    let (storage, config) = service_target(&table, "compact it");
+    let storage = service_target(&table, "compact it");
     let outcome = block_on(compaction::run_compaction(
         &storage,
-        &config,
         instant,
         &writer_id(),
         &lock_options(),
@@ -53,7 +52,7 @@ fn compact(table: PgRelation) -> TableIterator<
     'static,
     (name!(instant, String), name!(completion_time, String), name!(file_groups, i32), name!(rows_written, i64)),
 > {
-    let (storage, config) = service_target(&table, "compact it");
-    let outcome = block_on(compaction::compact(&storage, &config, &writer_id(), &lock_options(), heartbeat_expiry())).or_report();
+    let storage = service_target(&table, "compact it");
+    let outcome = block_on(compaction::compact(&storage, &writer_id(), &lock_options(), heartbeat_expiry())).or_report();
     TableIterator::new(outcome.into_iter().map(row))
 }

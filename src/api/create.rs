@@ -3,7 +3,7 @@
 use std::ffi::CStr;
 
 use arrow::datatypes::{Field, Schema};
-use engine::read::schema::META_FIELDS;
+use engine::read::schema::is_reader_column;
 use engine::table::MergeMode;
 use engine::write::{create_table as create, NewTable};
 use pgrx::prelude::*;
@@ -35,7 +35,7 @@ fn create_table(table: PgRelation) -> String {
             .filter(|attr| !attr.attisdropped)
             .filter_map(|attr| {
                 let column = CStr::from_ptr(attr.attname.data.as_ptr()).to_string_lossy().into_owned();
-                if META_FIELDS.contains(&column.as_str()) || column == "_hoodie_operation" {
+                if is_reader_column(&column) {
                     return None;
                 }
                 let data_type = datum::stored_type(attr.atttypid, attr.atttypmod).unwrap_or_else(|why| {

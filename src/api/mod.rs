@@ -7,14 +7,11 @@ pub mod tables;
 use pgrx::prelude::*;
 use pgrx::{PgRelation, PgSqlErrorCode};
 
-/// The storage and configuration of the Hudi table behind `table`, for a table service that
-/// will `to` it: like VACUUM, services that rewrite and delete a table's files are for its owner.
-pub(crate) fn service_target(table: &PgRelation, to: &str) -> (engine::storage::Storage, engine::table::TableConfig) {
-    use crate::error::OrReport;
+/// The storage of the Hudi table behind `table`, for a table service that will `to` it: like
+/// VACUUM, services that rewrite and delete a table's files are for its owner.
+pub(crate) fn service_target(table: &PgRelation, to: &str) -> engine::storage::Storage {
     require_owner(table, to);
-    let storage = crate::fdw::table::ForeignHudiTable::for_function(table.oid()).storage();
-    let config = crate::runtime::block_on(engine::table::load_config(&storage)).or_report();
-    (storage, config)
+    crate::fdw::table::ForeignHudiTable::for_function(table.oid()).storage()
 }
 
 fn require_owner(table: &PgRelation, to: &str) {

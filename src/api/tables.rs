@@ -90,7 +90,8 @@ fn latest_commit(table: PgRelation) -> Option<String> {
 fn rollback_failed_writes(
     table: PgRelation,
 ) -> TableIterator<'static, (name!(instant, String), name!(rollback_instant, String), name!(files_deleted, i32))> {
-    let (storage, config) = crate::api::service_target(&table, "roll back its writes");
+    let storage = crate::api::service_target(&table, "roll back its writes");
+    let config = block_on(engine::table::load_config(&storage)).or_report();
     // SAFETY: a plain read of the backend's pid.
     let owner = format!("rollback:{}", unsafe { pgrx::pg_sys::MyProcPid });
     let rolled = block_on(engine::services::rollback::rollback_failed_writes(

@@ -2,7 +2,6 @@
 //! URI (or a sub-path of it named by the remote schema), with the meta columns first and the
 //! data columns typed from the table's schema.
 
-use std::collections::BTreeSet;
 use std::ffi::{CStr, CString};
 
 use engine::read::schema::META_FIELDS;
@@ -26,22 +25,6 @@ unsafe fn quote_ident(name: &str) -> String {
 
 fn quote_literal(text: &str) -> String {
     format!("'{}'", text.replace('\'', "''"))
-}
-
-/// Table directories (relative to `storage`) that hold `.hoodie/hoodie.properties`, excluding
-/// the metadata tables nested inside `.hoodie/`.
-async fn find_tables(storage: &Storage) -> engine::Result<Vec<String>> {
-    let listing = storage.list_recursive("").await?;
-    let mut tables = BTreeSet::new();
-    for (path, _) in listing {
-        let Some(dir) = path.strip_suffix(".hoodie/hoodie.properties") else { continue };
-        let dir = dir.trim_end_matches('/');
-        if dir.split('/').any(|part| part == ".hoodie") {
-            continue;
-        }
-        tables.insert(dir.to_owned());
-    }
-    Ok(tables.into_iter().collect())
 }
 
 fn wanted(stmt: &pg_sys::ImportForeignSchemaStmt, name: &str) -> bool {
@@ -83,7 +66,7 @@ pub unsafe extern "C-unwind" fn import_foreign_schema(
     };
     let storage = Storage::open(&search, &credentials).or_report();
 
-    let tables = block_on(find_tables(&storage)).or_report();
+    let tables = block_on(engine::table::find_tables(&storage)).or_report();
     let leaf = |dir: &str| -> String {
         let name = dir.rsplit('/').next().filter(|n| !n.is_empty());
         name.unwrap_or_else(|| search.as_str().rsplit('/').next().unwrap_or("hudi_table")).to_owned()

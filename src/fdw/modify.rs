@@ -5,7 +5,7 @@
 
 use std::ffi::CStr;
 
-use engine::read::schema::META_FIELDS;
+use engine::read::schema::is_reader_column;
 use engine::write::{Transaction, WriterId};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -55,7 +55,7 @@ unsafe fn targets(relation: pg_sys::Relation, data_schema: &arrow::datatypes::Sc
             .iter()
             .map(|attr| {
                 let column = CStr::from_ptr(attr.attname.data.as_ptr()).to_string_lossy().into_owned();
-                if attr.attisdropped || META_FIELDS.contains(&column.as_str()) || column == "_hoodie_operation" {
+                if attr.attisdropped || is_reader_column(&column) {
                     return None;
                 }
                 let index = data_schema

@@ -6,7 +6,7 @@ use std::ffi::{c_void, CStr};
 
 use arrow::datatypes::Schema;
 use arrow::record_batch::RecordBatch;
-use engine::read::schema::META_FIELDS;
+use engine::read::schema::is_reader_column;
 use engine::read::{ChangeRange, ScanOptions, ScanStats, TableReader, OPERATION_COLUMN};
 use engine::timeline::ReadBound;
 use engine::view::FileSlice;
@@ -90,7 +90,7 @@ unsafe fn bind_columns(
                 }
                 // A table without meta fields still answers for them, with NULLs; so does
                 // _hoodie_operation outside incremental reads.
-                None if META_FIELDS.contains(&name.as_str()) || name == OPERATION_COLUMN => {
+                None if is_reader_column(&name) => {
                     Some(ColumnBinding { source: None, column_type })
                 }
                 None => {

@@ -44,6 +44,12 @@ pub fn arrow_schema_of_avro(avro_json: &str) -> Result<SchemaRef> {
     Ok(decoder.schema())
 }
 
+/// Whether `name` is a column that readers fill rather than a data field of the table: a meta
+/// field, or `_hoodie_operation` of incremental reads.
+pub fn is_reader_column(name: &str) -> bool {
+    META_FIELDS.contains(&name) || name == crate::read::OPERATION_COLUMN
+}
+
 /// The table schema: meta fields (nullable strings) first when the table populates them, then
 /// `data`'s fields without any meta field it may already contain.
 pub fn table_schema(data: &Schema, with_meta_fields: bool) -> SchemaRef {

@@ -9,7 +9,7 @@
 //! Logs that complete after `C` belong to the new slice by completion-time slicing (§7.2), so
 //! nothing written meanwhile is lost.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,7 +25,7 @@ use crate::read::{ScanOptions, ScanStats, TableReader};
 use crate::storage::Storage;
 use crate::table::files::{BaseFile, DataFile, LogFile};
 use crate::table::TableConfig;
-use crate::timeline::{ReadBound, Timeline};
+use crate::timeline::ReadBound;
 use crate::view::FileSlice;
 use crate::write::commit::{CommitMetadata, WriteStat};
 use crate::write::time::{LockOptions, TableLock};
@@ -146,12 +146,7 @@ impl CompactionPlan {
 /// Plans a compaction of every file slice with log files that no pending compaction already
 /// covers. Returns the plan's instant, or `None` when there is nothing to compact (then no
 /// timeline file is written).
-pub async fn schedule_compaction(
-    storage: &Storage,
-    config: &TableConfig,
-    writer: &WriterId,
-    lock_options: &LockOptions,
-) -> Result<Option<String>> {
+pub async fn schedule_compaction(storage: &Storage, writer: &WriterId, lock_options: &LockOptions) -> Result<Option<String>> {
     let lock = TableLock::acquire(storage, &writer.owner(), lock_options).await?;
     let instant = lock.next_time(lock_options).await;
     lock.release().await?;
@@ -159,11 +154,12 @@ pub async fn schedule_compaction(
 
     // Listed after taking the instant: every write that completed before it is visible now.
     let reader = TableReader::open(storage.clone()).await?;
-    let pending: HashSet<(String, String)> = pending_compactions(storage, config, reader.timeline())
-        .await?
-        .into_values()
-        .flat_map(|plan| plan.operations.into_iter().map(|op| (op.partition, op.file_id)))
-        .collect();
+    let config = reader.config();
+    let mut pending: HashSet<(String, String)> = HashSet::new();
+    for compaction in reader.timeline().pending_compactions() {
+        let plan = CompactionPlan::load(storage, config, &compaction.timestamp).await?;
+        pending.extend(plan.operations.into_iter().map(|op| (op.partition, op.file_id)));
+    }
     let operations: Vec<CompactionOperation> = reader
         .slices(&ReadBound::CompletedBy(instant.clone()))
         .await?
@@ -200,23 +196,22 @@ pub struct CompactionOutcome {
 /// elsewhere (its heartbeat younger than `heartbeat_expiry`) makes this an error.
 pub async fn run_compaction(
     storage: &Storage,
-    config: &TableConfig,
     instant: &str,
     writer: &WriterId,
     lock_options: &LockOptions,
     heartbeat_expiry: Duration,
 ) -> Result<CompactionOutcome> {
-    let timeline = Timeline::load(storage, config).await?;
-    match timeline.get(instant) {
+    let reader = TableReader::open(storage.clone()).await?;
+    match reader.timeline().get(instant) {
         Some(i) if i.requested_action == "compaction" && i.is_completed() => {
             return Err(Error::new(ErrorKind::InvalidArgument, format!("compaction {instant} is already completed")));
         }
         Some(i) if i.requested_action == "compaction" => {}
         _ => return Err(Error::new(ErrorKind::NotFound, format!("no pending compaction at instant {instant}"))),
     }
-    let plan = CompactionPlan::load(storage, config, instant).await?;
+    let plan = CompactionPlan::load(storage, reader.config(), instant).await?;
     claim(storage, writer, instant, lock_options, heartbeat_expiry).await?;
-    let result = execute(storage, config, instant, &plan, writer, lock_options).await;
+    let result = execute(storage, &reader, instant, &plan, writer, lock_options).await;
     heartbeat::stop(storage, instant).await?;
     result
 }
@@ -244,17 +239,18 @@ async fn claim(storage: &Storage, writer: &WriterId, instant: &str, lock_options
     claimed
 }
 
+/// Writes the plan's base files with `reader` (opened after the plan's logs completed) and
+/// completes the compaction.
 async fn execute(
     storage: &Storage,
-    config: &TableConfig,
+    reader: &TableReader,
     instant: &str,
     plan: &CompactionPlan,
     writer: &WriterId,
     lock_options: &LockOptions,
 ) -> Result<CompactionOutcome> {
-    let dir = &config.timeline_dir;
+    let dir = &reader.config().timeline_dir;
     storage.put_if_absent(&format!("{dir}/{instant}.compaction.inflight"), Bytes::new()).await?;
-    let reader = TableReader::open(storage.clone()).await?;
     let bound = ReadBound::CompletedBy(instant.to_owned());
     let token = writer.token(next_transaction_number());
     let mut metadata = CommitMetadata { operation_type: "COMPACT".into(), compacted: true, ..Default::default() };
@@ -387,24 +383,14 @@ fn key_range(rows: &RecordBatch) -> Vec<KeyValue> {
 /// Plans and executes a compaction in one go; `None` when there was nothing to compact.
 pub async fn compact(
     storage: &Storage,
-    config: &TableConfig,
     writer: &WriterId,
     lock_options: &LockOptions,
     heartbeat_expiry: Duration,
 ) -> Result<Option<CompactionOutcome>> {
-    match schedule_compaction(storage, config, writer, lock_options).await? {
-        Some(instant) => Ok(Some(run_compaction(storage, config, &instant, writer, lock_options, heartbeat_expiry).await?)),
+    match schedule_compaction(storage, writer, lock_options).await? {
+        Some(instant) => Ok(Some(run_compaction(storage, &instant, writer, lock_options, heartbeat_expiry).await?)),
         None => Ok(None),
     }
-}
-
-/// Pending compactions by instant, with the file groups each covers.
-pub async fn pending_compactions(storage: &Storage, config: &TableConfig, timeline: &Timeline) -> Result<BTreeMap<String, CompactionPlan>> {
-    let mut out = BTreeMap::new();
-    for compaction in timeline.pending_compactions() {
-        out.insert(compaction.timestamp.clone(), CompactionPlan::load(storage, config, &compaction.timestamp).await?);
-    }
-    Ok(out)
 }
 
 #[cfg(test)]

@@ -28,3 +28,39 @@ pub async fn load_config(storage: &Storage) -> Result<TableConfig> {
         .map_err(|e| Error::new(ErrorKind::Corrupt, format!("{file} is not UTF-8")).with_source(e))?;
     TableConfig::from_properties(Properties::parse(text), &file)
 }
+
+/// Directories below `storage` (relative paths, sorted; `""` for `storage` itself) that hold a
+/// Hudi table, i.e. a `.hoodie/hoodie.properties`; metadata tables nested inside `.hoodie/`
+/// are not counted.
+pub async fn find_tables(storage: &Storage) -> Result<Vec<String>> {
+    let mut tables = std::collections::BTreeSet::new();
+    for (path, _) in storage.list_recursive("").await? {
+        let Some(dir) = path.strip_suffix(PROPERTIES_FILE) else { continue };
+        let dir = dir.trim_end_matches('/');
+        if !dir.split('/').any(|part| part == ".hoodie") {
+            tables.insert(dir.to_owned());
+        }
+    }
+    Ok(tables.into_iter().collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::StorageUri;
+
+    #[tokio::test]
+    async fn finds_tables_but_not_metadata_tables() {
+        let storage = Storage::open(&StorageUri::parse("memory:///find-tables").unwrap(), &Default::default()).unwrap();
+        for path in [
+            "a/.hoodie/hoodie.properties",
+            "a/.hoodie/metadata/.hoodie/hoodie.properties",
+            "b/c/.hoodie/hoodie.properties",
+            "b/c/p=1/x.parquet",
+            "d/hoodie.properties",
+        ] {
+            storage.put(path, bytes::Bytes::new()).await.unwrap();
+        }
+        assert_eq!(find_tables(&storage).await.unwrap(), ["a", "b/c"]);
+    }
+}
