@@ -171,19 +171,23 @@ def test_update_and_delete(lake):
 
 
 def _kill_backend_and_wait(cluster, pid):
-    """SIGKILL one backend: the postmaster resets every session and recovers; wait for it."""
+    """SIGKILL one backend: the postmaster resets every session and recovers; wait until the
+    server log says recovery is over (a connection right after the kill may still reach the
+    old server, before the reset starts)."""
     import os
     import signal
     import time
+    logged = len(cluster.log())
     os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        try:
+        after_kill = cluster.log()[logged:]
+        _, reset, after_reset = after_kill.partition("reinitializing")
+        if reset and "ready to accept connections" in after_reset:
             with cluster.connect() as c:
                 c.execute("SELECT 1")
-                return
-        except psycopg.Error:
-            time.sleep(0.2)
+            return
+        time.sleep(0.2)
     raise AssertionError("the cluster did not come back")
 
 
