@@ -37,6 +37,11 @@ pub static LOCK_LEASE: GucSetting<i32> = GucSetting::<i32>::new(60);
 /// instant, so a test can kill it exactly there.
 pub static DEBUG_PAUSE_BEFORE_COMPLETE: GucSetting<i32> = GucSetting::<i32>::new(0);
 
+/// `hudi.read_ahead_slices`: how many file slices a scan decodes and merges ahead, on helper
+/// threads, while the backend returns the rows of the current one (0: none, all on the
+/// backend's thread).
+pub static READ_AHEAD_SLICES: GucSetting<i32> = GucSetting::<i32>::new(2);
+
 /// `hudi.heartbeat_expiry` as a duration.
 pub fn heartbeat_expiry() -> std::time::Duration {
     std::time::Duration::from_secs(HEARTBEAT_EXPIRY.get().max(0) as u64)
@@ -53,6 +58,16 @@ pub fn lock_options() -> engine::write::time::LockOptions {
 }
 
 pub fn register() {
+    GucRegistry::define_int_guc(
+        c"hudi.read_ahead_slices",
+        c"How many file slices a scan of a Hudi table decodes and merges ahead, on helper threads.",
+        c"Each slice ahead holds its decoded rows in memory; 0 decodes every slice on the backend's own thread.",
+        &READ_AHEAD_SLICES,
+        0,
+        64,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
     GucRegistry::define_int_guc(
         c"hudi.max_clock_skew",
         c"Largest clock difference between servers writing the same Hudi tables.",

@@ -119,3 +119,31 @@ async fn pruning_keeps_every_matching_row() {
     assert!(!expected.is_empty());
     assert_eq!(ids, expected);
 }
+
+#[tokio::test]
+async fn read_ahead_returns_every_fixture_slice_in_order_as_read_inline() {
+    use engine::read::prefetch::ReadAhead;
+    use engine::read::{ScanOptions, ScanStats, SliceQuery};
+
+    for zip in common::fixture_zips() {
+        let (_dir, base) = common::unpack(&zip);
+        let reader = open(&base).await;
+        let bound = TableReader::snapshot_bound(None);
+        let slices = reader.slices(&bound).await.unwrap();
+        let inline = reader.read_snapshot(None).await.unwrap();
+        let (query, options) = (SliceQuery::Snapshot(bound), ScanOptions::default());
+        let mut ahead = ReadAhead::new(3);
+        let (mut next, mut stats, mut batches) = (0, ScanStats::default(), Vec::new());
+        loop {
+            while ahead.wants_more() && next < slices.len() {
+                ahead.submit(reader.fetch_slice(&slices[next], &query, &options, &mut stats).await.unwrap());
+                next += 1;
+            }
+            match ahead.next().await {
+                Some(rows) => batches.extend(rows.unwrap()),
+                None => break,
+            }
+        }
+        assert_eq!(batches, inline, "{}", zip.display());
+    }
+}

@@ -7,7 +7,8 @@ use std::ffi::{c_void, CStr};
 use arrow::datatypes::Schema;
 use arrow::record_batch::RecordBatch;
 use engine::read::schema::is_reader_column;
-use engine::read::{ChangeRange, ScanOptions, ScanStats, TableReader, OPERATION_COLUMN};
+use engine::read::prefetch::ReadAhead;
+use engine::read::{ChangeRange, ScanOptions, ScanStats, SliceQuery, TableReader, OPERATION_COLUMN};
 use engine::timeline::ReadBound;
 use engine::view::FileSlice;
 use pgrx::pg_sys;
@@ -298,13 +299,13 @@ pub unsafe extern "C-unwind" fn get_foreign_plan(
 /// Executor state of one scan, owned by `ForeignScanState::fdw_state`.
 struct ScanState {
     reader: TableReader,
-    spec: ReadSpec,
-    bound: ReadBound,
+    query: SliceQuery,
     options: ScanOptions,
     stats: ScanStats,
-    with_deletes: bool,
     slices: Vec<FileSlice>,
+    /// The next slice to fetch and hand to `ahead`.
     next_slice: usize,
+    ahead: ReadAhead,
     batch: Option<RecordBatch>,
     next_row: usize,
     /// `(attribute index, binding)` of the columns the query uses; the others stay NULL.
@@ -344,16 +345,18 @@ pub unsafe extern "C-unwind" fn begin_foreign_scan(node: *mut pg_sys::ForeignSca
     let options = PlanInfo::from_list((*plan).fdw_private).options;
     let (slices, stats) = slices_to_read(&reader, &spec, &options);
     let columns = used_bindings(columns, options.columns.as_deref(), schema);
-    let bound = spec.bound(&reader);
+    let query = match spec {
+        ReadSpec::Snapshot { bound, .. } => SliceQuery::Snapshot(bound),
+        ReadSpec::Incremental { range } => SliceQuery::Changes { range, with_deletes },
+    };
     let state = Box::new(ScanState {
         reader,
-        spec,
-        bound,
+        query,
         options,
         stats,
-        with_deletes,
         slices,
         next_slice: 0,
+        ahead: read_ahead(),
         batch: None,
         next_row: 0,
         columns,
@@ -380,23 +383,28 @@ pub unsafe extern "C-unwind" fn iterate_foreign_scan(node: *mut pg_sys::ForeignS
             store_row(slot, &state.readers, row);
             return slot;
         }
-        if state.next_slice >= state.slices.len() {
-            state.batch = None;
+        // The slice is used up: its memory goes before the next one arrives.
+        state.readers.clear();
+        state.batch = None;
+        // Slices are fetched here (I/O on this thread's runtime) and decoded ahead.
+        while state.ahead.wants_more() && state.next_slice < state.slices.len() {
+            let slice = &state.slices[state.next_slice];
+            state.next_slice += 1;
+            let read = block_on(state.reader.fetch_slice(slice, &state.query, &state.options, &mut state.stats));
+            state.ahead.submit(read.or_report());
+        }
+        let Some(rows) = block_on(state.ahead.next()) else {
             pg_sys::ExecClearTuple(slot);
             return slot;
-        }
-        let slice = &state.slices[state.next_slice];
-        state.next_slice += 1;
-        let (reader, options, stats) = (&state.reader, &state.options, &mut state.stats);
-        state.batch = match &state.spec {
-            ReadSpec::Snapshot { .. } => block_on(reader.read_slice(slice, &state.bound, options, stats)).or_report(),
-            ReadSpec::Incremental { range } => {
-                block_on(reader.read_slice_changes(slice, range, state.with_deletes, options, stats)).or_report()
-            }
         };
+        state.batch = rows.or_report();
         state.next_row = 0;
         state.readers = state.batch.as_ref().map(|b| column_readers(&state.columns, b)).unwrap_or_default();
     }
+}
+
+fn read_ahead() -> ReadAhead {
+    ReadAhead::new(crate::guc::READ_AHEAD_SLICES.get().max(0) as usize)
 }
 
 /// Stores row `row` of the `readers`' batch in `slot` as a virtual tuple. The slot is refilled in place
@@ -459,6 +467,7 @@ fn fill_row(readers: &[(usize, ColumnReader)], row: usize, values: &mut [pg_sys:
 pub unsafe extern "C-unwind" fn rescan_foreign_scan(node: *mut pg_sys::ForeignScanState) {
     let state = &mut *((*node).fdw_state as *mut ScanState);
     state.next_slice = 0;
+    state.ahead = read_ahead();
     state.batch = None;
     state.next_row = 0;
 }

@@ -155,45 +155,34 @@ pub struct DeletedKey {
 
 type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
-/// The log versions of one key, oldest first: almost always one, kept without an allocation.
-struct Versions<'a> {
-    first: Version<'a>,
-    rest: Vec<Version<'a>>,
-}
+/// A record key column.
+#[derive(Clone, Copy)]
+struct KeyColumn<'a>(&'a StringArray);
 
-impl<'a> IntoIterator for Versions<'a> {
-    type Item = Version<'a>;
-    type IntoIter = std::iter::Chain<std::iter::Once<Version<'a>>, std::vec::IntoIter<Version<'a>>>;
-
-    fn into_iter(self) -> Self::IntoIter {
-        std::iter::once(self.first).chain(self.rest)
+impl<'a> KeyColumn<'a> {
+    fn get(self, row: usize) -> Result<&'a str> {
+        if self.0.is_null(row) {
+            return Err(Error::new(ErrorKind::Corrupt, "a record without _hoodie_record_key cannot be merged"));
+        }
+        Ok(self.0.value(row))
     }
 }
 
 /// The columns of a source batch that merging reads.
 struct MergeColumns<'a> {
-    keys: &'a StringArray,
+    keys: KeyColumn<'a>,
     commit_times: &'a StringArray,
     ordering: Option<&'a dyn Array>,
 }
 
 impl<'a> MergeColumns<'a> {
     fn of(batch: &'a RecordBatch, ordering_column: Option<usize>) -> Result<MergeColumns<'a>> {
-        let string_column = |i: usize| {
-            batch.column(i).as_string_opt::<i32>().ok_or_else(|| Error::new(ErrorKind::Internal, "meta columns are not string columns"))
-        };
+        let not_strings = || Error::new(ErrorKind::Internal, "meta columns are not string columns");
         Ok(MergeColumns {
-            keys: string_column(RECORD_KEY_COLUMN)?,
-            commit_times: string_column(COMMIT_TIME_COLUMN)?,
+            keys: KeyColumn(batch.column(RECORD_KEY_COLUMN).as_string_opt::<i32>().ok_or_else(not_strings)?),
+            commit_times: batch.column(COMMIT_TIME_COLUMN).as_string_opt::<i32>().ok_or_else(not_strings)?,
             ordering: ordering_column.map(|c| batch.column(c).as_ref()),
         })
-    }
-
-    fn key(&self, row: usize) -> Result<&'a str> {
-        if self.keys.is_null(row) {
-            return Err(Error::new(ErrorKind::Corrupt, "a record without _hoodie_record_key cannot be merged"));
-        }
-        Ok(self.keys.value(row))
     }
 
     fn version(&self, batch: usize, row: usize, tracking: bool) -> Version<'a> {
@@ -203,6 +192,112 @@ impl<'a> MergeColumns<'a> {
             instant: (tracking && self.commit_times.is_valid(row)).then(|| self.commit_times.value(row)),
             partition_path: None,
         }
+    }
+}
+
+/// Where a version written after the base file is.
+#[derive(Debug, Clone, Copy)]
+enum LogEntry<'a> {
+    Row { batch: usize, row: usize },
+    Delete { record: &'a DeleteRecord, instant: &'a str },
+}
+
+impl<'a> LogEntry<'a> {
+    fn version(self, columns: &[MergeColumns<'a>], tracking: bool) -> Version<'a> {
+        match self {
+            LogEntry::Row { batch, row } => columns[batch].version(batch, row, tracking),
+            LogEntry::Delete { record, instant } => Version {
+                row: None,
+                ordering: record.ordering.clone(),
+                instant: Some(instant),
+                partition_path: record.partition_path.as_deref(),
+            },
+        }
+    }
+}
+
+/// The versions written after the base file, grouped by key: keys in sorted order, each key's
+/// versions in the order they were written (the sort is stable). Sorted groups let a sorted
+/// base file be matched by one walk, and sorting is cheap when the blocks come sorted, as
+/// this engine's writer writes them.
+struct LogIndex<'a> {
+    entries: Vec<(&'a str, LogEntry<'a>)>,
+    /// Where each key's run of versions starts in `entries`, then `entries.len()`.
+    starts: Vec<usize>,
+}
+
+impl<'a> LogIndex<'a> {
+    fn new(mut entries: Vec<(&'a str, LogEntry<'a>)>) -> LogIndex<'a> {
+        entries.sort_by(|a, b| a.0.cmp(b.0));
+        let mut starts: Vec<usize> = (0..entries.len()).filter(|&i| i == 0 || entries[i].0 != entries[i - 1].0).collect();
+        starts.push(entries.len());
+        LogIndex { entries, starts }
+    }
+
+    /// The number of keys.
+    fn len(&self) -> usize {
+        self.starts.len() - 1
+    }
+
+    fn key(&self, group: usize) -> &'a str {
+        self.entries[self.starts[group]].0
+    }
+
+    fn entries(&self, group: usize) -> impl Iterator<Item = LogEntry<'a>> + '_ {
+        self.entries[self.starts[group]..self.starts[group + 1]].iter().map(|e| e.1)
+    }
+
+    /// `(base row, key group)` for each base row whose key the logs have versions of, in
+    /// base order. A key that occurs in several base rows matches the first only: base rows
+    /// are not merged with each other (as in Java's reader).
+    fn match_base(&self, keys: KeyColumn<'a>, rows: usize) -> Result<Vec<(usize, usize)>> {
+        if let Some(matches) = self.match_sorted_base(keys, rows)? {
+            return Ok(matches);
+        }
+        let mut groups: FastMap<&str, usize> = FastMap::with_capacity_and_hasher(self.len(), Default::default());
+        groups.extend((0..self.len()).map(|g| (self.key(g), g)));
+        let mut matches = Vec::with_capacity(self.len());
+        for row in 0..rows {
+            if let Some(group) = groups.remove(keys.get(row)?) {
+                matches.push((row, group));
+                if groups.is_empty() {
+                    break;
+                }
+            }
+        }
+        Ok(matches)
+    }
+
+    /// [`Self::match_base`] by one walk over base keys in sorted order (as compaction writes
+    /// them); `None` when the base keys turn out not to be sorted.
+    fn match_sorted_base(&self, keys: KeyColumn<'a>, rows: usize) -> Result<Option<Vec<(usize, usize)>>> {
+        let mut matches = Vec::with_capacity(self.len());
+        let (mut group, mut previous) = (0, "");
+        for row in 0..rows {
+            if matches.len() == self.len() {
+                // Every log key has met its base row: the rest of the base stands.
+                break;
+            }
+            let key = keys.get(row)?;
+            if key < previous {
+                return Ok(None);
+            }
+            previous = key;
+            // Log keys behind this base key are not in the base; one comparison per row
+            // otherwise.
+            while group < self.len() {
+                match self.key(group).cmp(key) {
+                    std::cmp::Ordering::Less => group += 1,
+                    std::cmp::Ordering::Equal => {
+                        matches.push((row, group));
+                        group += 1;
+                        break;
+                    }
+                    std::cmp::Ordering::Greater => break,
+                }
+            }
+        }
+        Ok(Some(matches))
     }
 }
 
@@ -277,80 +372,43 @@ pub fn merge(
         }
     }
 
-    // Versions written after the base file, by key, in the order they apply.
-    let log_rows: usize = later.iter().map(|(batch, deletes)| batch.map_or(0, |b| batches[b].num_rows()) + deletes.as_ref().map_or(0, |d| d.0.len())).sum();
-    let mut log_versions: FastMap<&str, Versions> = FastMap::with_capacity_and_hasher(log_rows, Default::default());
-    let mut log_order: Vec<&str> = Vec::with_capacity(log_rows);
-    let mut add = |key, version| match log_versions.entry(key) {
-        std::collections::hash_map::Entry::Occupied(mut versions) => versions.get_mut().rest.push(version),
-        std::collections::hash_map::Entry::Vacant(slot) => {
-            log_order.push(key);
-            slot.insert(Versions { first: version, rest: Vec::new() });
-        }
-    };
+    let columns = batches.iter().map(|b| MergeColumns::of(b, ordering_column)).collect::<Result<Vec<_>>>()?;
+    // Versions written after the base file, grouped by key, in the order they apply.
+    let mut entries = Vec::new();
     for (batch, deletes) in &later {
-        if let Some(index) = *batch {
-            let columns = MergeColumns::of(&batches[index], ordering_column)?;
-            for row in 0..batches[index].num_rows() {
-                add(columns.key(row)?, columns.version(index, row, tracking));
+        if let Some(batch) = *batch {
+            let keys = columns[batch].keys;
+            for row in 0..batches[batch].num_rows() {
+                entries.push((keys.get(row)?, LogEntry::Row { batch, row }));
             }
         }
         if let Some((records, instant)) = deletes {
-            for delete in records {
-                let version = Version {
-                    row: None,
-                    ordering: delete.ordering.clone(),
-                    instant: Some(instant),
-                    partition_path: delete.partition_path.as_deref(),
-                };
-                add(delete.record_key.as_str(), version);
-            }
+            entries.extend(records.iter().map(|record| (record.record_key.as_str(), LogEntry::Delete { record, instant })));
         }
     }
+    let log = LogIndex::new(entries);
 
     let mut merged = Merged::default();
-    // Base rows that stand are kept by a mask (cheap to apply); the other winners by position.
     let base_rows = if has_base { batches[0].num_rows() } else { 0 };
+    let matches = if has_base && log.len() > 0 { log.match_base(columns[0].keys, base_rows)? } else { Vec::new() };
+    // Base rows that stand are kept by a mask (cheap to apply); the other winners by position.
     let mut keep_base = BooleanBufferBuilder::new(base_rows);
-    let mut winners = Winners { rows: Vec::with_capacity(log_order.len()), overrides: Vec::new() };
-    if has_base {
-        let columns = MergeColumns::of(&batches[0], ordering_column)?;
-        // Base files sorted by record key (as compaction writes them) are matched against the
-        // sorted log keys by a walk, without hashing every base key; unsorted ones by lookup.
-        let mut log_keys: Vec<&str> = log_versions.keys().copied().collect();
-        log_keys.sort_unstable();
-        let (mut next, mut previous, mut sorted) = (0, "", true);
-        for row in 0..base_rows {
-            if log_versions.is_empty() {
-                // Every log key was found already: the rest of the base stands.
-                keep_base.append_n(base_rows - row, true);
-                break;
-            }
-            let key = columns.key(row)?;
-            sorted = sorted && key >= previous;
-            let versions = if sorted {
-                previous = key;
-                while next < log_keys.len() && log_keys[next] < key {
-                    next += 1;
-                }
-                (next < log_keys.len() && log_keys[next] == key).then(|| log_versions.remove(key)).flatten()
-            } else {
-                log_versions.remove(key)
-            };
-            // Untouched by the logs, the base row stands (and, in a change range, its key was
-            // not alive before its one version).
-            keep_base.append(versions.is_none());
-            if let Some(versions) = versions {
-                let base = columns.version(0, row, tracking);
-                let state = rule.fold(std::iter::once(base).chain(versions), &batches, change_range);
-                emit(&mut merged, &mut winners, key, state, change_range);
-            }
-        }
+    let mut matched_groups = vec![false; log.len()];
+    let mut winners = Winners { rows: Vec::with_capacity(log.len()), overrides: Vec::new() };
+    for &(row, group) in &matches {
+        keep_base.append_n(row - keep_base.len(), true);
+        keep_base.append(false);
+        matched_groups[group] = true;
+        let versions = std::iter::once(columns[0].version(0, row, tracking)).chain(log.entries(group).map(|e| e.version(&columns, tracking)));
+        let state = rule.fold(versions, &batches, change_range);
+        emit(&mut merged, &mut winners, log.key(group), state, change_range);
     }
-    for key in log_order {
-        if let Some(versions) = log_versions.remove(key) {
-            emit(&mut merged, &mut winners, key, rule.fold(versions, &batches, change_range), change_range);
-        }
+    // Untouched by the logs, the other base rows stand (and, in a change range, their keys
+    // were not alive before their one version).
+    keep_base.append_n(base_rows - keep_base.len(), true);
+    for group in (0..log.len()).filter(|&g| !matched_groups[g]) {
+        let state = rule.fold(log.entries(group).map(|e| e.version(&columns, tracking)), &batches, change_range);
+        emit(&mut merged, &mut winners, log.key(group), state, change_range);
     }
 
     let kept = BooleanArray::new(keep_base.finish(), None);
@@ -513,6 +571,14 @@ mod tests {
                 "base keys in the order {base_keys:?}"
             );
         }
+    }
+
+    #[test]
+    fn an_unsorted_base_is_noticed_after_the_walk_passed_every_log_key() {
+        let s = schema();
+        let MergeSource::Data(base) = rows(&s, &[("z", 10, "base"), ("a", 10, "base")]) else { unreachable!() };
+        let merged = merge(&s, vec![MergeSource::Base(base), rows(&s, &[("a", 11, "log")])], EVENT, None, None).unwrap();
+        assert_eq!(result(merged), [("a", "log"), ("z", "base")].map(|(k, v)| (k.to_owned(), v.to_owned())));
     }
 
     #[test]

@@ -1,26 +1,34 @@
 //! Reading tables: snapshot queries (latest or as of an instant) and incremental queries
-//! (the rows changed by the commits of a range) over file slices, one slice at a time. Memory
-//! is bounded by one file slice: its base file's rows plus its log records.
+//! (the rows changed by the commits of a range) over file slices, one slice at a time. Each
+//! slice read is fetched ([`TableReader::fetch_slice`], I/O) and then decoded and merged
+//! ([`SliceRead::run`], CPU only), so that [`prefetch::ReadAhead`] can merge the next slices on
+//! helper threads. Memory is bounded per file slice (its base file's rows plus its log
+//! records): one for a plain read, one plus the read-ahead depth for a scan.
 
 pub mod filter;
 pub mod merge;
+pub mod prefetch;
 pub mod schema;
+pub mod slice;
 
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use arrow::array::{new_null_array, Array, ArrayRef, StringArray};
-use arrow::compute::{concat_batches, filter_record_batch};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
-use futures::TryStreamExt;
-use parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
+use parquet::arrow::arrow_reader::ArrowReaderMetadata;
+use parquet::arrow::async_reader::AsyncFileReader;
+use parquet::arrow::push_decoder::ParquetPushDecoderBuilder;
+use parquet::arrow::ProjectionMask;
+use parquet::DecodeResult;
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, ErrorKind, Result, ResultExt};
-use crate::log::{decode_block, read_blocks, BlockContent, BlockType};
+use crate::error::{Error, ErrorKind, Result};
+use crate::log::{read_blocks, BlockType};
 use crate::read::filter::ScanFilter;
-use crate::read::merge::{merge, Merged, MergeRule, MergeSource};
+use crate::read::merge::MergeRule;
+pub use crate::read::slice::SliceRead;
+use crate::read::slice::{FetchedBase, SliceOutput};
 use crate::storage::Storage;
 use crate::table::{self, TableConfig};
 use crate::timeline::{metadata, ReadBound, Timeline};
@@ -35,6 +43,14 @@ pub const OPERATION_COLUMN: &str = "_hoodie_operation";
 pub struct ChangeRange {
     pub start: Option<String>,
     pub end: Option<String>,
+}
+
+/// What a slice read returns: the snapshot within a bound, or the changes of a range (with
+/// `D` rows for deletes when `with_deletes`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SliceQuery {
+    Snapshot(ReadBound),
+    Changes { range: ChangeRange, with_deletes: bool },
 }
 
 /// What a scan asks for beyond the bound: filters that may skip data, and the columns it
@@ -197,7 +213,7 @@ impl TableReader {
         options: &ScanOptions,
         stats: &mut ScanStats,
     ) -> Result<Option<RecordBatch>> {
-        Ok(self.merge_slice(slice, bound, None, options, stats).await?.rows)
+        self.fetch_slice(slice, &SliceQuery::Snapshot(bound.clone()), options, stats).await?.run()
     }
 
     /// The rows of one file slice changed by the commits of `range`, with `_hoodie_operation`:
@@ -212,144 +228,93 @@ impl TableReader {
         options: &ScanOptions,
         stats: &mut ScanStats,
     ) -> Result<Option<RecordBatch>> {
-        if !self.config.populate_meta_fields {
-            return Err(Error::new(
-                ErrorKind::Unsupported,
-                "incremental queries need the _hoodie_commit_time meta field, which this table does not populate",
-            ));
-        }
-        let instants = self.timeline.writes_in_range(range.start.as_deref(), range.end.as_deref());
-        if instants.is_empty() {
-            return Ok(None);
-        }
-        let merged = self.merge_slice(slice, &self.change_bound(range), Some(&instants), options, stats).await?;
-        let mut parts = Vec::new();
-        if let Some(rows) = &merged.rows {
-            let commit_times = rows.column(schema::COMMIT_TIME_COLUMN);
-            let commit_times = commit_times.as_any().downcast_ref::<StringArray>().ok_or_else(|| {
-                Error::new(ErrorKind::Internal, "_hoodie_commit_time is not a string column")
-            })?;
-            let keep: arrow::array::BooleanArray = (0..rows.num_rows())
-                .map(|i| Some(commit_times.is_valid(i) && instants.contains(commit_times.value(i))))
-                .collect();
-            let operations: StringArray = merged
-                .alive_before_range
-                .iter()
-                .map(|&alive| Some(if alive { "U" } else { "I" }))
-                .collect();
-            let mut columns: Vec<ArrayRef> = rows.columns().to_vec();
-            columns.push(Arc::new(operations));
-            let with_operation = RecordBatch::try_new(self.changes_schema.clone(), columns)
-                .map_err(|e| Error::new(ErrorKind::Internal, "cannot assemble changes").with_source(e))?;
-            let changed = filter_record_batch(&with_operation, &keep)
-                .map_err(|e| Error::new(ErrorKind::Internal, "cannot filter changes").with_source(e))?;
-            if changed.num_rows() > 0 {
-                parts.push(changed);
-            }
-        }
-        if with_deletes && !merged.deleted.is_empty() {
-            parts.push(self.delete_rows(&merged)?);
-        }
-        match parts.len() {
-            0 => Ok(None),
-            1 => Ok(parts.pop()),
-            _ => concat_batches(&self.changes_schema, &parts)
-                .map(Some)
-                .map_err(|e| Error::new(ErrorKind::Internal, "cannot concatenate changes").with_source(e)),
-        }
+        let query = SliceQuery::Changes { range: range.clone(), with_deletes };
+        self.fetch_slice(slice, &query, options, stats).await?.run()
     }
 
-    /// `D` rows: commit time, record key and partition path of each deleted key.
-    fn delete_rows(&self, merged: &Merged) -> Result<RecordBatch> {
-        let n = merged.deleted.len();
-        let columns: Vec<ArrayRef> = self
-            .changes_schema
-            .fields()
-            .iter()
-            .map(|field| -> ArrayRef {
-                let strings = |values: Vec<Option<&str>>| Arc::new(StringArray::from(values)) as ArrayRef;
-                match field.name().as_str() {
-                    "_hoodie_commit_time" => strings(merged.deleted.iter().map(|d| Some(d.instant.as_str())).collect()),
-                    "_hoodie_record_key" => strings(merged.deleted.iter().map(|d| Some(d.record_key.as_str())).collect()),
-                    "_hoodie_partition_path" => {
-                        strings(merged.deleted.iter().map(|d| d.partition_path.as_deref()).collect())
-                    }
-                    OPERATION_COLUMN => strings(vec![Some("D"); n]),
-                    _ => new_null_array(field.data_type(), n),
-                }
-            })
-            .collect();
-        RecordBatch::try_new(self.changes_schema.clone(), columns)
-            .map_err(|e| Error::new(ErrorKind::Internal, "cannot assemble delete rows").with_source(e))
-    }
-
-    /// Reads and merges one slice: the base file, then every log block written by an instant
-    /// visible within `bound` and not rolled back. Row groups are skipped by statistics only
-    /// when the slice has no logs: a log version may lose to a base version that the filter
-    /// alone would have dropped.
-    async fn merge_slice(
+    /// The I/O half of reading one slice: fetches the base file's column chunks that `query`
+    /// and `options` need and the log blocks written by instants visible within the query's
+    /// bound and not rolled back. [`SliceRead::run`] then decodes and merges them. Row groups
+    /// are skipped by statistics only when the slice has no logs: a log version may lose to a
+    /// base version that the filter alone would have dropped.
+    pub async fn fetch_slice(
         &self,
         slice: &FileSlice,
-        bound: &ReadBound,
-        change_range: Option<&HashSet<String>>,
+        query: &SliceQuery,
         options: &ScanOptions,
         stats: &mut ScanStats,
-    ) -> Result<Merged> {
+    ) -> Result<SliceRead> {
+        let (bound, kind) = match query {
+            SliceQuery::Snapshot(bound) => (bound.clone(), SliceOutput::Snapshot),
+            SliceQuery::Changes { range, with_deletes } => {
+                if !self.config.populate_meta_fields {
+                    return Err(Error::new(
+                        ErrorKind::Unsupported,
+                        "incremental queries need the _hoodie_commit_time meta field, which this table does not populate",
+                    ));
+                }
+                let instants = self.timeline.writes_in_range(range.start.as_deref(), range.end.as_deref());
+                let kind = SliceOutput::Changes {
+                    instants,
+                    with_deletes: *with_deletes,
+                    changes_schema: self.changes_schema.clone(),
+                };
+                (self.change_bound(range), kind)
+            }
+        };
+        let changes = matches!(kind, SliceOutput::Changes { .. });
+        // A change read of a range without commits reads nothing.
+        let nothing = matches!(&kind, SliceOutput::Changes { instants, .. } if instants.is_empty());
         // A slice without logs read as a snapshot needs no merging: only the asked-for columns
         // are decoded, and row groups may be skipped by statistics.
-        let merging = !slice.log_files.is_empty() || change_range.is_some();
-        let mut sources = Vec::new();
-        if slice.base_file.is_some() {
-            let base = self.read_base_file(slice, options, merging, change_range.is_some(), stats).await?;
-            if !merging {
-                return Ok(Merged { rows: (base.num_rows() > 0).then_some(base), ..Default::default() });
-            }
-            sources.push(MergeSource::Base(base));
-        } else if !merging {
-            return Ok(Merged::default());
-        }
-        if !self.config.populate_meta_fields {
+        let merging = !slice.log_files.is_empty() || changes;
+        if merging && !nothing && !self.config.populate_meta_fields {
             return Err(Error::new(
                 ErrorKind::Unsupported,
                 "log files of a table without meta fields cannot be merged (no record keys)",
             ));
         }
-
+        let needed = self.needed_columns(options, merging, changes);
+        let mut read = SliceRead {
+            base: None,
+            merging,
+            blocks: Vec::new(),
+            schema: self.schema.clone(),
+            nulls: self.nulls.clone(),
+            output: self.output_columns(options, changes),
+            needed,
+            rule: MergeRule {
+                mode: self.config.merge_mode,
+                ordering_column: self.config.ordering_fields.first().and_then(|f| self.schema.index_of(f).ok()),
+            },
+            kind,
+        };
+        if nothing {
+            read.merging = false;
+            return Ok(read);
+        }
+        read.base = self.fetch_base_file(slice, options, read.needed.as_ref(), stats).await?;
+        if !merging {
+            return Ok(read);
+        }
         let mut blocks = Vec::new();
         for log in &slice.log_files {
             let path = slice.log_path(log);
             let bytes = self.storage.get(&path).await?;
             blocks.extend(read_blocks(&bytes).into_iter().map(|b| (path.clone(), b)));
         }
-        let needed = self.needed_columns(options, true, change_range.is_some());
         let rolled_back: HashSet<String> =
             blocks.iter().filter_map(|(_, b)| b.rollback_target().map(str::to_owned)).collect();
-        for (path, block) in blocks {
-            if matches!(block.block_type, BlockType::Corrupt | BlockType::Command) {
-                continue;
-            }
-            let Some(instant) = block.instant() else { continue };
-            if !self.timeline.is_visible(instant, bound) || rolled_back.contains(instant) {
-                continue;
-            }
-            let instant = instant.to_owned();
-            let content = decode_block(&block, needed.as_ref())
-                .context(|| format!("reading block at {} of {path}", block.offset))?;
-            match content {
-                Some(BlockContent::Data(batches)) => {
-                    for batch in batches {
-                        sources.push(MergeSource::Data(schema::align_batch_with(&batch, &self.schema, &self.nulls)?));
-                    }
-                }
-                Some(BlockContent::Deletes(records)) => sources.push(MergeSource::Deletes { records, instant }),
-                None => {}
-            }
-        }
-        let ordering_column = self.config.ordering_fields.first().and_then(|f| self.schema.index_of(f).ok());
-        // Only the columns the scan returns are assembled from the merged versions.
-        let output: Option<HashSet<usize>> = self.output_columns(options, change_range.is_some());
-        let rule = MergeRule { mode: self.config.merge_mode, ordering_column };
-        merge(&self.schema, sources, rule, change_range, output.as_ref().map(|o| (o, &self.nulls)))
+        read.blocks = blocks
+            .into_iter()
+            .filter(|(_, block)| !matches!(block.block_type, BlockType::Corrupt | BlockType::Command))
+            .filter_map(|(path, block)| {
+                let instant = block.instant()?.to_owned();
+                let visible = self.timeline.is_visible(&instant, &bound) && !rolled_back.contains(&instant);
+                visible.then_some((path, instant, block))
+            })
+            .collect();
+        Ok(read)
     }
 
     /// The columns a read returns: the requested ones, and the commit time that change reads
@@ -377,25 +342,25 @@ impl TableReader {
         Some(needed)
     }
 
-    /// Reads the slice's base file, fetching only the column chunks it decodes. Row groups are
-    /// skipped by statistics only when the slice has no logs; `merging` and `changes` add the
-    /// columns merging and change reads need.
-    async fn read_base_file(
+    /// Fetches the column chunks of the slice's base file that `needed` names (all when
+    /// `None`), from the row groups kept: by statistics only when the slice has no logs.
+    async fn fetch_base_file(
         &self,
         slice: &FileSlice,
         options: &ScanOptions,
-        merging: bool,
-        changes: bool,
+        needed: Option<&HashSet<String>>,
         stats: &mut ScanStats,
-    ) -> Result<RecordBatch> {
+    ) -> Result<Option<FetchedBase>> {
         let (Some(path), Some(base)) = (slice.base_path(), slice.base_file.as_ref()) else {
-            return Ok(RecordBatch::new_empty(self.schema.clone()));
+            return Ok(None);
         };
+        let location = format!("{}/{path}", self.storage.uri());
         let invalid = |e: parquet::errors::ParquetError| {
-            Error::new(ErrorKind::Corrupt, format!("invalid Parquet file {}/{path}", self.storage.uri())).with_source(e)
+            Error::new(ErrorKind::Corrupt, format!("invalid Parquet file {location}")).with_source(e)
         };
-        let reader = self.storage.parquet_reader(&path, Some(base.size));
-        let mut builder = ParquetRecordBatchStreamBuilder::new(reader).await.map_err(invalid)?;
+        let mut reader = self.storage.parquet_reader(&path, Some(base.size));
+        let metadata = ArrowReaderMetadata::load_async(&mut reader, Default::default()).await.map_err(invalid)?;
+        let mut builder = ParquetPushDecoderBuilder::new_with_metadata(metadata);
         let total = builder.metadata().num_row_groups();
         stats.row_groups_total += total;
         if slice.log_files.is_empty() && !options.filter.is_empty() {
@@ -405,7 +370,7 @@ impl TableReader {
         } else {
             stats.row_groups_kept += total;
         }
-        if let Some(needed) = self.needed_columns(options, merging, changes) {
+        if let Some(needed) = needed {
             let roots: Vec<usize> = builder
                 .schema()
                 .fields()
@@ -417,18 +382,21 @@ impl TableReader {
             let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
             builder = builder.with_projection(mask);
         }
-        // One batch for the file (its memory is the slice's anyway): no concatenation, and
-        // one alignment to the table schema.
-        let rows: i64 = builder.metadata().row_groups().iter().map(|g| g.num_rows()).sum();
+        // One batch per row group: the slice is decoded whole anyway.
+        let rows = builder.metadata().row_groups().iter().map(|g| g.num_rows()).max().unwrap_or(0);
         builder = builder.with_batch_size((rows as usize).clamp(1024, 1 << 22));
-        let stream = builder.build().map_err(invalid)?;
-        let file_schema = stream.schema().clone();
-        let batches: Vec<RecordBatch> = stream.try_collect().await.map_err(invalid)?;
-        let rows = match batches.len() {
-            1 => batches.into_iter().next().expect("one batch"),
-            _ => concat_batches(&file_schema, &batches)
-                .map_err(|e| Error::new(ErrorKind::Internal, "cannot concatenate batches").with_source(e))?,
-        };
-        schema::align_batch_with(&rows, &self.schema, &self.nulls)
+        let mut decoder = builder.build().map_err(invalid)?;
+        let mut row_groups = Vec::new();
+        loop {
+            match decoder.try_next_reader().map_err(invalid)? {
+                DecodeResult::NeedsData(ranges) => {
+                    let data = reader.get_byte_ranges(ranges.clone()).await.map_err(invalid)?;
+                    decoder.push_ranges(ranges, data).map_err(invalid)?;
+                }
+                DecodeResult::Data(row_group) => row_groups.push(row_group),
+                DecodeResult::Finished => break,
+            }
+        }
+        Ok(Some(FetchedBase { location, row_groups }))
     }
 }

@@ -11,10 +11,13 @@ pub mod transaction;
 pub use table::{create_table, NewTable};
 pub use transaction::{KeyToDelete, Transaction, WriterId};
 
+use arrow::array::Array;
+use arrow::record_batch::RecordBatch;
 use parquet::arrow::ArrowWriter;
-use parquet::basic::Compression;
+use parquet::basic::{Compression, Encoding};
 use parquet::file::metadata::KeyValue;
-use parquet::file::properties::{EnabledStatistics, WriterProperties};
+use parquet::file::properties::{EnabledStatistics, WriterProperties, WriterPropertiesBuilder};
+use parquet::schema::types::ColumnPath;
 
 use crate::error::{Error, ErrorKind, Result};
 
@@ -31,12 +34,14 @@ pub(crate) enum ParquetFile {
 }
 
 /// Rows as a complete Parquet file.
-pub(crate) fn parquet_bytes(batch: &arrow::record_batch::RecordBatch, purpose: ParquetFile) -> Result<Vec<u8>> {
+pub(crate) fn parquet_bytes(batch: &RecordBatch, purpose: ParquetFile) -> Result<Vec<u8>> {
     // Snappy: cheap to write and to read, and what Spark and Java readers expect to handle.
     let builder = WriterProperties::builder().set_compression(Compression::SNAPPY);
     let properties = match purpose {
         ParquetFile::LogBlock => builder.set_dictionary_enabled(false).set_statistics_enabled(EnabledStatistics::None),
-        ParquetFile::BaseFile(metadata) => builder.set_key_value_metadata((!metadata.is_empty()).then_some(metadata)),
+        ParquetFile::BaseFile(metadata) => {
+            base_file_columns(batch, builder.set_key_value_metadata((!metadata.is_empty()).then_some(metadata)))
+        }
     }
     .build();
     let parquet_error = |e: parquet::errors::ParquetError| Error::new(ErrorKind::Internal, "cannot write Parquet").with_source(e);
@@ -45,4 +50,78 @@ pub(crate) fn parquet_bytes(batch: &arrow::record_batch::RecordBatch, purpose: P
     writer.write(batch).map_err(parquet_error)?;
     writer.close().map_err(parquet_error)?;
     Ok(out)
+}
+
+/// Per-column choices for base files, whose record keys and ordering values every merge of
+/// the slice decodes again:
+/// - record keys are sorted (compaction writes them so), and each shares a prefix with the
+///   one before: DELTA_BYTE_ARRAY stores them in a tenth of Snappy's size and decodes faster;
+/// - columns that Snappy barely shrinks (unique numbers and timestamps) are stored
+///   uncompressed: decompressing them costs every reader more than the bytes saved.
+fn base_file_columns(batch: &RecordBatch, mut builder: WriterPropertiesBuilder) -> WriterPropertiesBuilder {
+    for (field, column) in batch.schema().fields().iter().zip(batch.columns()) {
+        let path = ColumnPath::from(field.name().as_str());
+        if field.name() == crate::read::schema::META_FIELDS[crate::read::schema::RECORD_KEY_COLUMN] {
+            builder = builder.set_column_dictionary_enabled(path.clone(), false).set_column_encoding(path, Encoding::DELTA_BYTE_ARRAY);
+        } else if snappy_ratio(column.as_ref()).is_some_and(|ratio| ratio < MIN_SNAPPY_RATIO) {
+            builder = builder.set_column_compression(path, Compression::UNCOMPRESSED);
+        }
+    }
+    builder
+}
+
+/// The size reduction below which a fixed-width column is stored uncompressed (a quarter).
+const MIN_SNAPPY_RATIO: f64 = 4.0 / 3.0;
+
+/// How much Snappy shrinks a sample of a fixed-width column's values (`None` for other
+/// types, which keep Snappy).
+fn snappy_ratio(column: &dyn Array) -> Option<f64> {
+    const SAMPLE_BYTES: usize = 64 * 1024;
+    let width = column.data_type().primitive_width()?;
+    let data = column.to_data();
+    let values = data.buffers().first()?.as_slice();
+    let start = (data.offset() * width).min(values.len());
+    let sample = &values[start..(start + SAMPLE_BYTES).min(values.len())];
+    if sample.len() < 1024 {
+        return None;
+    }
+    let compressed = snap::raw::Encoder::new().compress_vec(sample).ok()?;
+    Some(sample.len() as f64 / compressed.len().max(1) as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{Int64Array, StringArray};
+    use arrow::datatypes::{DataType, Field, Schema};
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    use std::sync::Arc;
+
+    #[test]
+    fn base_files_delta_encode_keys_and_compress_only_what_shrinks() {
+        let n = 20_000i64;
+        let schema = Schema::new(vec![
+            Field::new("_hoodie_record_key", DataType::Utf8, true),
+            Field::new("ts", DataType::Int64, true),
+            Field::new("kind", DataType::Int64, true),
+        ]);
+        let mut keys: Vec<String> = (0..n).map(|i| format!("customer-{i:08}")).collect();
+        keys.sort();
+        // Unique, scattered values (an LCG) do not compress; a column of few values does.
+        let ts: Int64Array = (0..n).map(|i| Some(i.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407))).collect();
+        let kind: Int64Array = (0..n).map(|i| Some(i % 3)).collect();
+        let batch = RecordBatch::try_new(
+            Arc::new(schema),
+            vec![Arc::new(StringArray::from(keys)), Arc::new(ts), Arc::new(kind)],
+        )
+        .unwrap();
+        let bytes = parquet_bytes(&batch, ParquetFile::BaseFile(Vec::new())).unwrap();
+        let reader = SerializedFileReader::new(bytes::Bytes::from(bytes)).unwrap();
+        let group = reader.metadata().row_group(0);
+        let (key, ts, kind) = (group.column(0), group.column(1), group.column(2));
+        assert!(key.encodings().any(|e| e == Encoding::DELTA_BYTE_ARRAY), "{:?}", key.encodings().collect::<Vec<_>>());
+        assert!(key.compressed_size() < (n * 3) as i64, "sorted keys share prefixes: {} bytes", key.compressed_size());
+        assert_eq!(ts.compression(), Compression::UNCOMPRESSED);
+        assert_eq!(kind.compression(), Compression::SNAPPY);
+    }
 }

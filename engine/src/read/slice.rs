@@ -1,0 +1,190 @@
+//! The CPU half of reading one file slice. [`crate::read::TableReader::fetch_slice`] does the
+//! I/O (the base file's column chunks, the visible log blocks) and returns a [`SliceRead`];
+//! [`SliceRead::run`] decodes and merges it without any I/O, so it may run on a helper thread
+//! while the caller consumes the rows of the previous slice (see [`crate::read::prefetch`]).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use arrow::array::{new_null_array, Array, ArrayRef, BooleanArray, StringArray};
+use arrow::compute::{concat_batches, filter_record_batch};
+use arrow::datatypes::SchemaRef;
+use arrow::record_batch::RecordBatch;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReader;
+
+use crate::error::{Error, ErrorKind, Result, ResultExt};
+use crate::log::{decode_block, BlockContent, LogBlock};
+use crate::read::merge::{merge, Merged, MergeRule, MergeSource};
+use crate::read::schema::{self, NullColumns};
+use crate::read::OPERATION_COLUMN;
+
+/// What a slice read returns.
+#[derive(Debug, Clone)]
+pub(crate) enum SliceOutput {
+    /// The merged rows.
+    Snapshot,
+    /// The rows changed by the commits whose requested instants are `instants`, with
+    /// `_hoodie_operation` (`changes_schema`), and `D` rows when `with_deletes`.
+    Changes { instants: HashSet<String>, with_deletes: bool, changes_schema: SchemaRef },
+}
+
+/// A slice's base file, fetched: one reader per row group kept, all its bytes in memory.
+pub(crate) struct FetchedBase {
+    /// `storage URI/path`, for errors.
+    pub location: String,
+    pub row_groups: Vec<ParquetRecordBatchReader>,
+}
+
+/// One file slice's read with everything it needs in memory. Memory: the fetched column
+/// chunks and blocks, then the decoded slice, then its merged rows.
+pub struct SliceRead {
+    pub(crate) base: Option<FetchedBase>,
+    /// Whether the rows need merging (log blocks, or a change read); otherwise the base
+    /// file's rows are the result.
+    pub(crate) merging: bool,
+    /// Visible data and delete blocks, in the order written: `(file path, instant, block)`.
+    pub(crate) blocks: Vec<(String, String, LogBlock)>,
+    pub(crate) schema: SchemaRef,
+    pub(crate) nulls: NullColumns,
+    /// The columns to decode (`None`: all).
+    pub(crate) needed: Option<HashSet<String>>,
+    /// The columns to assemble from merged versions (`None`: all).
+    pub(crate) output: Option<HashSet<usize>>,
+    pub(crate) rule: MergeRule,
+    pub(crate) kind: SliceOutput,
+}
+
+impl std::fmt::Debug for SliceRead {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SliceRead")
+            .field("base", &self.base.as_ref().map(|b| &b.location))
+            .field("blocks", &self.blocks.len())
+            .field("kind", &self.kind)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SliceRead {
+    /// Decodes and merges the slice: its rows, or `None` when it has none.
+    pub fn run(self) -> Result<Option<RecordBatch>> {
+        let kind = self.kind.clone();
+        let merged = self.merge()?;
+        match kind {
+            SliceOutput::Snapshot => Ok(merged.rows),
+            SliceOutput::Changes { instants, with_deletes, changes_schema } => {
+                changes(merged, &instants, with_deletes, &changes_schema)
+            }
+        }
+    }
+
+    fn merge(self) -> Result<Merged> {
+        let base = match self.base {
+            Some(base) => Some(decode_base(base, &self.schema, &self.nulls)?),
+            None => None,
+        };
+        if !self.merging {
+            return Ok(Merged { rows: base.filter(|b| b.num_rows() > 0), ..Default::default() });
+        }
+        let mut sources: Vec<MergeSource> = base.into_iter().map(MergeSource::Base).collect();
+        for (path, instant, block) in self.blocks {
+            let content = decode_block(&block, self.needed.as_ref())
+                .context(|| format!("reading block at {} of {path}", block.offset))?;
+            match content {
+                Some(BlockContent::Data(batches)) => {
+                    for batch in batches {
+                        sources.push(MergeSource::Data(schema::align_batch_with(&batch, &self.schema, &self.nulls)?));
+                    }
+                }
+                Some(BlockContent::Deletes(records)) => sources.push(MergeSource::Deletes { records, instant }),
+                None => {}
+            }
+        }
+        let change_range = match &self.kind {
+            SliceOutput::Changes { instants, .. } => Some(instants),
+            SliceOutput::Snapshot => None,
+        };
+        let output = self.output.as_ref().map(|o| (o, &self.nulls));
+        merge(&self.schema, sources, self.rule, change_range, output)
+    }
+}
+
+/// Decodes a fetched base file into one batch aligned to `schema` (one batch for the file:
+/// its memory is the slice's anyway, and the merge walks it in one pass).
+fn decode_base(base: FetchedBase, schema: &SchemaRef, nulls: &NullColumns) -> Result<RecordBatch> {
+    let invalid = |e: arrow::error::ArrowError| {
+        Error::new(ErrorKind::Corrupt, format!("invalid Parquet file {}", base.location)).with_source(e)
+    };
+    let mut batches = Vec::new();
+    let mut file_schema = None;
+    for row_group in base.row_groups {
+        file_schema.get_or_insert_with(|| arrow::record_batch::RecordBatchReader::schema(&row_group));
+        for batch in row_group {
+            batches.push(batch.map_err(invalid)?);
+        }
+    }
+    let rows = match (batches.len(), file_schema) {
+        (1, _) => batches.pop().expect("one batch"),
+        (_, Some(file_schema)) => concat_batches(&file_schema, &batches).map_err(invalid)?,
+        (_, None) => return Ok(RecordBatch::new_empty(schema.clone())),
+    };
+    schema::align_batch_with(&rows, schema, nulls)
+}
+
+/// The rows of a change read from a merge with change tracking: each key's latest version in
+/// the range, `I` if the key did not exist before the range and `U` if it did; with
+/// `with_deletes`, also a `D` row (key and partition path only) for each key the range deleted.
+fn changes(merged: Merged, instants: &HashSet<String>, with_deletes: bool, changes_schema: &SchemaRef) -> Result<Option<RecordBatch>> {
+    let mut parts = Vec::new();
+    if let Some(rows) = &merged.rows {
+        let commit_times = rows.column(schema::COMMIT_TIME_COLUMN);
+        let commit_times = commit_times
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .ok_or_else(|| Error::new(ErrorKind::Internal, "_hoodie_commit_time is not a string column"))?;
+        let keep: BooleanArray = (0..rows.num_rows())
+            .map(|i| Some(commit_times.is_valid(i) && instants.contains(commit_times.value(i))))
+            .collect();
+        let operations: StringArray =
+            merged.alive_before_range.iter().map(|&alive| Some(if alive { "U" } else { "I" })).collect();
+        let mut columns: Vec<ArrayRef> = rows.columns().to_vec();
+        columns.push(Arc::new(operations));
+        let with_operation = RecordBatch::try_new(changes_schema.clone(), columns)
+            .map_err(|e| Error::new(ErrorKind::Internal, "cannot assemble changes").with_source(e))?;
+        let changed = filter_record_batch(&with_operation, &keep)
+            .map_err(|e| Error::new(ErrorKind::Internal, "cannot filter changes").with_source(e))?;
+        if changed.num_rows() > 0 {
+            parts.push(changed);
+        }
+    }
+    if with_deletes && !merged.deleted.is_empty() {
+        parts.push(delete_rows(&merged, changes_schema)?);
+    }
+    match parts.len() {
+        0 => Ok(None),
+        1 => Ok(parts.pop()),
+        _ => concat_batches(changes_schema, &parts)
+            .map(Some)
+            .map_err(|e| Error::new(ErrorKind::Internal, "cannot concatenate changes").with_source(e)),
+    }
+}
+
+/// `D` rows: commit time, record key and partition path of each deleted key.
+fn delete_rows(merged: &Merged, changes_schema: &SchemaRef) -> Result<RecordBatch> {
+    let n = merged.deleted.len();
+    let columns: Vec<ArrayRef> = changes_schema
+        .fields()
+        .iter()
+        .map(|field| -> ArrayRef {
+            let strings = |values: Vec<Option<&str>>| Arc::new(StringArray::from(values)) as ArrayRef;
+            match field.name().as_str() {
+                "_hoodie_commit_time" => strings(merged.deleted.iter().map(|d| Some(d.instant.as_str())).collect()),
+                "_hoodie_record_key" => strings(merged.deleted.iter().map(|d| Some(d.record_key.as_str())).collect()),
+                "_hoodie_partition_path" => strings(merged.deleted.iter().map(|d| d.partition_path.as_deref()).collect()),
+                OPERATION_COLUMN => strings(vec![Some("D"); n]),
+                _ => new_null_array(field.data_type(), n),
+            }
+        })
+        .collect();
+    RecordBatch::try_new(changes_schema.clone(), columns)
+        .map_err(|e| Error::new(ErrorKind::Internal, "cannot assemble delete rows").with_source(e))
+}
