@@ -122,7 +122,7 @@ async fn pruning_keeps_every_matching_row() {
 
 #[tokio::test]
 async fn read_ahead_returns_every_fixture_slice_in_order_as_read_inline() {
-    use engine::read::prefetch::ReadAhead;
+    use engine::read::prefetch::SliceScan;
     use engine::read::{ScanOptions, ScanStats, SliceQuery};
 
     for zip in common::fixture_zips() {
@@ -131,19 +131,18 @@ async fn read_ahead_returns_every_fixture_slice_in_order_as_read_inline() {
         let bound = TableReader::snapshot_bound(None);
         let slices = reader.slices(&bound).await.unwrap();
         let inline = reader.read_snapshot(None).await.unwrap();
-        let (query, options) = (SliceQuery::Snapshot(bound), ScanOptions::default());
-        let mut ahead = ReadAhead::new(3);
-        let (mut next, mut stats, mut batches) = (0, ScanStats::default(), Vec::new());
-        loop {
-            while ahead.wants_more() && next < slices.len() {
-                ahead.submit(reader.fetch_slice(&slices[next], &query, &options, &mut stats).await.unwrap());
-                next += 1;
-            }
-            match ahead.next().await {
-                Some(rows) => batches.extend(rows.unwrap()),
-                None => break,
+        for depth in [0, 1, 3] {
+            let query = SliceQuery::Snapshot(bound.clone());
+            let mut scan =
+                SliceScan::new(reader.clone(), query, ScanOptions::default(), slices.clone(), ScanStats::default(), depth);
+            for pass in ["first", "after a restart"] {
+                let mut batches = Vec::new();
+                while let Some(rows) = scan.next().await {
+                    batches.extend(rows.unwrap());
+                }
+                assert_eq!(batches, inline, "{} at depth {depth}, {pass} pass", zip.display());
+                scan.restart();
             }
         }
-        assert_eq!(batches, inline, "{}", zip.display());
     }
 }

@@ -7,7 +7,7 @@ use std::ffi::{c_void, CStr};
 use arrow::datatypes::Schema;
 use arrow::record_batch::RecordBatch;
 use engine::read::schema::is_reader_column;
-use engine::read::prefetch::ReadAhead;
+use engine::read::prefetch::SliceScan;
 use engine::read::{ChangeRange, ScanOptions, ScanStats, SliceQuery, TableReader, OPERATION_COLUMN};
 use engine::timeline::ReadBound;
 use engine::view::FileSlice;
@@ -298,14 +298,8 @@ pub unsafe extern "C-unwind" fn get_foreign_plan(
 
 /// Executor state of one scan, owned by `ForeignScanState::fdw_state`.
 struct ScanState {
-    reader: TableReader,
-    query: SliceQuery,
-    options: ScanOptions,
-    stats: ScanStats,
-    slices: Vec<FileSlice>,
-    /// The next slice to fetch and hand to `ahead`.
-    next_slice: usize,
-    ahead: ReadAhead,
+    /// The slices to read, fetched and merged ahead.
+    scan: SliceScan,
     batch: Option<RecordBatch>,
     next_row: usize,
     /// `(attribute index, binding)` of the columns the query uses; the others stay NULL.
@@ -349,14 +343,9 @@ pub unsafe extern "C-unwind" fn begin_foreign_scan(node: *mut pg_sys::ForeignSca
         ReadSpec::Snapshot { bound, .. } => SliceQuery::Snapshot(bound),
         ReadSpec::Incremental { range } => SliceQuery::Changes { range, with_deletes },
     };
+    let depth = guc::READ_AHEAD_SLICES.get().max(0) as usize;
     let state = Box::new(ScanState {
-        reader,
-        query,
-        options,
-        stats,
-        slices,
-        next_slice: 0,
-        ahead: read_ahead(),
+        scan: SliceScan::new(reader, query, options, slices, stats, depth),
         batch: None,
         next_row: 0,
         columns,
@@ -386,14 +375,8 @@ pub unsafe extern "C-unwind" fn iterate_foreign_scan(node: *mut pg_sys::ForeignS
         // The slice is used up: its memory goes before the next one arrives.
         state.readers.clear();
         state.batch = None;
-        // Slices are fetched here (I/O on this thread's runtime) and decoded ahead.
-        while state.ahead.wants_more() && state.next_slice < state.slices.len() {
-            let slice = &state.slices[state.next_slice];
-            state.next_slice += 1;
-            let read = block_on(state.reader.fetch_slice(slice, &state.query, &state.options, &mut state.stats));
-            state.ahead.submit(read.or_report());
-        }
-        let Some(rows) = block_on(state.ahead.next()) else {
+        // Slices are fetched on this thread's runtime and decoded ahead on helper threads.
+        let Some(rows) = block_on(state.scan.next()) else {
             pg_sys::ExecClearTuple(slot);
             return slot;
         };
@@ -401,10 +384,6 @@ pub unsafe extern "C-unwind" fn iterate_foreign_scan(node: *mut pg_sys::ForeignS
         state.next_row = 0;
         state.readers = state.batch.as_ref().map(|b| column_readers(&state.columns, b)).unwrap_or_default();
     }
-}
-
-fn read_ahead() -> ReadAhead {
-    ReadAhead::new(crate::guc::READ_AHEAD_SLICES.get().max(0) as usize)
 }
 
 /// Stores row `row` of the `readers`' batch in `slot` as a virtual tuple. The slot is refilled in place
@@ -466,8 +445,8 @@ fn fill_row(readers: &[(usize, ColumnReader)], row: usize, values: &mut [pg_sys:
 #[pg_guard]
 pub unsafe extern "C-unwind" fn rescan_foreign_scan(node: *mut pg_sys::ForeignScanState) {
     let state = &mut *((*node).fdw_state as *mut ScanState);
-    state.next_slice = 0;
-    state.ahead = read_ahead();
+    state.scan.restart();
+    state.readers.clear();
     state.batch = None;
     state.next_row = 0;
 }
@@ -515,13 +494,16 @@ pub unsafe extern "C-unwind" fn explain_foreign_scan(node: *mut pg_sys::ForeignS
     }
     let state = (*node).fdw_state as *const ScanState;
     let (partitions_kept, partitions_total, slices_kept, slices_total) = match state.as_ref() {
-        Some(s) => (s.stats.partitions_kept, s.stats.partitions_total, s.stats.slices_kept, s.stats.slices_total),
+        Some(s) => {
+            let stats = s.scan.stats();
+            (stats.partitions_kept, stats.partitions_total, stats.slices_kept, stats.slices_total)
+        }
         None => info.stats,
     };
     explain_text("Hudi Partitions", &format!("{partitions_kept} of {partitions_total}"), es);
     explain_text("Hudi File Slices", &format!("{slices_kept} of {slices_total}"), es);
     if let Some(state) = state.as_ref() {
-        let stats = state.stats;
+        let stats = state.scan.stats();
         explain_text("Hudi Row Groups", &format!("{} of {} read", stats.row_groups_kept, stats.row_groups_total), es);
     }
 }

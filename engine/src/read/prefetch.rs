@@ -1,9 +1,9 @@
 //! Reading ahead: while the caller consumes the rows of one file slice, the next slices are
-//! decoded and merged on helper threads. The caller keeps all I/O: it fetches each slice
-//! ([`crate::read::TableReader::fetch_slice`]) on its own runtime and hands the fetched bytes
-//! over; a helper only runs [`SliceRead::run`], CPU work on memory it owns. Helpers block
-//! every signal, so that a host's signal handlers (PostgreSQL's) only ever run on the host's
-//! own thread.
+//! decoded and merged on helper threads. The caller keeps all I/O: [`SliceScan`] fetches each
+//! slice ([`TableReader::fetch_slice`]) on the caller's runtime, while it waits for the oldest
+//! slice in flight, and hands the fetched bytes over; a helper only runs [`SliceRead::run`],
+//! CPU work on memory it owns. Helpers block every signal, so that a host's signal handlers
+//! (PostgreSQL's) only ever run on the host's own thread.
 //!
 //! Memory: the slice being consumed plus up to `depth` slices in flight.
 
@@ -14,7 +14,8 @@ use arrow::record_batch::RecordBatch;
 use tokio::sync::oneshot;
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::read::SliceRead;
+use crate::read::{ScanOptions, ScanStats, SliceQuery, SliceRead, TableReader};
+use crate::view::FileSlice;
 
 type SliceRows = Result<Option<RecordBatch>>;
 
@@ -24,27 +25,22 @@ enum Pending {
     Running(oneshot::Receiver<SliceRows>),
 }
 
-/// Slices submitted in scan order and returned in the same order.
-pub struct ReadAhead {
+/// Slices submitted in scan order, decoded on helper threads.
+struct ReadAhead {
     depth: usize,
     pending: VecDeque<Pending>,
 }
 
 impl ReadAhead {
     /// Up to `depth` slices decoded ahead on helper threads, one thread each; with 0, each
-    /// slice is decoded on the caller's thread when [`Self::next`] asks for it.
-    pub fn new(depth: usize) -> ReadAhead {
+    /// slice is decoded on the caller's thread when its rows are asked for.
+    fn new(depth: usize) -> ReadAhead {
         ReadAhead { depth, pending: VecDeque::new() }
-    }
-
-    /// Whether to fetch and [`Self::submit`] another slice before asking for the next rows.
-    pub fn wants_more(&self) -> bool {
-        self.pending.len() < self.depth.max(1)
     }
 
     /// Starts decoding and merging `read` (on a helper thread unless the depth is 0, or no
     /// thread can be started: then on the caller's thread, later).
-    pub fn submit(&mut self, read: SliceRead) {
+    fn submit(&mut self, read: SliceRead) {
         if self.depth == 0 {
             self.pending.push_back(Pending::Waiting(Box::new(read)));
             return;
@@ -66,15 +62,77 @@ impl ReadAhead {
         }
     }
 
-    /// The rows of the oldest submitted slice (`Ok(None)`: it has none); `None` when no slice
-    /// is pending.
-    pub async fn next(&mut self) -> Option<SliceRows> {
-        Some(match self.pending.pop_front()? {
+    /// The rows of a submitted slice, once decoded.
+    async fn rows(pending: Pending) -> SliceRows {
+        match pending {
             Pending::Waiting(read) => read.run(),
             Pending::Running(receiver) => receiver
                 .await
                 .unwrap_or_else(|_| Err(Error::new(ErrorKind::Internal, "a file slice's decoding thread ended without rows"))),
-        })
+        }
+    }
+}
+
+/// A scan of file slices in order, fetching and merging up to `depth` slices ahead.
+pub struct SliceScan {
+    reader: TableReader,
+    query: SliceQuery,
+    options: ScanOptions,
+    slices: Vec<FileSlice>,
+    /// The next slice to fetch.
+    next_slice: usize,
+    depth: usize,
+    ahead: ReadAhead,
+    stats: ScanStats,
+}
+
+impl SliceScan {
+    /// A scan of `slices` of `reader`'s table (`stats`: what pruning kept, to which the scan
+    /// adds the row groups it reads).
+    pub fn new(
+        reader: TableReader,
+        query: SliceQuery,
+        options: ScanOptions,
+        slices: Vec<FileSlice>,
+        stats: ScanStats,
+        depth: usize,
+    ) -> SliceScan {
+        SliceScan { reader, query, options, slices, next_slice: 0, depth, ahead: ReadAhead::new(depth), stats }
+    }
+
+    pub fn stats(&self) -> &ScanStats {
+        &self.stats
+    }
+
+    /// Starts over from the first slice; slices in flight are dropped.
+    pub fn restart(&mut self) {
+        self.next_slice = 0;
+        self.ahead = ReadAhead::new(self.depth);
+    }
+
+    /// The rows of the next slice (`Ok(None)`: it has none); `None` after the last one.
+    pub async fn next(&mut self) -> Option<Result<Option<RecordBatch>>> {
+        if self.ahead.pending.is_empty() {
+            if let Err(e) = self.fetch_ahead(1).await {
+                return Some(Err(e));
+            }
+        }
+        let oldest = self.ahead.pending.pop_front()?;
+        // The next slices are fetched while the oldest one is decoded.
+        let depth = self.depth;
+        let (rows, fetched) = futures::join!(ReadAhead::rows(oldest), self.fetch_ahead(depth));
+        Some(fetched.and(rows))
+    }
+
+    /// Fetches and submits slices until `in_flight` are pending or none is left.
+    async fn fetch_ahead(&mut self, in_flight: usize) -> Result<()> {
+        while self.ahead.pending.len() < in_flight && self.next_slice < self.slices.len() {
+            let slice = &self.slices[self.next_slice];
+            self.next_slice += 1;
+            let read = self.reader.fetch_slice(slice, &self.query, &self.options, &mut self.stats).await?;
+            self.ahead.submit(read);
+        }
+        Ok(())
     }
 }
 
