@@ -270,24 +270,30 @@ impl<'a> LogIndex<'a> {
 
     /// [`Self::match_base`] by one walk over base keys in sorted order (as compaction writes
     /// them); `None` when the base keys turn out not to be sorted.
+    ///
+    /// Only a log key that the walk passed over can be missed, and only if a later base row
+    /// has a smaller key than the one it was passed over at: so rows are checked for order
+    /// only after the first pass-over (none when every log key updates a base row).
     fn match_sorted_base(&self, keys: KeyColumn<'a>, rows: usize) -> Result<Option<Vec<(usize, usize)>>> {
         let mut matches = Vec::with_capacity(self.len());
-        let (mut group, mut previous) = (0, "");
+        // The greatest base key at which a log key was passed over.
+        let mut passed_at: Option<&str> = None;
+        let mut group = 0;
         for row in 0..rows {
             if matches.len() == self.len() {
                 // Every log key has met its base row: the rest of the base stands.
                 break;
             }
             let key = keys.get(row)?;
-            if key < previous {
+            if passed_at.is_some_and(|passed| key < passed) {
                 return Ok(None);
             }
-            previous = key;
-            // Log keys behind this base key are not in the base; one comparison per row
-            // otherwise.
             while group < self.len() {
                 match self.key(group).cmp(key) {
-                    std::cmp::Ordering::Less => group += 1,
+                    std::cmp::Ordering::Less => {
+                        group += 1;
+                        passed_at = Some(passed_at.map_or(key, |p| p.max(key)));
+                    }
                     std::cmp::Ordering::Equal => {
                         matches.push((row, group));
                         group += 1;
@@ -579,6 +585,37 @@ mod tests {
         let MergeSource::Data(base) = rows(&s, &[("z", 10, "base"), ("a", 10, "base")]) else { unreachable!() };
         let merged = merge(&s, vec![MergeSource::Base(base), rows(&s, &[("a", 11, "log")])], EVENT, None, None).unwrap();
         assert_eq!(result(merged), [("a", "log"), ("z", "base")].map(|(k, v)| (k.to_owned(), v.to_owned())));
+    }
+
+    #[test]
+    fn matching_finds_the_first_base_row_of_every_log_key_in_any_order() {
+        // Pseudo-random bases (sorted or shuffled, with duplicates) and log key sets, against
+        // the definition: each log key meets the first base row with its key.
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |n: u64| {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (seed >> 33) % n
+        };
+        for case in 0..500 {
+            let mut base: Vec<String> = (0..next(12)).map(|_| format!("k{}", next(15))).collect();
+            if case % 2 == 0 {
+                base.sort();
+            }
+            let mut log: Vec<String> = (0..next(8)).map(|_| format!("k{}", next(15))).collect();
+            log.sort();
+            log.dedup();
+            let log_index = LogIndex::new(log.iter().map(|k| (k.as_str(), LogEntry::Row { batch: 1, row: 0 })).collect());
+            let base_keys = StringArray::from(base.clone());
+            let mut got = log_index.match_base(KeyColumn(&base_keys), base.len()).unwrap();
+            got.sort();
+            let mut expected: Vec<(usize, usize)> = log
+                .iter()
+                .enumerate()
+                .filter_map(|(group, key)| base.iter().position(|b| b == key).map(|row| (row, group)))
+                .collect();
+            expected.sort();
+            assert_eq!(got, expected, "base {base:?}, log {log:?}");
+        }
     }
 
     #[test]
