@@ -162,9 +162,21 @@ struct KeyColumn<'a>(&'a StringArray);
 impl<'a> KeyColumn<'a> {
     fn get(self, row: usize) -> Result<&'a str> {
         if self.0.is_null(row) {
-            return Err(Error::new(ErrorKind::Corrupt, "a record without _hoodie_record_key cannot be merged"));
+            return Err(Self::missing());
         }
         Ok(self.0.value(row))
+    }
+
+    /// The keys, checked for NULLs once rather than per row.
+    fn all(self) -> Result<&'a StringArray> {
+        if self.0.null_count() > 0 {
+            return Err(Self::missing());
+        }
+        Ok(self.0)
+    }
+
+    fn missing() -> Error {
+        Error::new(ErrorKind::Corrupt, "a record without _hoodie_record_key cannot be merged")
     }
 }
 
@@ -275,32 +287,39 @@ impl<'a> LogIndex<'a> {
     /// has a smaller key than the one it was passed over at: so rows are checked for order
     /// only after the first pass-over (none when every log key updates a base row).
     fn match_sorted_base(&self, keys: KeyColumn<'a>, rows: usize) -> Result<Option<Vec<(usize, usize)>>> {
+        let keys = keys.all()?;
+        let rows = rows.min(keys.len());
         let mut matches = Vec::with_capacity(self.len());
+        if self.len() == 0 {
+            return Ok(Some(matches));
+        }
         // The greatest base key at which a log key was passed over.
         let mut passed_at: Option<&str> = None;
         let mut group = 0;
         for row in 0..rows {
-            if matches.len() == self.len() {
-                // Every log key has met its base row: the rest of the base stands.
-                break;
-            }
-            let key = keys.get(row)?;
+            let key = keys.value(row);
             if passed_at.is_some_and(|passed| key < passed) {
                 return Ok(None);
             }
-            while group < self.len() {
-                match self.key(group).cmp(key) {
-                    std::cmp::Ordering::Less => {
-                        group += 1;
-                        passed_at = Some(passed_at.map_or(key, |p| p.max(key)));
-                    }
-                    std::cmp::Ordering::Equal => {
-                        matches.push((row, group));
-                        group += 1;
-                        break;
-                    }
-                    std::cmp::Ordering::Greater => break,
+            // One comparison per row unless log keys are passed over.
+            let mut order = self.key(group).cmp(key);
+            while order == std::cmp::Ordering::Less {
+                passed_at = Some(passed_at.map_or(key, |p| p.max(key)));
+                group += 1;
+                if group == self.len() {
+                    break;
                 }
+                order = self.key(group).cmp(key);
+            }
+            if order == std::cmp::Ordering::Equal {
+                matches.push((row, group));
+                group += 1;
+            }
+            if group == self.len() {
+                // Every log key is behind: the rest of the base stands, unless a passed-over
+                // key comes again (then the base is not sorted).
+                let unsorted = passed_at.is_some_and(|passed| (row + 1..rows).any(|r| keys.value(r) < passed));
+                return Ok((!unsorted).then_some(matches));
             }
         }
         Ok(Some(matches))
