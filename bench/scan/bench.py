@@ -31,9 +31,12 @@ def median_seconds(run):
     return statistics.median(times), result
 
 
-def scan_in_fresh_backend(port, table):
-    """Median time of the query in a new backend, its result, and that backend's peak memory."""
+def scan_in_fresh_backend(port, table, settings=""):
+    """Median time of the query in a new backend (after `settings`, SET statements), its
+    result, and that backend's peak memory."""
     with connect(port) as conn:
+        if settings:
+            conn.execute(settings)
         pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
         seconds, result = median_seconds(lambda: conn.execute(QUERY.format(table)).fetchone()[0])
         return seconds, int(result), peak_memory_kb(pid)
@@ -89,6 +92,8 @@ def main():
         conn.execute("INSERT INTO scan SELECT id, name, city, amount, qty, score, flag, day, note, ts FROM heap "
                      "WHERE id % 10 = 0")
     updated_s, updated_sum, updated_peak = scan_in_fresh_backend(args.port, "scan")
+    serial_s, serial_sum, serial_peak = scan_in_fresh_backend(args.port, "scan", "SET hudi.read_ahead_slices = 0")
+    assert serial_sum == updated_sum
     updated_heap_s, updated_heap_sum, _ = scan_in_fresh_backend(args.port, "heap")
     assert updated_sum == updated_heap_sum == heap_sum + n // 10, (updated_sum, updated_heap_sum)
     updated_reference_s, updated_reference = reference_sum(path)
@@ -102,11 +107,14 @@ def main():
     print(f"| reference reader `hudi` 0.5.0, compacted | {reference_s:.3f} s | {reference_s / heap_s:.2f}x |")
     print(f"| pg_hudi, 10% of keys updated in logs | {updated_s:.3f} s | {updated_s / heap_s:.2f}x "
           f"(**{updated_s / compacted_s:.2f}x compacted**) |")
+    print(f"| the same, without read-ahead (`hudi.read_ahead_slices = 0`) | {serial_s:.3f} s | "
+          f"{serial_s / heap_s:.2f}x ({serial_s / compacted_s:.2f}x compacted) |")
     print(f"| heap table after the same update | {updated_heap_s:.3f} s | {updated_heap_s / heap_s:.2f}x |")
     print(f"| reference reader, 10% updated | {updated_reference_s:.3f} s | {updated_reference_s / heap_s:.2f}x |")
     print()
     print(f"Peak backend memory (VmHWM): heap scan {heap_peak / 1024:,.0f} MiB, compacted scan "
-          f"{compacted_peak / 1024:,.0f} MiB, updated scan {updated_peak / 1024:,.0f} MiB. "
+          f"{compacted_peak / 1024:,.0f} MiB, updated scan {updated_peak / 1024:,.0f} MiB "
+          f"({serial_peak / 1024:,.0f} MiB without read-ahead). "
           f"Compaction of {compaction[0]} file groups took {compact_s:.1f} s.")
 
 
