@@ -42,6 +42,11 @@ pub static DEBUG_PAUSE_BEFORE_COMPLETE: GucSetting<i32> = GucSetting::<i32>::new
 /// backend's thread).
 pub static READ_AHEAD_SLICES: GucSetting<i32> = GucSetting::<i32>::new(2);
 
+/// `hudi.read_ahead_slices` as a count.
+pub fn read_ahead_slices() -> usize {
+    READ_AHEAD_SLICES.get().max(0) as usize
+}
+
 /// `hudi.heartbeat_expiry` as a duration.
 pub fn heartbeat_expiry() -> std::time::Duration {
     std::time::Duration::from_secs(HEARTBEAT_EXPIRY.get().max(0) as u64)

@@ -1,6 +1,5 @@
 """bench/scan: see run.sh. Prints a Markdown table of the measurements."""
 
-import argparse
 import glob
 import os
 import pathlib
@@ -14,7 +13,7 @@ import pyarrow.compute as pc
 from hudi import HudiReadOptions, HudiTableBuilder
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-from benchlib import COLUMNS, ROW, connect, peak_memory_kb  # noqa: E402
+from benchlib import ROW, arguments, connect, create_tables, peak_memory_kb  # noqa: E402
 
 QUERY = "SELECT sum(qty) FROM {}"
 RUNS = 5
@@ -50,20 +49,11 @@ def reference_sum(path):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--lake", required=True)
-    parser.add_argument("--rows", type=int, default=5_000_000)
-    args = parser.parse_args()
+    args = arguments(5_000_000)
     n = args.rows
     path = os.path.join(args.lake, "scan")
     with connect(args.port) as conn:
-        conn.execute("CREATE EXTENSION pg_hudi")
-        conn.execute(f"CREATE SERVER lake FOREIGN DATA WRAPPER hudi_fdw OPTIONS (base_uri 'file://{args.lake}')")
-        conn.execute(f"CREATE TABLE heap ({COLUMNS}, PRIMARY KEY (id))")
-        conn.execute(f"CREATE FOREIGN TABLE scan ({COLUMNS}) SERVER lake OPTIONS (path 'scan', primary_key 'id', "
-                     f"ordering_field 'ts', buckets '16')")
-        conn.execute("SELECT hudi.create_table('scan')")
+        create_tables(conn, args.lake, "scan")
         conn.execute(f"INSERT INTO heap SELECT {ROW} FROM generate_series(1, {n}) g")
         conn.execute("VACUUM ANALYZE heap")
         conn.execute("INSERT INTO scan SELECT * FROM heap")

@@ -1,13 +1,12 @@
 """bench/write: see run.sh. Prints a Markdown table of the measurements."""
 
-import argparse
 import pathlib
 import sys
 import threading
 import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-from benchlib import COLUMNS, ROW, connect, peak_memory_kb  # noqa: E402
+from benchlib import COLUMNS, ROW, arguments, connect, create_tables, peak_memory_kb  # noqa: E402
 
 
 def timed(conn, sql):
@@ -17,19 +16,10 @@ def timed(conn, sql):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--lake", required=True)
-    parser.add_argument("--rows", type=int, default=1_000_000)
-    args = parser.parse_args()
+    args = arguments(1_000_000)
     n = args.rows
     with connect(args.port) as conn:
-        conn.execute("CREATE EXTENSION pg_hudi")
-        conn.execute(f"CREATE SERVER lake FOREIGN DATA WRAPPER hudi_fdw OPTIONS (base_uri 'file://{args.lake}')")
-        conn.execute(f"CREATE TABLE heap ({COLUMNS}, PRIMARY KEY (id))")
-        conn.execute(f"CREATE FOREIGN TABLE hudi ({COLUMNS}) SERVER lake OPTIONS (path 'hudi', primary_key 'id', "
-                     f"ordering_field 'ts', buckets '16')")
-        conn.execute("SELECT hudi.create_table('hudi')")
+        create_tables(conn, args.lake, "hudi")
         # Half of the upserted keys exist already.
         conn.execute(f"INSERT INTO heap SELECT {ROW} FROM generate_series(1, {n // 2}) g")
         conn.execute(f"INSERT INTO hudi SELECT {ROW} FROM generate_series(1, {n // 2}) g")

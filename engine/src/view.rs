@@ -23,11 +23,7 @@ pub struct FileSlice {
 
 impl FileSlice {
     fn path_of(&self, name: &str) -> String {
-        if self.partition.is_empty() {
-            name.to_owned()
-        } else {
-            format!("{}/{name}", self.partition)
-        }
+        crate::table::files::path_in_partition(&self.partition, name)
     }
 
     /// Bytes of the slice's files: what a scan of it reads.

@@ -343,9 +343,8 @@ pub unsafe extern "C-unwind" fn begin_foreign_scan(node: *mut pg_sys::ForeignSca
         ReadSpec::Snapshot { bound, .. } => SliceQuery::Snapshot(bound),
         ReadSpec::Incremental { range } => SliceQuery::Changes { range, with_deletes },
     };
-    let depth = guc::READ_AHEAD_SLICES.get().max(0) as usize;
     let state = Box::new(ScanState {
-        scan: SliceScan::new(reader, query, options, slices, stats, depth),
+        scan: SliceScan::new(reader, query, options, slices, stats, guc::read_ahead_slices()),
         batch: None,
         next_row: 0,
         columns,
@@ -527,7 +526,7 @@ pub unsafe extern "C-unwind" fn analyze_foreign_table(
     true
 }
 
-/// Reservoir-samples `target` rows of the latest snapshot, one file slice at a time.
+/// Reservoir-samples `target` rows of the latest snapshot, slice by slice (read ahead as scans are).
 #[pg_guard]
 unsafe extern "C-unwind" fn acquire_sample_rows(
     relation: pg_sys::Relation,
@@ -542,9 +541,9 @@ unsafe extern "C-unwind" fn acquire_sample_rows(
     let reader = table.open_reader();
     let tupdesc = (*relation).rd_att;
     let columns = used_bindings(bind_columns(tupdesc, reader.schema(), &relation_name(relid), &table.uri.to_string()), None, reader.schema());
-    let (options, mut stats) = (ScanOptions::default(), ScanStats::default());
-    let bound = ReadBound::Latest;
-    let slices = block_on(reader.slices(&bound)).or_report();
+    let slices = block_on(reader.slices(&ReadBound::Latest)).or_report();
+    let query = SliceQuery::Snapshot(ReadBound::Latest);
+    let mut scan = SliceScan::new(reader, query, ScanOptions::default(), slices, ScanStats::default(), guc::read_ahead_slices());
     let natts = (*tupdesc).natts as usize;
     let (mut values, mut nulls) = (vec![pg_sys::Datum::from(0); natts], vec![true; natts]);
     let target = target.max(0) as usize;
@@ -559,10 +558,8 @@ unsafe extern "C-unwind" fn acquire_sample_rows(
         random
     };
     let mut scratch = pgrx::PgMemoryContexts::new("pg_hudi analyze row");
-    for slice in &slices {
-        let Some(batch) = block_on(reader.read_slice(slice, &bound, &options, &mut stats)).or_report() else {
-            continue;
-        };
+    while let Some(batch) = block_on(scan.next()) {
+        let Some(batch) = batch.or_report() else { continue };
         let readers = column_readers(&columns, &batch);
         for row in 0..batch.num_rows() {
             seen += 1;

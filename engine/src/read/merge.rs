@@ -137,7 +137,8 @@ fn partial_update(batches: &[RecordBatch], sources: Option<Vec<ColumnSource>>, o
 #[derive(Debug, Default)]
 pub struct Merged {
     /// One row per surviving key: the base rows no log version touched, in the base file's
-    /// order, then the winning versions of the other keys, in order of first appearance.
+    /// order; then the winners of keys the base file has, in its order; then the winners of
+    /// keys only the logs have, in key order.
     pub rows: Option<RecordBatch>,
     /// Change queries only: per row of `rows`, whether the key was alive before the range.
     pub alive_before_range: Vec<bool>,
@@ -155,34 +156,10 @@ pub struct DeletedKey {
 
 type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
-/// A record key column.
-#[derive(Clone, Copy)]
-struct KeyColumn<'a>(&'a StringArray);
-
-impl<'a> KeyColumn<'a> {
-    fn get(self, row: usize) -> Result<&'a str> {
-        if self.0.is_null(row) {
-            return Err(Self::missing());
-        }
-        Ok(self.0.value(row))
-    }
-
-    /// The keys, checked for NULLs once rather than per row.
-    fn all(self) -> Result<&'a StringArray> {
-        if self.0.null_count() > 0 {
-            return Err(Self::missing());
-        }
-        Ok(self.0)
-    }
-
-    fn missing() -> Error {
-        Error::new(ErrorKind::Corrupt, "a record without _hoodie_record_key cannot be merged")
-    }
-}
-
 /// The columns of a source batch that merging reads.
 struct MergeColumns<'a> {
-    keys: KeyColumn<'a>,
+    /// Record keys, without NULLs (checked once per batch).
+    keys: &'a StringArray,
     commit_times: &'a StringArray,
     ordering: Option<&'a dyn Array>,
 }
@@ -190,8 +167,12 @@ struct MergeColumns<'a> {
 impl<'a> MergeColumns<'a> {
     fn of(batch: &'a RecordBatch, ordering_column: Option<usize>) -> Result<MergeColumns<'a>> {
         let not_strings = || Error::new(ErrorKind::Internal, "meta columns are not string columns");
+        let keys = batch.column(RECORD_KEY_COLUMN).as_string_opt::<i32>().ok_or_else(not_strings)?;
+        if keys.null_count() > 0 {
+            return Err(Error::new(ErrorKind::Corrupt, "a record without _hoodie_record_key cannot be merged"));
+        }
         Ok(MergeColumns {
-            keys: KeyColumn(batch.column(RECORD_KEY_COLUMN).as_string_opt::<i32>().ok_or_else(not_strings)?),
+            keys,
             commit_times: batch.column(COMMIT_TIME_COLUMN).as_string_opt::<i32>().ok_or_else(not_strings)?,
             ordering: ordering_column.map(|c| batch.column(c).as_ref()),
         })
@@ -230,8 +211,7 @@ impl<'a> LogEntry<'a> {
 
 /// The versions written after the base file, grouped by key: keys in sorted order, each key's
 /// versions in the order they were written (the sort is stable). Sorted groups let a sorted
-/// base file be matched by one walk, and sorting is cheap when the blocks come sorted, as
-/// this engine's writer writes them.
+/// base file be matched by one walk.
 struct LogIndex<'a> {
     entries: Vec<(&'a str, LogEntry<'a>)>,
     /// Where each key's run of versions starts in `entries`, then `entries.len()`.
@@ -262,22 +242,22 @@ impl<'a> LogIndex<'a> {
     /// `(base row, key group)` for each base row whose key the logs have versions of, in
     /// base order. A key that occurs in several base rows matches the first only: base rows
     /// are not merged with each other (as in Java's reader).
-    fn match_base(&self, keys: KeyColumn<'a>, rows: usize) -> Result<Vec<(usize, usize)>> {
-        if let Some(matches) = self.match_sorted_base(keys, rows)? {
-            return Ok(matches);
+    fn match_base(&self, keys: &StringArray) -> Vec<(usize, usize)> {
+        if let Some(matches) = self.match_sorted_base(keys) {
+            return matches;
         }
         let mut groups: FastMap<&str, usize> = FastMap::with_capacity_and_hasher(self.len(), Default::default());
         groups.extend((0..self.len()).map(|g| (self.key(g), g)));
         let mut matches = Vec::with_capacity(self.len());
-        for row in 0..rows {
-            if let Some(group) = groups.remove(keys.get(row)?) {
+        for row in 0..keys.len() {
+            if let Some(group) = groups.remove(keys.value(row)) {
                 matches.push((row, group));
                 if groups.is_empty() {
                     break;
                 }
             }
         }
-        Ok(matches)
+        matches
     }
 
     /// [`Self::match_base`] by one walk over base keys in sorted order (as compaction writes
@@ -286,12 +266,11 @@ impl<'a> LogIndex<'a> {
     /// Only a log key that the walk passed over can be missed, and only if a later base row
     /// has a smaller key than the one it was passed over at: so rows are checked for order
     /// only after the first pass-over (none when every log key updates a base row).
-    fn match_sorted_base(&self, keys: KeyColumn<'a>, rows: usize) -> Result<Option<Vec<(usize, usize)>>> {
-        let keys = keys.all()?;
-        let rows = rows.min(keys.len());
+    fn match_sorted_base(&self, keys: &StringArray) -> Option<Vec<(usize, usize)>> {
+        let rows = keys.len();
         let mut matches = Vec::with_capacity(self.len());
         if self.len() == 0 {
-            return Ok(Some(matches));
+            return Some(matches);
         }
         // The greatest base key at which a log key was passed over.
         let mut passed_at: Option<&str> = None;
@@ -299,7 +278,7 @@ impl<'a> LogIndex<'a> {
         for row in 0..rows {
             let key = keys.value(row);
             if passed_at.is_some_and(|passed| key < passed) {
-                return Ok(None);
+                return None;
             }
             // One comparison per row unless log keys are passed over.
             let mut order = self.key(group).cmp(key);
@@ -319,10 +298,10 @@ impl<'a> LogIndex<'a> {
                 // Every log key is behind: the rest of the base stands, unless a passed-over
                 // key comes again (then the base is not sorted).
                 let unsorted = passed_at.is_some_and(|passed| (row + 1..rows).any(|r| keys.value(r) < passed));
-                return Ok((!unsorted).then_some(matches));
+                return (!unsorted).then_some(matches);
             }
         }
-        Ok(Some(matches))
+        Some(matches)
     }
 }
 
@@ -363,13 +342,22 @@ fn emit(merged: &mut Merged, winners: &mut Winners, key: &str, state: Option<Key
     }
 }
 
+/// A source written after the base file: a data block (its index in the batches) or the
+/// records of a delete block and the instant that wrote them.
+enum Later {
+    Rows(usize),
+    Deletes(Vec<DeleteRecord>, String),
+}
+
 /// Merges the versions of one file slice into one row per surviving key. With `output`, only
-/// those columns are assembled; the others are NULL columns taken from its `NullColumns`. With `change_range` (the requested instants of
-/// the commits in an incremental range) the merge also records, per key, whether it was alive
-/// before the first version written in the range, and which keys the range deleted.
+/// those columns are assembled; the others are NULL columns taken from its `NullColumns`.
+/// With `change_range` (the requested instants of the commits in an incremental range) the
+/// merge also records, per key, whether it was alive before the first version written in the
+/// range, and which keys the range deleted.
 ///
-/// The log versions are indexed by key (borrowed, not copied); each base-file row then costs
-/// one lookup, and only keys that the logs touch are compared by ordering value.
+/// The log versions are grouped by key (borrowed, not copied) and matched against the base
+/// file's keys; only keys that the logs touch are compared by ordering value, and untouched
+/// base rows are kept by a mask.
 pub fn merge(
     schema: &SchemaRef,
     sources: Vec<MergeSource>,
@@ -381,7 +369,7 @@ pub fn merge(
     let tracking = change_range.is_some();
     let mut batches: Vec<RecordBatch> = Vec::new();
     let mut has_base = false;
-    let mut later: Vec<(Option<usize>, Option<(Vec<DeleteRecord>, String)>)> = Vec::new();
+    let mut later: Vec<Later> = Vec::new();
     for (i, source) in sources.into_iter().enumerate() {
         match source {
             MergeSource::Base(batch) if i == 0 => {
@@ -390,32 +378,32 @@ pub fn merge(
             }
             MergeSource::Base(_) => return Err(Error::new(ErrorKind::Internal, "a base file after other versions")),
             MergeSource::Data(batch) => {
-                later.push((Some(batches.len()), None));
+                later.push(Later::Rows(batches.len()));
                 batches.push(batch);
             }
-            MergeSource::Deletes { records, instant } => later.push((None, Some((records, instant)))),
+            MergeSource::Deletes { records, instant } => later.push(Later::Deletes(records, instant)),
         }
     }
 
     let columns = batches.iter().map(|b| MergeColumns::of(b, ordering_column)).collect::<Result<Vec<_>>>()?;
     // Versions written after the base file, grouped by key, in the order they apply.
     let mut entries = Vec::new();
-    for (batch, deletes) in &later {
-        if let Some(batch) = *batch {
-            let keys = columns[batch].keys;
-            for row in 0..batches[batch].num_rows() {
-                entries.push((keys.get(row)?, LogEntry::Row { batch, row }));
+    for source in &later {
+        match source {
+            &Later::Rows(batch) => {
+                let keys = columns[batch].keys;
+                entries.extend((0..keys.len()).map(|row| (keys.value(row), LogEntry::Row { batch, row })));
             }
-        }
-        if let Some((records, instant)) = deletes {
-            entries.extend(records.iter().map(|record| (record.record_key.as_str(), LogEntry::Delete { record, instant })));
+            Later::Deletes(records, instant) => {
+                entries.extend(records.iter().map(|record| (record.record_key.as_str(), LogEntry::Delete { record, instant })));
+            }
         }
     }
     let log = LogIndex::new(entries);
 
     let mut merged = Merged::default();
     let base_rows = if has_base { batches[0].num_rows() } else { 0 };
-    let matches = if has_base && log.len() > 0 { log.match_base(columns[0].keys, base_rows)? } else { Vec::new() };
+    let matches = if has_base && log.len() > 0 { log.match_base(columns[0].keys) } else { Vec::new() };
     // Base rows that stand are kept by a mask (cheap to apply); the other winners by position.
     let mut keep_base = BooleanBufferBuilder::new(base_rows);
     let mut matched_groups = vec![false; log.len()];
@@ -527,26 +515,31 @@ mod tests {
         out
     }
 
+    fn pairs(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    /// The merge of `sources` without a change range, all columns assembled.
+    fn merge_versions(s: &SchemaRef, sources: Vec<MergeSource>, rule: MergeRule) -> Merged {
+        merge(s, sources, rule, None, None).unwrap()
+    }
+
     const EVENT: MergeRule = MergeRule { mode: MergeMode::EventTimeOrdering, ordering_column: Some(5) };
 
     #[test]
     fn event_time_keeps_greater_ordering_and_newer_on_ties() {
         let s = schema();
-        let merged = merge(
+        let merged = merge_versions(
             &s,
             vec![
                 rows(&s, &[("a", 10, "a-base"), ("b", 10, "b-base"), ("c", 10, "c-base")]),
                 rows(&s, &[("a", 5, "a-older-event"), ("b", 10, "b-tie"), ("c", 11, "c-newer"), ("d", 1, "d-new")]),
             ],
             EVENT,
-            None,
-            None,
-        )
-        .unwrap();
+        );
         assert_eq!(
             result(merged),
-            [("a", "a-base"), ("b", "b-tie"), ("c", "c-newer"), ("d", "d-new")]
-                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            pairs(&[("a", "a-base"), ("b", "b-tie"), ("c", "c-newer"), ("d", "d-new")])
         );
     }
 
@@ -554,7 +547,7 @@ mod tests {
     fn base_rows_stand_unless_the_logs_touch_their_keys() {
         let s = schema();
         let MergeSource::Data(base) = rows(&s, &[("a", 10, "a-base"), ("b", 10, "b-base"), ("c", 10, "c-base")]) else { unreachable!() };
-        let merged = merge(
+        let merged = merge_versions(
             &s,
             vec![
                 MergeSource::Base(base),
@@ -562,13 +555,10 @@ mod tests {
                 delete("a", OrderingValue::Int(0)),
             ],
             EVENT,
-            None,
-            None,
-        )
-        .unwrap();
+        );
         assert_eq!(
             result(merged),
-            [("b", "b-newer"), ("c", "c-base"), ("d", "d-new")].map(|(k, v)| (k.to_owned(), v.to_owned()))
+            pairs(&[("b", "b-newer"), ("c", "c-base"), ("d", "d-new")])
         );
     }
 
@@ -578,7 +568,7 @@ mod tests {
         for base_keys in [["a", "c", "e", "g"], ["c", "a", "g", "e"], ["a", "c", "g", "e"]] {
             let base: Vec<(&str, i64, &str)> = base_keys.iter().map(|k| (*k, 10, "base")).collect();
             let MergeSource::Data(base) = rows(&s, &base) else { unreachable!() };
-            let merged = merge(
+            let merged = merge_versions(
                 &s,
                 vec![
                     MergeSource::Base(base),
@@ -586,13 +576,10 @@ mod tests {
                     delete("g", OrderingValue::Int(0)),
                 ],
                 EVENT,
-                None,
-                None,
-            )
-            .unwrap();
+            );
             assert_eq!(
                 result(merged),
-                [("a", "base"), ("b", "new"), ("c", "log"), ("e", "log"), ("h", "new")].map(|(k, v)| (k.to_owned(), v.to_owned())),
+                pairs(&[("a", "base"), ("b", "new"), ("c", "log"), ("e", "log"), ("h", "new")]),
                 "base keys in the order {base_keys:?}"
             );
         }
@@ -602,8 +589,8 @@ mod tests {
     fn an_unsorted_base_is_noticed_after_the_walk_passed_every_log_key() {
         let s = schema();
         let MergeSource::Data(base) = rows(&s, &[("z", 10, "base"), ("a", 10, "base")]) else { unreachable!() };
-        let merged = merge(&s, vec![MergeSource::Base(base), rows(&s, &[("a", 11, "log")])], EVENT, None, None).unwrap();
-        assert_eq!(result(merged), [("a", "log"), ("z", "base")].map(|(k, v)| (k.to_owned(), v.to_owned())));
+        let merged = merge_versions(&s, vec![MergeSource::Base(base), rows(&s, &[("a", 11, "log")])], EVENT);
+        assert_eq!(result(merged), pairs(&[("a", "log"), ("z", "base")]));
     }
 
     #[test]
@@ -625,7 +612,7 @@ mod tests {
             log.dedup();
             let log_index = LogIndex::new(log.iter().map(|k| (k.as_str(), LogEntry::Row { batch: 1, row: 0 })).collect());
             let base_keys = StringArray::from(base.clone());
-            let mut got = log_index.match_base(KeyColumn(&base_keys), base.len()).unwrap();
+            let mut got = log_index.match_base(&base_keys);
             got.sort();
             let mut expected: Vec<(usize, usize)> = log
                 .iter()
@@ -664,7 +651,7 @@ mod tests {
                 .unwrap(),
             )
         };
-        let merged = merge(
+        let merged = merge_versions(
             &s,
             vec![
                 batch("a", 10, Some("ann"), None),
@@ -675,10 +662,7 @@ mod tests {
                 batch("c", 10, Some("cy"), Some("cy@x")),
             ],
             MergeRule { mode: MergeMode::PartialUpdate, ordering_column: Some(5) },
-            None,
-            None,
-        )
-        .unwrap();
+        );
         let rows = merged.rows.unwrap();
         let text = |c: usize| rows.column(c).as_string::<i32>().iter().map(|v| v.map(str::to_owned)).collect::<Vec<_>>();
         let keys = text(2);
@@ -701,7 +685,7 @@ mod tests {
     #[test]
     fn deletes_follow_the_ordering_rules() {
         let s = schema();
-        let merged = merge(
+        let merged = merge_versions(
             &s,
             vec![
                 rows(&s, &[("a", 10, "a"), ("b", 10, "b"), ("c", 10, "c"), ("d", 10, "d")]),
@@ -713,27 +697,21 @@ mod tests {
                 rows(&s, &[("a", 1, "a-reinserted")]),
             ],
             EVENT,
-            None,
-            None,
-        )
-        .unwrap();
+        );
         assert_eq!(
             result(merged),
-            [("a", "a-reinserted"), ("b", "b")].map(|(k, v)| (k.to_owned(), v.to_owned()))
+            pairs(&[("a", "a-reinserted"), ("b", "b")])
         );
     }
 
     #[test]
     fn commit_time_takes_the_newest() {
         let s = schema();
-        let merged = merge(
+        let merged = merge_versions(
             &s,
             vec![rows(&s, &[("a", 10, "old")]), rows(&s, &[("a", 1, "new")]), delete("b", OrderingValue::Null)],
             MergeRule { mode: MergeMode::CommitTimeOrdering, ordering_column: Some(5) },
-            None,
-            None,
-        )
-        .unwrap();
+        );
         assert_eq!(result(merged), [("a".to_owned(), "new".to_owned())]);
     }
 

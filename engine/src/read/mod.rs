@@ -267,8 +267,8 @@ impl TableReader {
         let nothing = matches!(&kind, SliceOutput::Changes { instants, .. } if instants.is_empty());
         // A slice without logs read as a snapshot needs no merging: only the asked-for columns
         // are decoded, and row groups may be skipped by statistics.
-        let merging = !slice.log_files.is_empty() || changes;
-        if merging && !nothing && !self.config.populate_meta_fields {
+        let merging = !nothing && (!slice.log_files.is_empty() || changes);
+        if merging && !self.config.populate_meta_fields {
             return Err(Error::new(
                 ErrorKind::Unsupported,
                 "log files of a table without meta fields cannot be merged (no record keys)",
@@ -290,7 +290,6 @@ impl TableReader {
             kind,
         };
         if nothing {
-            read.merging = false;
             return Ok(read);
         }
         read.base = self.fetch_base_file(slice, options, read.needed.as_ref(), stats).await?;

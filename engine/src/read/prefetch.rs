@@ -19,31 +19,19 @@ use crate::view::FileSlice;
 
 type SliceRows = Result<Option<RecordBatch>>;
 
+/// A submitted slice.
 enum Pending {
     /// Not started: with no read-ahead, a slice runs on the caller's thread when asked for.
     Waiting(Box<SliceRead>),
     Running(oneshot::Receiver<SliceRows>),
 }
 
-/// Slices submitted in scan order, decoded on helper threads.
-struct ReadAhead {
-    depth: usize,
-    pending: VecDeque<Pending>,
-}
-
-impl ReadAhead {
-    /// Up to `depth` slices decoded ahead on helper threads, one thread each; with 0, each
-    /// slice is decoded on the caller's thread when its rows are asked for.
-    fn new(depth: usize) -> ReadAhead {
-        ReadAhead { depth, pending: VecDeque::new() }
-    }
-
-    /// Starts decoding and merging `read` (on a helper thread unless the depth is 0, or no
-    /// thread can be started: then on the caller's thread, later).
-    fn submit(&mut self, read: SliceRead) {
-        if self.depth == 0 {
-            self.pending.push_back(Pending::Waiting(Box::new(read)));
-            return;
+impl Pending {
+    /// Starts decoding and merging `read` on a helper thread (with `ahead`, and when a thread
+    /// can be started; otherwise it runs on the caller's thread).
+    fn start(read: SliceRead, ahead: bool) -> Pending {
+        if !ahead {
+            return Pending::Waiting(Box::new(read));
         }
         let (sender, receiver) = oneshot::channel();
         let job = move || {
@@ -52,19 +40,16 @@ impl ReadAhead {
             // The scan may have ended (cancelled); then nobody wants the rows.
             let _ = sender.send(rows);
         };
-        match spawn_without_signals(job) {
-            Ok(()) => self.pending.push_back(Pending::Running(receiver)),
-            Err(job) => {
-                // No thread to be had (resource limits): decode here instead.
-                job();
-                self.pending.push_back(Pending::Running(receiver));
-            }
+        if let Err(job) = spawn_without_signals(job) {
+            // No thread to be had (resource limits): decode here instead.
+            job();
         }
+        Pending::Running(receiver)
     }
 
-    /// The rows of a submitted slice, once decoded.
-    async fn rows(pending: Pending) -> SliceRows {
-        match pending {
+    /// The slice's rows, once decoded.
+    async fn rows(self) -> SliceRows {
+        match self {
             Pending::Waiting(read) => read.run(),
             Pending::Running(receiver) => receiver
                 .await
@@ -73,7 +58,9 @@ impl ReadAhead {
     }
 }
 
-/// A scan of file slices in order, fetching and merging up to `depth` slices ahead.
+/// A scan of file slices in order, fetching and merging up to `depth` slices ahead, each on
+/// a helper thread of its own; with depth 0, each slice is decoded on the caller's thread
+/// when its rows are asked for.
 pub struct SliceScan {
     reader: TableReader,
     query: SliceQuery,
@@ -82,7 +69,8 @@ pub struct SliceScan {
     /// The next slice to fetch.
     next_slice: usize,
     depth: usize,
-    ahead: ReadAhead,
+    /// Fetched slices, oldest first.
+    pending: VecDeque<Pending>,
     stats: ScanStats,
 }
 
@@ -97,7 +85,7 @@ impl SliceScan {
         stats: ScanStats,
         depth: usize,
     ) -> SliceScan {
-        SliceScan { reader, query, options, slices, next_slice: 0, depth, ahead: ReadAhead::new(depth), stats }
+        SliceScan { reader, query, options, slices, next_slice: 0, depth, pending: VecDeque::new(), stats }
     }
 
     pub fn stats(&self) -> &ScanStats {
@@ -107,30 +95,30 @@ impl SliceScan {
     /// Starts over from the first slice; slices in flight are dropped.
     pub fn restart(&mut self) {
         self.next_slice = 0;
-        self.ahead = ReadAhead::new(self.depth);
+        self.pending.clear();
     }
 
     /// The rows of the next slice (`Ok(None)`: it has none); `None` after the last one.
     pub async fn next(&mut self) -> Option<Result<Option<RecordBatch>>> {
-        if self.ahead.pending.is_empty() {
+        if self.pending.is_empty() {
             if let Err(e) = self.fetch_ahead(1).await {
                 return Some(Err(e));
             }
         }
-        let oldest = self.ahead.pending.pop_front()?;
+        let oldest = self.pending.pop_front()?;
         // The next slices are fetched while the oldest one is decoded.
         let depth = self.depth;
-        let (rows, fetched) = futures::join!(ReadAhead::rows(oldest), self.fetch_ahead(depth));
+        let (rows, fetched) = futures::join!(oldest.rows(), self.fetch_ahead(depth));
         Some(fetched.and(rows))
     }
 
-    /// Fetches and submits slices until `in_flight` are pending or none is left.
+    /// Fetches and starts slices until `in_flight` are pending or none is left.
     async fn fetch_ahead(&mut self, in_flight: usize) -> Result<()> {
-        while self.ahead.pending.len() < in_flight && self.next_slice < self.slices.len() {
+        while self.pending.len() < in_flight && self.next_slice < self.slices.len() {
             let slice = &self.slices[self.next_slice];
             self.next_slice += 1;
             let read = self.reader.fetch_slice(slice, &self.query, &self.options, &mut self.stats).await?;
-            self.ahead.submit(read);
+            self.pending.push_back(Pending::start(read, self.depth > 0));
         }
         Ok(())
     }

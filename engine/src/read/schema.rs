@@ -29,6 +29,9 @@ pub const COMMIT_TIME_COLUMN: usize = 0;
 /// Index of `_hoodie_record_key` in a table schema.
 pub const RECORD_KEY_COLUMN: usize = 2;
 
+/// Index of `_hoodie_file_name` in a table schema.
+pub const FILE_NAME_COLUMN: usize = 4;
+
 /// Converts an Avro record schema (JSON) to Arrow, as `arrow-avro` decodes it.
 pub fn arrow_schema_of_avro(avro_json: &str) -> Result<SchemaRef> {
     let invalid = |e: arrow::error::ArrowError| {

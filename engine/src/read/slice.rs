@@ -19,7 +19,7 @@ use crate::read::schema::{self, NullColumns};
 use crate::read::OPERATION_COLUMN;
 
 /// What a slice read returns.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) enum SliceOutput {
     /// The merged rows.
     Snapshot,
@@ -66,19 +66,19 @@ impl std::fmt::Debug for SliceRead {
 
 impl SliceRead {
     /// Decodes and merges the slice: its rows, or `None` when it has none.
-    pub fn run(self) -> Result<Option<RecordBatch>> {
-        let kind = self.kind.clone();
+    pub fn run(mut self) -> Result<Option<RecordBatch>> {
         let merged = self.merge()?;
-        match kind {
+        match &self.kind {
             SliceOutput::Snapshot => Ok(merged.rows),
             SliceOutput::Changes { instants, with_deletes, changes_schema } => {
-                changes(merged, &instants, with_deletes, &changes_schema)
+                changes(merged, instants, *with_deletes, changes_schema)
             }
         }
     }
 
-    fn merge(self) -> Result<Merged> {
-        let base = match self.base {
+    /// Decodes the fetched base file and blocks (consuming them) and merges them.
+    fn merge(&mut self) -> Result<Merged> {
+        let base = match self.base.take() {
             Some(base) => Some(decode_base(base, &self.schema, &self.nulls)?),
             None => None,
         };
@@ -86,7 +86,7 @@ impl SliceRead {
             return Ok(Merged { rows: base.filter(|b| b.num_rows() > 0), ..Default::default() });
         }
         let mut sources: Vec<MergeSource> = base.into_iter().map(MergeSource::Base).collect();
-        for (path, instant, block) in self.blocks {
+        for (path, instant, block) in std::mem::take(&mut self.blocks) {
             let content = decode_block(&block, self.needed.as_ref())
                 .context(|| format!("reading block at {} of {path}", block.offset))?;
             match content {

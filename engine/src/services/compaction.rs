@@ -20,10 +20,10 @@ use parquet::file::metadata::KeyValue;
 use serde_json::Value;
 
 use crate::error::{Error, ErrorKind, Result, ResultExt};
-use crate::read::schema::RECORD_KEY_COLUMN;
+use crate::read::schema::{FILE_NAME_COLUMN, RECORD_KEY_COLUMN};
 use crate::read::{ScanOptions, ScanStats, TableReader};
 use crate::storage::Storage;
-use crate::table::files::{BaseFile, DataFile, LogFile};
+use crate::table::files::{path_in_partition, BaseFile, DataFile, LogFile};
 use crate::table::TableConfig;
 use crate::timeline::ReadBound;
 use crate::view::FileSlice;
@@ -33,9 +33,6 @@ use crate::write::transaction::next_transaction_number;
 use crate::write::{heartbeat, parquet_bytes, ParquetFile, WriterId};
 
 const COMPACTION_PLAN_SCHEMA: &str = include_str!("HoodieCompactionPlan.avsc");
-
-/// Position of `_hoodie_file_name` among the meta fields.
-const FILE_NAME_COLUMN: usize = 4;
 
 /// One planned file slice (`HoodieCompactionOperation`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -258,7 +255,7 @@ async fn execute(
     let mut rows_written = 0;
     let mut partitions_cleaned = HashSet::new();
     for op in &plan.operations {
-        let in_partition = |name: &str| if op.partition.is_empty() { name.to_owned() } else { format!("{}/{name}", op.partition) };
+        let in_partition = |name: &str| path_in_partition(&op.partition, name);
         // Base files of this instant left by an earlier, failed attempt.
         if partitions_cleaned.insert(op.partition.clone()) {
             for (path, size) in storage.list_dir(&op.partition).await? {

@@ -2,6 +2,15 @@
 //! files `.<fileId>_<instant>.log.<version>_<token>[.cdc]`. Anything else in a partition
 //! directory (partition metadata, `.DS_Store`, ...) is not a data file.
 
+/// The path of file `name` of `partition`, relative to the table (`""` is the table's root).
+pub fn path_in_partition(partition: &str, name: &str) -> String {
+    if partition.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{partition}/{name}")
+    }
+}
+
 /// A base (Parquet) file of a file group.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BaseFile {

@@ -219,7 +219,7 @@ impl Transaction {
 
     async fn write_log(&mut self, partition: &str, file_id: &str, block: Vec<u8>, upserts: i64, deletes: i64) -> Result<()> {
         let name = self.next_log_name(partition, file_id);
-        let path = if partition.is_empty() { name.clone() } else { format!("{partition}/{name}") };
+        let path = crate::table::files::path_in_partition(partition, &name);
         let size = block.len() as u64;
         self.storage.put(&path, Bytes::from(block)).await?;
         crate::write::heartbeat::beat(&self.storage, &self.instant).await?;
@@ -330,7 +330,7 @@ impl Transaction {
         for ((partition, file_id), group) in &self.groups {
             let stats = metadata.partition_to_write_stats.entry(partition.clone()).or_default();
             for (i, (name, size)) in group.files.iter().enumerate() {
-                let path = if partition.is_empty() { name.clone() } else { format!("{partition}/{name}") };
+                let path = crate::table::files::path_in_partition(partition, name);
                 let first = i == 0;
                 stats.push(WriteStat {
                     file_id: Some(file_id.clone()),
@@ -389,7 +389,7 @@ impl Transaction {
     pub async fn abort(self) -> Result<()> {
         for ((partition, _), group) in &self.groups {
             for (name, _) in &group.files {
-                let path = if partition.is_empty() { name.clone() } else { format!("{partition}/{name}") };
+                let path = crate::table::files::path_in_partition(partition, name);
                 self.storage.delete(&path).await?;
             }
         }
