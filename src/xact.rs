@@ -5,7 +5,7 @@
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 
-use engine::write::Transaction;
+use engine::write::{BaseRow, Transaction};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
@@ -21,24 +21,35 @@ pub const FLUSH_ROWS: usize = 100_000;
 pub struct OpenWrite {
     pub transaction: Transaction,
     pub upserts: RowBuffer,
+    /// Where each buffered upsert was read, for an UPDATE (see [`crate::fdw::positions`]).
+    pub upsert_positions: Vec<Option<BaseRow>>,
     pub deletes: RowBuffer,
+    pub delete_positions: Vec<Option<BaseRow>>,
 }
 
 impl OpenWrite {
     pub fn new(transaction: Transaction) -> OpenWrite {
         let schema = transaction.data_schema().clone();
-        OpenWrite { transaction, upserts: RowBuffer::new(schema.clone()), deletes: RowBuffer::new(schema) }
+        OpenWrite {
+            transaction,
+            upserts: RowBuffer::new(schema.clone()),
+            upsert_positions: Vec::new(),
+            deletes: RowBuffer::new(schema),
+            delete_positions: Vec::new(),
+        }
     }
 
     /// Writes the buffered rows as log files.
     pub fn flush(&mut self) -> engine::Result<()> {
         if self.upserts.len() > 0 {
             let batch = self.upserts.take();
-            block_on(self.transaction.upsert(&batch))?;
+            let positions = std::mem::take(&mut self.upsert_positions);
+            block_on(self.transaction.upsert_with_positions(&batch, &positions))?;
         }
         if self.deletes.len() > 0 {
             let batch = self.deletes.take();
-            block_on(self.transaction.delete_rows(&batch))?;
+            let positions = std::mem::take(&mut self.delete_positions);
+            block_on(self.transaction.delete_rows_with_positions(&batch, &positions))?;
         }
         Ok(())
     }
@@ -113,7 +124,11 @@ unsafe extern "C-unwind" fn on_transaction_event(event: pg_sys::XactEvent::Type,
                 );
             }
         }
+        pg_sys::XactEvent::XACT_EVENT_COMMIT | pg_sys::XactEvent::XACT_EVENT_PARALLEL_COMMIT => {
+            crate::fdw::positions::forget_all();
+        }
         pg_sys::XactEvent::XACT_EVENT_ABORT | pg_sys::XactEvent::XACT_EVENT_PARALLEL_ABORT => {
+            crate::fdw::positions::forget_all();
             for write in take_all() {
                 let instant = write.transaction.instant().to_owned();
                 if let Err(e) = block_on(write.transaction.abort()) {

@@ -87,7 +87,7 @@ async fn pruning_keeps_every_matching_row() {
     let filter = ScanFilter {
         predicates: vec![Predicate::Compare { column: "byteField".into(), op: Op::Eq, value: Scalar::Int(10) }],
     };
-    let options = ScanOptions { filter, columns: Some(vec!["id".into(), "byteField".into()]) };
+    let options = ScanOptions { filter, columns: Some(vec!["id".into(), "byteField".into()]), ..Default::default() };
     let (slices, stats) = reader.pruned_slices(&bound, &options).await.unwrap();
     assert!(stats.partitions_kept < stats.partitions_total, "{stats:?}");
     assert_eq!(stats.slices_kept, slices.len());

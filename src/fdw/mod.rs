@@ -4,6 +4,7 @@
 pub mod import;
 pub mod modify;
 pub mod options;
+pub mod positions;
 pub mod pushdown;
 pub mod scan;
 pub mod table;

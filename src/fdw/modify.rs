@@ -6,7 +6,7 @@
 use std::ffi::CStr;
 
 use engine::read::schema::is_reader_column;
-use engine::write::{Transaction, WriterId};
+use engine::write::{BaseRow, Transaction, WriterId};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
@@ -23,9 +23,11 @@ pub unsafe extern "C-unwind" fn is_foreign_rel_updatable(_relation: pg_sys::Rela
 }
 
 const WHOLE_ROW: &std::ffi::CStr = c"hudi_wholerow";
+const CTID: &std::ffi::CStr = c"ctid";
 
 /// UPDATE and DELETE carry the whole old row: its key identifies the record, and its values
-/// complete the new row of an UPDATE.
+/// complete the new row of an UPDATE. They also carry `ctid`: where the scan read the row
+/// (see [`crate::fdw::positions`]).
 #[pg_guard]
 pub unsafe extern "C-unwind" fn add_foreign_update_targets(
     root: *mut pg_sys::PlannerInfo,
@@ -35,6 +37,8 @@ pub unsafe extern "C-unwind" fn add_foreign_update_targets(
 ) {
     let var = pg_sys::makeWholeRowVar(target_rte, rtindex as i32, 0, false);
     pg_sys::add_row_identity_var(root, var, rtindex, WHOLE_ROW.as_ptr());
+    let ctid = pg_sys::makeVar(rtindex as _, pg_sys::SelfItemPointerAttributeNumber as i16, pg_sys::TIDOID, -1, pg_sys::InvalidOid, 0);
+    pg_sys::add_row_identity_var(root, ctid, rtindex, CTID.as_ptr());
 }
 
 /// Where each attribute's values go: the index of the table's data column, with the kind of
@@ -43,6 +47,8 @@ pub unsafe extern "C-unwind" fn add_foreign_update_targets(
 struct Targets {
     columns: Vec<Option<(usize, PgKind)>>,
     whole_row: Option<pg_sys::AttrNumber>,
+    /// For UPDATE/DELETE: the position of `ctid` in the plan's rows, and the table's URI.
+    ctid: Option<(pg_sys::AttrNumber, String)>,
     /// Attribute indexes of the key and partition columns, which UPDATE must not change.
     identity: Vec<usize>,
 }
@@ -93,7 +99,7 @@ unsafe fn targets(relation: pg_sys::Relation, data_schema: &arrow::datatypes::Sc
             config.record_key_fields.iter().chain(&config.partition_fields).any(|k| k == field).then_some(i)
         })
         .collect();
-    Targets { columns, whole_row: None, identity }
+    Targets { columns, whole_row: None, ctid: None, identity }
 }
 
 /// This backend as a writer: the server's system identifier and the backend pid.
@@ -128,6 +134,8 @@ unsafe fn begin(rinfo: *mut pg_sys::ResultRelInfo, plan_targets: *mut pg_sys::Li
             if !plan_targets.is_null() {
                 let attno = pg_sys::ExecFindJunkAttributeInTlist(plan_targets, WHOLE_ROW.as_ptr());
                 targets.whole_row = (attno > 0).then_some(attno);
+                let attno = pg_sys::ExecFindJunkAttributeInTlist(plan_targets, CTID.as_ptr());
+                targets.ctid = (attno > 0).then(|| (attno, table.uri.to_string()));
             }
             (*rinfo).ri_FdwState = Box::into_raw(Box::new(targets)) as *mut std::ffi::c_void;
         },
@@ -194,12 +202,24 @@ unsafe fn old_row(rinfo: *mut pg_sys::ResultRelInfo, targets: &Targets, plan_slo
     (old_values, old_nulls)
 }
 
+/// Where the scan read the row of an UPDATE or DELETE, from its `ctid` column.
+unsafe fn read_at(targets: &Targets, plan_slot: *mut pg_sys::TupleTableSlot) -> Option<BaseRow> {
+    let (attno, uri) = targets.ctid.as_ref()?;
+    let (values, nulls) = slot_values(plan_slot);
+    let index = *attno as usize - 1;
+    if nulls[index] {
+        return None;
+    }
+    let tid = values[index].cast_mut_ptr::<pg_sys::ItemPointerData>();
+    crate::fdw::positions::base_row(uri, &*tid)
+}
+
 enum Change {
     Upsert,
     Delete,
 }
 
-unsafe fn buffer_row(rinfo: *mut pg_sys::ResultRelInfo, values: &[pg_sys::Datum], nulls: &[bool], change: Change) {
+unsafe fn buffer_row(rinfo: *mut pg_sys::ResultRelInfo, values: &[pg_sys::Datum], nulls: &[bool], change: Change, read_at: Option<BaseRow>) {
     let targets = &*((*rinfo).ri_FdwState as *const Targets);
     let relid = (*(*rinfo).ri_RelationDesc).rd_id;
     xact::with_open_write(
@@ -215,11 +235,12 @@ unsafe fn buffer_row(rinfo: *mut pg_sys::ResultRelInfo, values: &[pg_sys::Datum]
             if pending_other > 0 {
                 write.flush().or_report();
             }
-            let buffer = match change {
-                Change::Upsert => &mut write.upserts,
-                Change::Delete => &mut write.deletes,
+            let (buffer, positions) = match change {
+                Change::Upsert => (&mut write.upserts, &mut write.upsert_positions),
+                Change::Delete => (&mut write.deletes, &mut write.delete_positions),
             };
             buffer.push(&row).unwrap_or_else(|why| raise(PgSqlErrorCode::ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE, why, None));
+            positions.push(read_at);
             if buffer.len() >= FLUSH_ROWS {
                 write.flush().or_report();
             }
@@ -235,7 +256,7 @@ pub unsafe extern "C-unwind" fn exec_foreign_insert(
     _plan_slot: *mut pg_sys::TupleTableSlot,
 ) -> *mut pg_sys::TupleTableSlot {
     let (values, nulls) = slot_values(slot);
-    buffer_row(rinfo, values, nulls, Change::Upsert);
+    buffer_row(rinfo, values, nulls, Change::Upsert, None);
     slot
 }
 
@@ -271,7 +292,7 @@ pub unsafe extern "C-unwind" fn exec_foreign_update(
             );
         }
     }
-    buffer_row(rinfo, values, nulls, Change::Upsert);
+    buffer_row(rinfo, values, nulls, Change::Upsert, read_at(targets, plan_slot));
     slot
 }
 
@@ -285,7 +306,7 @@ pub unsafe extern "C-unwind" fn exec_foreign_delete(
 ) -> *mut pg_sys::TupleTableSlot {
     let targets = &*((*rinfo).ri_FdwState as *const Targets);
     let (old_values, old_nulls) = old_row(rinfo, targets, plan_slot);
-    buffer_row(rinfo, &old_values, &old_nulls, Change::Delete);
+    buffer_row(rinfo, &old_values, &old_nulls, Change::Delete, read_at(targets, plan_slot));
     slot
 }
 

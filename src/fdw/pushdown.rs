@@ -148,6 +148,15 @@ pub unsafe fn scan_filter(baserel: *mut pg_sys::RelOptInfo, fields: &FieldNames)
 
 /// The fields the query reads (target list and quals), or `None` for all of them (a whole-row
 /// reference).
+/// Whether the scan must return `ctid`: the row identity column of an UPDATE or DELETE target
+/// (see [`crate::fdw::positions`]).
+pub unsafe fn wants_row_positions(baserel: *mut pg_sys::RelOptInfo) -> bool {
+    let mut attrs: *mut pg_sys::Bitmapset = std::ptr::null_mut();
+    pg_sys::pull_varattnos((*(*baserel).reltarget).exprs as *mut pg_sys::Node, (*baserel).relid, &mut attrs);
+    let ctid = pg_sys::SelfItemPointerAttributeNumber as i32 - pg_sys::FirstLowInvalidHeapAttributeNumber;
+    pg_sys::bms_is_member(ctid, attrs)
+}
+
 pub unsafe fn used_columns(baserel: *mut pg_sys::RelOptInfo, fields: &FieldNames) -> Option<Vec<String>> {
     let relid = (*baserel).relid;
     let mut attrs: *mut pg_sys::Bitmapset = std::ptr::null_mut();

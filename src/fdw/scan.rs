@@ -4,19 +4,22 @@
 
 use std::ffi::{c_void, CStr};
 
+use arrow::array::{Array, AsArray, UInt64Array};
 use arrow::datatypes::Schema;
 use arrow::record_batch::RecordBatch;
 use engine::read::schema::is_reader_column;
 use engine::read::prefetch::SliceScan;
-use engine::read::{ChangeRange, ScanOptions, ScanStats, SliceQuery, TableReader, OPERATION_COLUMN};
+use engine::read::{ChangeRange, ScanOptions, ScanStats, SliceQuery, TableReader, OPERATION_COLUMN, ROW_POSITION_COLUMN};
 use engine::timeline::ReadBound;
 use engine::view::FileSlice;
+use engine::write::BaseFileRef;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
 
 use crate::datum::{self, ColumnReader, ColumnType};
 use crate::error::{raise, OrReport};
+use crate::fdw::positions;
 use crate::fdw::pushdown::{self, FieldNames};
 use crate::fdw::table::ForeignHudiTable;
 use crate::guc;
@@ -233,6 +236,7 @@ pub unsafe extern "C-unwind" fn get_foreign_rel_size(
     let options = ScanOptions {
         filter: pushdown::scan_filter(baserel, &fields),
         columns: pushdown::used_columns(baserel, &fields),
+        row_positions: pushdown::wants_row_positions(baserel),
     };
     let (slices, stats) = slices_to_read(&reader, &spec, &options);
     let bytes: u64 = slices
@@ -306,6 +310,34 @@ struct ScanState {
     columns: Vec<(usize, ColumnBinding)>,
     /// Readers of those columns in `batch`.
     readers: Vec<(usize, ColumnReader)>,
+    /// For the target of an UPDATE or DELETE: the table's URI, and the origin number and
+    /// base-file positions of `batch`'s rows, which become their ctids.
+    row_positions: Option<RowPositions>,
+}
+
+struct RowPositions {
+    uri: String,
+    origin: Option<u32>,
+    positions: Option<UInt64Array>,
+}
+
+impl RowPositions {
+    /// Where the rows of `batch`, the rows of `slice`, were read.
+    fn of(&mut self, slice: Option<&FileSlice>, batch: Option<&RecordBatch>) {
+        self.origin = slice.and_then(|slice| {
+            let base = slice.base_file.as_ref()?;
+            let base = BaseFileRef { partition: slice.partition.clone(), file_id: slice.file_id.clone(), instant: base.instant.clone() };
+            positions::origin(&self.uri, base)
+        });
+        self.positions = batch
+            .and_then(|b| b.column_by_name(ROW_POSITION_COLUMN))
+            .and_then(|c| c.as_primitive_opt::<arrow::datatypes::UInt64Type>().cloned());
+    }
+
+    fn tid(&self, row: usize) -> pg_sys::ItemPointerData {
+        let position = self.positions.as_ref().filter(|p| p.is_valid(row)).map(|p| p.value(row));
+        positions::row_tid(self.origin, position)
+    }
 }
 
 /// Frees the state when the query's memory goes away, also after an error (when
@@ -339,6 +371,8 @@ pub unsafe extern "C-unwind" fn begin_foreign_scan(node: *mut pg_sys::ForeignSca
     let options = PlanInfo::from_list((*plan).fdw_private).options;
     let (slices, stats) = slices_to_read(&reader, &spec, &options);
     let columns = used_bindings(columns, options.columns.as_deref(), schema);
+    let row_positions =
+        options.row_positions.then(|| RowPositions { uri: table.uri.to_string(), origin: None, positions: None });
     let query = match spec {
         ReadSpec::Snapshot { bound, .. } => SliceQuery::Snapshot(bound),
         ReadSpec::Incremental { range } => SliceQuery::Changes { range, with_deletes },
@@ -349,6 +383,7 @@ pub unsafe extern "C-unwind" fn begin_foreign_scan(node: *mut pg_sys::ForeignSca
         next_row: 0,
         columns,
         readers: Vec::new(),
+        row_positions,
     });
     (*node).fdw_state = Box::into_raw(state) as *mut c_void;
 
@@ -369,6 +404,9 @@ pub unsafe extern "C-unwind" fn iterate_foreign_scan(node: *mut pg_sys::ForeignS
             let row = state.next_row;
             state.next_row += 1;
             store_row(slot, &state.readers, row);
+            if let Some(positions) = &state.row_positions {
+                (*slot).tts_tid = positions.tid(row);
+            }
             return slot;
         }
         // The slice is used up: its memory goes before the next one arrives.
@@ -382,6 +420,9 @@ pub unsafe extern "C-unwind" fn iterate_foreign_scan(node: *mut pg_sys::ForeignS
         state.batch = rows.or_report();
         state.next_row = 0;
         state.readers = state.batch.as_ref().map(|b| column_readers(&state.columns, b)).unwrap_or_default();
+        if let Some(positions) = &mut state.row_positions {
+            positions.of(state.scan.current_slice(), state.batch.as_ref());
+        }
     }
 }
 

@@ -54,6 +54,10 @@ pub mod header {
     pub const TARGET_INSTANT_TIME: i32 = 1;
     pub const SCHEMA: i32 = 2;
     pub const COMMAND_BLOCK_TYPE: i32 = 3;
+    /// Base-file positions of the block's records ([`crate::log::positions`]).
+    pub const RECORD_POSITIONS: i32 = 5;
+    /// The instant of the base file that `RECORD_POSITIONS` refers to.
+    pub const BASE_FILE_INSTANT_TIME_OF_RECORD_POSITIONS: i32 = 8;
 }
 
 /// One block of a log file.

@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 
-use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, BooleanBufferBuilder, StringArray};
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, BooleanBufferBuilder, StringArray, UInt64Array};
 use arrow::compute::{concat, filter, interleave};
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
@@ -20,10 +20,28 @@ pub enum MergeSource {
     /// The rows of the slice's base file, aligned to the table schema. Only the first source
     /// may be a base file; its rows are not merged with each other (as in Java's reader).
     Base(RecordBatch),
-    /// Rows of a log data block, aligned to the table schema.
-    Data(RecordBatch),
-    /// Deleted keys, with the instant that wrote them.
-    Deletes { records: Vec<DeleteRecord>, instant: String },
+    /// Rows of a log data block, aligned to the table schema; with the base-file position of
+    /// each row when the block carries positions for the base file
+    /// ([`crate::log::positions`]).
+    Data { rows: RecordBatch, positions: Option<Vec<u64>> },
+    /// Deleted keys, with the instant that wrote them (and positions as for `Data`).
+    Deletes { records: Vec<DeleteRecord>, instant: String, positions: Option<Vec<u64>> },
+}
+
+impl MergeSource {
+    /// Log rows matched by key.
+    pub fn rows(rows: RecordBatch) -> MergeSource {
+        MergeSource::Data { rows, positions: None }
+    }
+}
+
+/// What a merge assembles besides its rows.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MergeOutput<'a> {
+    /// Only these columns; the others are NULL columns from the `NullColumns` (`None`: all).
+    pub columns: Option<(&'a HashSet<usize>, &'a NullColumns)>,
+    /// Also [`Merged::base_positions`].
+    pub base_positions: bool,
 }
 
 /// One version of a key, borrowing from the merged batches and delete records.
@@ -34,7 +52,8 @@ struct Version<'a> {
     ordering: OrderingValue,
     /// The instant that wrote this version (tracked for change queries only).
     instant: Option<&'a str>,
-    partition_path: Option<&'a str>,
+    /// The delete record of a deleted key.
+    deleted: Option<&'a DeleteRecord>,
 }
 
 /// The surviving version of a key and, for change queries, whether the key was alive before
@@ -144,6 +163,9 @@ pub struct Merged {
     pub alive_before_range: Vec<bool>,
     /// Change queries only: keys alive before the range and deleted by a delete inside it.
     pub deleted: Vec<DeletedKey>,
+    /// When asked for: per row of `rows`, its position in the base file (`None` for keys
+    /// only the logs have).
+    pub base_positions: Option<UInt64Array>,
 }
 
 /// A key removed by a delete inside a change range.
@@ -158,19 +180,24 @@ type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState
 
 /// The columns of a source batch that merging reads.
 struct MergeColumns<'a> {
-    /// Record keys, without NULLs (checked once per batch).
-    keys: &'a StringArray,
+    /// Record keys, without NULLs (checked once per batch); `None` when matching by position.
+    keys: Option<&'a StringArray>,
     commit_times: &'a StringArray,
     ordering: Option<&'a dyn Array>,
 }
 
 impl<'a> MergeColumns<'a> {
-    fn of(batch: &'a RecordBatch, ordering_column: Option<usize>) -> Result<MergeColumns<'a>> {
+    fn of(batch: &'a RecordBatch, ordering_column: Option<usize>, by_key: bool) -> Result<MergeColumns<'a>> {
         let not_strings = || Error::new(ErrorKind::Internal, "meta columns are not string columns");
-        let keys = batch.column(RECORD_KEY_COLUMN).as_string_opt::<i32>().ok_or_else(not_strings)?;
-        if keys.null_count() > 0 {
-            return Err(Error::new(ErrorKind::Corrupt, "a record without _hoodie_record_key cannot be merged"));
-        }
+        let keys = if by_key {
+            let keys = batch.column(RECORD_KEY_COLUMN).as_string_opt::<i32>().ok_or_else(not_strings)?;
+            if keys.null_count() > 0 {
+                return Err(Error::new(ErrorKind::Corrupt, "a record without _hoodie_record_key cannot be merged"));
+            }
+            Some(keys)
+        } else {
+            None
+        };
         Ok(MergeColumns {
             keys,
             commit_times: batch.column(COMMIT_TIME_COLUMN).as_string_opt::<i32>().ok_or_else(not_strings)?,
@@ -183,7 +210,7 @@ impl<'a> MergeColumns<'a> {
             row: Some((batch, row)),
             ordering: self.ordering.map_or(OrderingValue::Null, |c| OrderingValue::from_array(c, row)),
             instant: (tracking && self.commit_times.is_valid(row)).then(|| self.commit_times.value(row)),
-            partition_path: None,
+            deleted: None,
         }
     }
 }
@@ -203,42 +230,58 @@ impl<'a> LogEntry<'a> {
                 row: None,
                 ordering: record.ordering.clone(),
                 instant: Some(instant),
-                partition_path: record.partition_path.as_deref(),
+                deleted: Some(record),
             },
         }
     }
 }
 
-/// The versions written after the base file, grouped by key: keys in sorted order, each key's
-/// versions in the order they were written (the sort is stable). Sorted groups let a sorted
-/// base file be matched by one walk.
-struct LogIndex<'a> {
-    entries: Vec<(&'a str, LogEntry<'a>)>,
-    /// Where each key's run of versions starts in `entries`, then `entries.len()`.
+/// The versions written after the base file, grouped by what identifies their record (the
+/// record key, or the base-file position): in sorted order, each group's versions in the order
+/// they were written (the sort is stable). Sorted groups let a sorted base file be matched by
+/// one walk.
+struct LogIndex<'a, K> {
+    entries: Vec<(K, LogEntry<'a>)>,
+    /// Where each group's run of versions starts in `entries`, then `entries.len()`.
     starts: Vec<usize>,
 }
 
-impl<'a> LogIndex<'a> {
-    fn new(mut entries: Vec<(&'a str, LogEntry<'a>)>) -> LogIndex<'a> {
-        entries.sort_by(|a, b| a.0.cmp(b.0));
+impl<'a, K: Ord + Copy> LogIndex<'a, K> {
+    fn new(mut entries: Vec<(K, LogEntry<'a>)>) -> LogIndex<'a, K> {
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
         let mut starts: Vec<usize> = (0..entries.len()).filter(|&i| i == 0 || entries[i].0 != entries[i - 1].0).collect();
         starts.push(entries.len());
         LogIndex { entries, starts }
     }
 
-    /// The number of keys.
+    /// The number of groups.
     fn len(&self) -> usize {
         self.starts.len() - 1
     }
 
-    fn key(&self, group: usize) -> &'a str {
+    fn key(&self, group: usize) -> K {
         self.entries[self.starts[group]].0
     }
 
     fn entries(&self, group: usize) -> impl Iterator<Item = LogEntry<'a>> + '_ {
         self.entries[self.starts[group]..self.starts[group + 1]].iter().map(|e| e.1)
     }
+}
 
+impl LogIndex<'_, u64> {
+    /// `(base row, group)` for each group whose position is a row of a base file of
+    /// `base_rows` rows, in base order. A position past the end matches nothing: its versions
+    /// stand alone, as keys only the logs have.
+    fn match_positions(&self, base_rows: usize) -> Vec<(usize, usize)> {
+        (0..self.len())
+            .map(|group| (self.key(group), group))
+            .take_while(|&(position, _)| position < base_rows as u64)
+            .map(|(position, group)| (position as usize, group))
+            .collect()
+    }
+}
+
+impl<'a> LogIndex<'a, &'a str> {
     /// `(base row, key group)` for each base row whose key the logs have versions of, in
     /// base order. A key that occurs in several base rows matches the first only: base rows
     /// are not merged with each other (as in Java's reader).
@@ -305,16 +348,19 @@ impl<'a> LogIndex<'a> {
     }
 }
 
-/// The rows that won a merge against other versions, by `(batch, row)`; partial updates take
-/// some columns from other rows: `(position in rows, column, (batch, row))`.
+/// The rows that won a merge against other versions, by `(batch, row)`, with the base-file
+/// row each replaced, if any; partial updates take some columns from other rows:
+/// `(position in rows, column, (batch, row))`.
 #[derive(Default)]
 struct Winners {
     rows: Vec<(usize, usize)>,
+    base_rows: Vec<Option<u64>>,
     overrides: Vec<(usize, usize, (usize, usize))>,
 }
 
-/// Records the outcome of one key: its surviving row, or, in a change range, its deletion.
-fn emit(merged: &mut Merged, winners: &mut Winners, key: &str, state: Option<KeyState>, change_range: Option<&HashSet<String>>) {
+/// Records the outcome of one key (at `base_row` of the base file, if there): its surviving
+/// row, or, in a change range, its deletion.
+fn emit(merged: &mut Merged, winners: &mut Winners, base_row: Option<usize>, state: Option<KeyState>, change_range: Option<&HashSet<String>>) {
     let Some(state) = state else { return };
     match state.winner.row {
         Some(row) => {
@@ -324,16 +370,17 @@ fn emit(merged: &mut Merged, winners: &mut Winners, key: &str, state: Option<Key
                 }
             }
             winners.rows.push(row);
+            winners.base_rows.push(base_row.map(|r| r as u64));
             if change_range.is_some() {
                 merged.alive_before_range.push(state.alive_before_range.unwrap_or(false));
             }
         }
         None if state.alive_before_range == Some(true) => {
             let instant = state.winner.instant.unwrap_or_default();
-            if change_range.is_some_and(|r| r.contains(instant)) {
+            if let (true, Some(record)) = (change_range.is_some_and(|r| r.contains(instant)), state.winner.deleted) {
                 merged.deleted.push(DeletedKey {
-                    record_key: key.to_owned(),
-                    partition_path: state.winner.partition_path.map(str::to_owned),
+                    record_key: record.record_key.clone(),
+                    partition_path: record.partition_path.clone(),
                     instant: instant.to_owned(),
                 });
             }
@@ -349,27 +396,25 @@ enum Later {
     Deletes(Vec<DeleteRecord>, String),
 }
 
-/// Merges the versions of one file slice into one row per surviving key. With `output`, only
-/// those columns are assembled; the others are NULL columns taken from its `NullColumns`.
-/// With `change_range` (the requested instants of the commits in an incremental range) the
-/// merge also records, per key, whether it was alive before the first version written in the
-/// range, and which keys the range deleted.
+/// Merges the versions of one file slice into one row per surviving key, assembling what
+/// `output` asks for. With `change_range` (the requested instants of the commits in an
+/// incremental range) the merge also records, per key, whether it was alive before the first
+/// version written in the range, and which keys the range deleted.
 ///
-/// The log versions are grouped by key (borrowed, not copied) and matched against the base
-/// file's keys; only keys that the logs touch are compared by ordering value, and untouched
-/// base rows are kept by a mask.
+/// The log versions are grouped (borrowed, not copied) and matched against the base file's
+/// rows: by position when every log source carries base-file positions (then the base file's
+/// keys are not read), otherwise by record key. Only rows that the logs touch are compared by
+/// ordering value; untouched base rows are kept by a mask.
 pub fn merge(
     schema: &SchemaRef,
     sources: Vec<MergeSource>,
     rule: MergeRule,
     change_range: Option<&HashSet<String>>,
-    output: Option<(&HashSet<usize>, &NullColumns)>,
+    output: MergeOutput,
 ) -> Result<Merged> {
-    let ordering_column = rule.ordering_column;
-    let tracking = change_range.is_some();
     let mut batches: Vec<RecordBatch> = Vec::new();
     let mut has_base = false;
-    let mut later: Vec<Later> = Vec::new();
+    let mut later: Vec<(Later, Option<Vec<u64>>)> = Vec::new();
     for (i, source) in sources.into_iter().enumerate() {
         match source {
             MergeSource::Base(batch) if i == 0 => {
@@ -377,21 +422,48 @@ pub fn merge(
                 batches.push(batch);
             }
             MergeSource::Base(_) => return Err(Error::new(ErrorKind::Internal, "a base file after other versions")),
-            MergeSource::Data(batch) => {
-                later.push(Later::Rows(batches.len()));
-                batches.push(batch);
+            MergeSource::Data { rows, positions } => {
+                check_positions(positions.as_deref(), rows.num_rows())?;
+                later.push((Later::Rows(batches.len()), positions));
+                batches.push(rows);
             }
-            MergeSource::Deletes { records, instant } => later.push(Later::Deletes(records, instant)),
+            MergeSource::Deletes { records, instant, positions } => {
+                check_positions(positions.as_deref(), records.len())?;
+                later.push((Later::Deletes(records, instant), positions));
+            }
         }
     }
-
-    let columns = batches.iter().map(|b| MergeColumns::of(b, ordering_column)).collect::<Result<Vec<_>>>()?;
+    let by_position = has_base && !later.is_empty() && later.iter().all(|(_, positions)| positions.is_some());
+    let columns = batches
+        .iter()
+        .map(|b| MergeColumns::of(b, rule.ordering_column, !by_position))
+        .collect::<Result<Vec<_>>>()?;
+    let base_rows = if has_base { batches[0].num_rows() } else { 0 };
+    let input = MergeInput { schema, batches: &batches, columns: &columns, has_base, rule, change_range, output };
+    if by_position {
+        // Versions written after the base file, grouped by base-file position.
+        let mut entries = Vec::new();
+        for (source, positions) in &later {
+            let positions = positions.as_deref().unwrap_or_default();
+            match source {
+                &Later::Rows(batch) => {
+                    entries.extend(positions.iter().enumerate().map(|(row, &p)| (p, LogEntry::Row { batch, row })));
+                }
+                Later::Deletes(records, instant) => {
+                    entries.extend(positions.iter().zip(records).map(|(&p, record)| (p, LogEntry::Delete { record, instant })));
+                }
+            }
+        }
+        let log = LogIndex::new(entries);
+        let matches = log.match_positions(base_rows);
+        return input.finish(&log, &matches);
+    }
     // Versions written after the base file, grouped by key, in the order they apply.
     let mut entries = Vec::new();
-    for source in &later {
+    for (source, _) in &later {
         match source {
             &Later::Rows(batch) => {
-                let keys = columns[batch].keys;
+                let keys = columns[batch].keys.ok_or_else(|| Error::new(ErrorKind::Internal, "log rows without keys"))?;
                 entries.extend((0..keys.len()).map(|row| (keys.value(row), LogEntry::Row { batch, row })));
             }
             Later::Deletes(records, instant) => {
@@ -400,71 +472,110 @@ pub fn merge(
         }
     }
     let log = LogIndex::new(entries);
+    let matches = match columns.first().and_then(|c| c.keys) {
+        Some(base_keys) if has_base && log.len() > 0 => log.match_base(base_keys),
+        _ => Vec::new(),
+    };
+    input.finish(&log, &matches)
+}
 
-    let mut merged = Merged::default();
-    let base_rows = if has_base { batches[0].num_rows() } else { 0 };
-    let matches = if has_base && log.len() > 0 { log.match_base(columns[0].keys) } else { Vec::new() };
-    // Base rows that stand are kept by a mask (cheap to apply); the other winners by position.
-    let mut keep_base = BooleanBufferBuilder::new(base_rows);
-    let mut matched_groups = vec![false; log.len()];
-    let mut winners = Winners { rows: Vec::with_capacity(log.len()), overrides: Vec::new() };
-    for &(row, group) in &matches {
-        keep_base.append_n(row - keep_base.len(), true);
-        keep_base.append(false);
-        matched_groups[group] = true;
-        let versions = std::iter::once(columns[0].version(0, row, tracking)).chain(log.entries(group).map(|e| e.version(&columns, tracking)));
-        let state = rule.fold(versions, &batches, change_range);
-        emit(&mut merged, &mut winners, log.key(group), state, change_range);
+/// A source's positions must name one row per record.
+fn check_positions(positions: Option<&[u64]>, records: usize) -> Result<()> {
+    match positions {
+        Some(positions) if positions.len() != records => Err(Error::new(
+            ErrorKind::Corrupt,
+            format!("a log block has {} record positions for {records} records", positions.len()),
+        )),
+        _ => Ok(()),
     }
-    // Untouched by the logs, the other base rows stand (and, in a change range, their keys
-    // were not alive before their one version).
-    keep_base.append_n(base_rows - keep_base.len(), true);
-    for group in (0..log.len()).filter(|&g| !matched_groups[g]) {
-        let state = rule.fold(log.entries(group).map(|e| e.version(&columns, tracking)), &batches, change_range);
-        emit(&mut merged, &mut winners, log.key(group), state, change_range);
-    }
+}
 
-    let kept = BooleanArray::new(keep_base.finish(), None);
-    let kept_rows = kept.true_count();
-    if tracking {
-        let mut alive = vec![false; kept_rows];
-        alive.append(&mut merged.alive_before_range);
-        merged.alive_before_range = alive;
+/// The batches and rules of one merge, once its log versions are grouped.
+struct MergeInput<'i, 'a> {
+    schema: &'i SchemaRef,
+    /// The base file's rows first (when `has_base`), then those of each data block.
+    batches: &'a [RecordBatch],
+    columns: &'i [MergeColumns<'a>],
+    has_base: bool,
+    rule: MergeRule,
+    change_range: Option<&'i HashSet<String>>,
+    output: MergeOutput<'i>,
+}
+
+impl<'a> MergeInput<'_, 'a> {
+    /// Folds the versions of each group, starting from its base row in `matches` (`(base
+    /// row, group)`, in base order), and assembles the rows.
+    fn finish<K: Ord + Copy>(&self, log: &LogIndex<'a, K>, matches: &[(usize, usize)]) -> Result<Merged> {
+        let (batches, columns, rule, change_range) = (self.batches, self.columns, self.rule, self.change_range);
+        let tracking = change_range.is_some();
+        let mut merged = Merged::default();
+        let base_rows = if self.has_base { batches[0].num_rows() } else { 0 };
+        // Base rows that stand are kept by a mask (cheap to apply); the other winners by position.
+        let mut keep_base = BooleanBufferBuilder::new(base_rows);
+        let mut matched_groups = vec![false; log.len()];
+        let mut winners = Winners { rows: Vec::with_capacity(log.len()), ..Default::default() };
+        for &(row, group) in matches {
+            keep_base.append_n(row - keep_base.len(), true);
+            keep_base.append(false);
+            matched_groups[group] = true;
+            let versions = std::iter::once(columns[0].version(0, row, tracking)).chain(log.entries(group).map(|e| e.version(columns, tracking)));
+            let state = rule.fold(versions, batches, change_range);
+            emit(&mut merged, &mut winners, Some(row), state, change_range);
+        }
+        // Untouched by the logs, the other base rows stand (and, in a change range, their keys
+        // were not alive before their one version).
+        keep_base.append_n(base_rows - keep_base.len(), true);
+        for group in (0..log.len()).filter(|&g| !matched_groups[g]) {
+            let state = rule.fold(log.entries(group).map(|e| e.version(columns, tracking)), batches, change_range);
+            emit(&mut merged, &mut winners, None, state, change_range);
+        }
+
+        let kept = BooleanArray::new(keep_base.finish(), None);
+        let kept_rows = kept.true_count();
+        if tracking {
+            let mut alive = vec![false; kept_rows];
+            alive.append(&mut merged.alive_before_range);
+            merged.alive_before_range = alive;
+        }
+        if self.output.base_positions {
+            let kept_positions = kept.values().set_indices().map(|r| Some(r as u64));
+            merged.base_positions = Some(kept_positions.chain(winners.base_rows.iter().copied()).collect());
+        }
+        let rows = kept_rows + winners.rows.len();
+        if rows > 0 {
+            let assemble = |e| Error::new(ErrorKind::Internal, "cannot assemble merged rows").with_source(e);
+            let columns = (0..self.schema.fields().len())
+                .map(|c| {
+                    if let Some((_, nulls)) = self.output.columns.filter(|(columns, _)| !columns.contains(&c)) {
+                        return Ok(nulls.get(self.schema.field(c).data_type(), rows));
+                    }
+                    let mut parts: Vec<ArrayRef> = Vec::with_capacity(2);
+                    if kept_rows > 0 {
+                        let base = batches[0].column(c);
+                        parts.push(if kept_rows == base.len() { base.clone() } else { filter(base, &kept).map_err(assemble)? });
+                    }
+                    if !winners.rows.is_empty() {
+                        let arrays: Vec<&dyn Array> = batches.iter().map(|b| b.column(c).as_ref()).collect();
+                        let mut overrides = winners.overrides.iter().filter(|o| o.1 == c).peekable();
+                        let indices = if overrides.peek().is_some() {
+                            let mut indices = winners.rows.clone();
+                            overrides.for_each(|&(position, _, source)| indices[position] = source);
+                            std::borrow::Cow::Owned(indices)
+                        } else {
+                            std::borrow::Cow::Borrowed(&winners.rows)
+                        };
+                        parts.push(interleave(&arrays, &indices).map_err(assemble)?);
+                    }
+                    match parts.len() {
+                        1 => Ok(parts.pop().expect("one part")),
+                        _ => concat(&parts.iter().map(|p| p.as_ref()).collect::<Vec<_>>()).map_err(assemble),
+                    }
+                })
+                .collect::<Result<Vec<ArrayRef>>>()?;
+            merged.rows = Some(RecordBatch::try_new(self.schema.clone(), columns).map_err(assemble)?);
+        }
+        Ok(merged)
     }
-    let rows = kept_rows + winners.rows.len();
-    if rows > 0 {
-        let assemble = |e| Error::new(ErrorKind::Internal, "cannot assemble merged rows").with_source(e);
-        let columns = (0..schema.fields().len())
-            .map(|c| {
-                if let Some((_, nulls)) = output.filter(|(columns, _)| !columns.contains(&c)) {
-                    return Ok(nulls.get(schema.field(c).data_type(), rows));
-                }
-                let mut parts: Vec<ArrayRef> = Vec::with_capacity(2);
-                if kept_rows > 0 {
-                    let base = batches[0].column(c);
-                    parts.push(if kept_rows == base.len() { base.clone() } else { filter(base, &kept).map_err(assemble)? });
-                }
-                if !winners.rows.is_empty() {
-                    let arrays: Vec<&dyn Array> = batches.iter().map(|b| b.column(c).as_ref()).collect();
-                    let mut overrides = winners.overrides.iter().filter(|o| o.1 == c).peekable();
-                    let indices = if overrides.peek().is_some() {
-                        let mut indices = winners.rows.clone();
-                        overrides.for_each(|&(position, _, source)| indices[position] = source);
-                        std::borrow::Cow::Owned(indices)
-                    } else {
-                        std::borrow::Cow::Borrowed(&winners.rows)
-                    };
-                    parts.push(interleave(&arrays, &indices).map_err(assemble)?);
-                }
-                match parts.len() {
-                    1 => Ok(parts.pop().expect("one part")),
-                    _ => concat(&parts.iter().map(|p| p.as_ref()).collect::<Vec<_>>()).map_err(assemble),
-                }
-            })
-            .collect::<Result<Vec<ArrayRef>>>()?;
-        merged.rows = Some(RecordBatch::try_new(schema.clone(), columns).map_err(assemble)?);
-    }
-    Ok(merged)
 }
 
 #[cfg(test)]
@@ -490,7 +601,7 @@ mod tests {
         let keys = StringArray::from(data.iter().map(|r| r.0).collect::<Vec<_>>());
         let ts = Int64Array::from(data.iter().map(|r| r.1).collect::<Vec<_>>());
         let v = StringArray::from(data.iter().map(|r| r.2).collect::<Vec<_>>());
-        MergeSource::Data(
+        MergeSource::rows(
             RecordBatch::try_new(
                 schema.clone(),
                 vec![commit_time, nulls(), Arc::new(keys), nulls(), nulls(), Arc::new(ts), Arc::new(v)],
@@ -503,6 +614,7 @@ mod tests {
         MergeSource::Deletes {
             records: vec![DeleteRecord { record_key: key.into(), partition_path: None, ordering }],
             instant: "1".into(),
+            positions: None,
         }
     }
 
@@ -521,7 +633,7 @@ mod tests {
 
     /// The merge of `sources` without a change range, all columns assembled.
     fn merge_versions(s: &SchemaRef, sources: Vec<MergeSource>, rule: MergeRule) -> Merged {
-        merge(s, sources, rule, None, None).unwrap()
+        merge(s, sources, rule, None, MergeOutput::default()).unwrap()
     }
 
     const EVENT: MergeRule = MergeRule { mode: MergeMode::EventTimeOrdering, ordering_column: Some(5) };
@@ -546,7 +658,7 @@ mod tests {
     #[test]
     fn base_rows_stand_unless_the_logs_touch_their_keys() {
         let s = schema();
-        let MergeSource::Data(base) = rows(&s, &[("a", 10, "a-base"), ("b", 10, "b-base"), ("c", 10, "c-base")]) else { unreachable!() };
+        let MergeSource::Data { rows: base, .. } = rows(&s, &[("a", 10, "a-base"), ("b", 10, "b-base"), ("c", 10, "c-base")]) else { unreachable!() };
         let merged = merge_versions(
             &s,
             vec![
@@ -567,7 +679,7 @@ mod tests {
         let s = schema();
         for base_keys in [["a", "c", "e", "g"], ["c", "a", "g", "e"], ["a", "c", "g", "e"]] {
             let base: Vec<(&str, i64, &str)> = base_keys.iter().map(|k| (*k, 10, "base")).collect();
-            let MergeSource::Data(base) = rows(&s, &base) else { unreachable!() };
+            let MergeSource::Data { rows: base, .. } = rows(&s, &base) else { unreachable!() };
             let merged = merge_versions(
                 &s,
                 vec![
@@ -588,7 +700,7 @@ mod tests {
     #[test]
     fn an_unsorted_base_is_noticed_after_the_walk_passed_every_log_key() {
         let s = schema();
-        let MergeSource::Data(base) = rows(&s, &[("z", 10, "base"), ("a", 10, "base")]) else { unreachable!() };
+        let MergeSource::Data { rows: base, .. } = rows(&s, &[("z", 10, "base"), ("a", 10, "base")]) else { unreachable!() };
         let merged = merge_versions(&s, vec![MergeSource::Base(base), rows(&s, &[("a", 11, "log")])], EVENT);
         assert_eq!(result(merged), pairs(&[("a", "log"), ("z", "base")]));
     }
@@ -625,6 +737,80 @@ mod tests {
     }
 
     #[test]
+    fn matching_by_position_merges_as_matching_by_key() {
+        // Pseudo-random bases (any key order) and blocks of updates and deletes of base rows,
+        // each block in position order: merged by position (the keys of the base left NULL)
+        // and by key, the rows and their base positions agree.
+        let s = schema();
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = |n: u64| {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (seed >> 33) % n
+        };
+        for case in 0..300 {
+            let base_len = 1 + next(20) as usize;
+            let mut base_keys: Vec<String> = (0..base_len).map(|i| format!("k{i:02}")).collect();
+            if case % 2 == 1 {
+                base_keys.reverse();
+            }
+            let base: Vec<(&str, i64, &str)> = base_keys.iter().map(|k| (k.as_str(), 10, "base")).collect();
+            let MergeSource::Data { rows: base, .. } = rows(&s, &base) else { unreachable!() };
+            let mut keyed = vec![MergeSource::Base(base.clone())];
+            let mut positioned = vec![MergeSource::Base(without_keys(&base))];
+            for block in 0..1 + next(4) {
+                let rows_at: Vec<usize> = (0..base_len).filter(|_| next(3) == 0).collect();
+                let positions: Vec<u64> = rows_at.iter().map(|&r| r as u64).collect();
+                if block % 3 == 2 {
+                    let records: Vec<DeleteRecord> = rows_at
+                        .iter()
+                        .map(|&r| DeleteRecord { record_key: base_keys[r].clone(), partition_path: None, ordering: OrderingValue::Int(next(3) as i64 * 10) })
+                        .collect();
+                    keyed.push(MergeSource::Deletes { records: records.clone(), instant: "1".into(), positions: None });
+                    positioned.push(MergeSource::Deletes { records, instant: "1".into(), positions: Some(positions) });
+                } else {
+                    let values: Vec<String> = rows_at.iter().map(|r| format!("v{block}-{r}")).collect();
+                    let data: Vec<(&str, i64, &str)> =
+                        rows_at.iter().zip(&values).map(|(&r, v)| (base_keys[r].as_str(), 5 + next(10) as i64, v.as_str())).collect();
+                    let MergeSource::Data { rows: block_rows, .. } = rows(&s, &data) else { unreachable!() };
+                    keyed.push(MergeSource::rows(block_rows.clone()));
+                    positioned.push(MergeSource::Data { rows: block_rows, positions: Some(positions) });
+                }
+            }
+            let with_positions = MergeOutput { columns: None, base_positions: true };
+            let by_key = merge(&s, keyed, EVENT, None, with_positions).unwrap();
+            let by_position = merge(&s, positioned, EVENT, None, with_positions).unwrap();
+            let positions_of = |merged: &Merged| -> Vec<Option<u64>> { merged.base_positions.as_ref().unwrap().iter().collect() };
+            assert_eq!(positions_of(&by_key), positions_of(&by_position), "case {case}");
+            // Every output row sits at the base row of its key (the keys of log rows are real).
+            if let Some(rows) = &by_key.rows {
+                let keys = rows.column(2).as_string::<i32>();
+                for (row, position) in positions_of(&by_key).iter().enumerate() {
+                    assert_eq!(keys.value(row), base_keys[position.unwrap() as usize], "case {case}");
+                }
+            }
+            let values = |merged: Merged| merged.rows.map(|r| r.column(6).as_string::<i32>().iter().map(|v| v.unwrap().to_owned()).collect::<Vec<_>>());
+            assert_eq!(values(by_key), values(by_position), "case {case}");
+        }
+    }
+
+    /// `batch` with NULL record keys, as a base file read without its key column.
+    fn without_keys(batch: &RecordBatch) -> RecordBatch {
+        let mut columns = batch.columns().to_vec();
+        columns[2] = arrow::array::new_null_array(&DataType::Utf8, batch.num_rows());
+        RecordBatch::try_new(batch.schema(), columns).unwrap()
+    }
+
+    #[test]
+    fn positions_must_name_one_row_per_record() {
+        let s = schema();
+        let MergeSource::Data { rows: base, .. } = rows(&s, &[("a", 1, "base")]) else { unreachable!() };
+        let MergeSource::Data { rows: log, .. } = rows(&s, &[("a", 2, "log")]) else { unreachable!() };
+        let sources = vec![MergeSource::Base(base), MergeSource::Data { rows: log, positions: Some(vec![0, 1]) }];
+        let error = merge(&s, sources, EVENT, None, MergeOutput::default()).unwrap_err();
+        assert_eq!(error.kind(), ErrorKind::Corrupt);
+    }
+
+    #[test]
     fn partial_updates_fill_columns_from_every_version() {
         let data = Schema::new(vec![
             Field::new("ts", DataType::Int64, true),
@@ -634,7 +820,7 @@ mod tests {
         let s = table_schema(&data, true);
         let batch = |key: &str, ts: i64, name: Option<&str>, email: Option<&str>| {
             let nulls = || Arc::new(StringArray::from(vec![None::<&str>])) as Arc<dyn Array>;
-            MergeSource::Data(
+            MergeSource::rows(
                 RecordBatch::try_new(
                     s.clone(),
                     vec![
@@ -727,16 +913,18 @@ mod tests {
                 MergeSource::Deletes {
                     records: vec![DeleteRecord { record_key: "b".into(), partition_path: Some("p".into()), ordering: OrderingValue::Int(0) }],
                     instant: "2".into(),
+                    positions: None,
                 },
                 rows_at(&s, Some("2"), &[("e", 2, "e2")]),
                 MergeSource::Deletes {
                     records: vec![DeleteRecord { record_key: "e".into(), partition_path: None, ordering: OrderingValue::Int(0) }],
                     instant: "2".into(),
+                    positions: None,
                 },
             ],
             EVENT,
             Some(&in_range),
-            None,
+            MergeOutput::default(),
         )
         .unwrap();
         assert_eq!(merged.alive_before_range, [true, false, false]); // a, c, d

@@ -24,7 +24,7 @@ use parquet::DecodeResult;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::log::{read_blocks, BlockType};
+use crate::log::{read_blocks, BlockType, LogBlock};
 use crate::read::filter::ScanFilter;
 use crate::read::merge::MergeRule;
 pub use crate::read::slice::SliceRead;
@@ -36,6 +36,11 @@ use crate::view::{FileSlice, FileSystemView};
 
 /// The column incremental reads add: `I` (insert), `U` (update) or `D` (delete).
 pub const OPERATION_COLUMN: &str = "_hoodie_operation";
+
+/// The column snapshot reads add after the table's columns when [`ScanOptions::row_positions`]
+/// asks: each row's position in its slice's base file (NULL for rows only the logs have),
+/// which a writer of updates and deletes puts in its log blocks ([`crate::log::positions`]).
+pub const ROW_POSITION_COLUMN: &str = "_hoodie_row_position";
 
 /// An incremental range: the commits that completed in `(start, end]` (completion times on
 /// layout-2 tables, requested times on layout 1); open bounds when `None`.
@@ -53,12 +58,15 @@ pub enum SliceQuery {
     Changes { range: ChangeRange, with_deletes: bool },
 }
 
-/// What a scan asks for beyond the bound: filters that may skip data, and the columns it
-/// needs (others come back as NULL; `None` means all).
+/// What a scan asks for beyond the bound: filters that may skip data, the columns it needs
+/// (others come back as NULL; `None` means all), and whether snapshot rows come with their
+/// [`ROW_POSITION_COLUMN`].
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ScanOptions {
     pub filter: ScanFilter,
     pub columns: Option<Vec<String>>,
+    #[serde(default)]
+    pub row_positions: bool,
 }
 
 /// How much of the table a scan kept, for EXPLAIN.
@@ -279,6 +287,8 @@ impl TableReader {
             base: None,
             merging,
             blocks: Vec::new(),
+            positions_of: None,
+            row_positions: options.row_positions && !changes,
             schema: self.schema.clone(),
             nulls: self.nulls.clone(),
             output: self.output_columns(options, changes),
@@ -292,10 +302,29 @@ impl TableReader {
         if nothing {
             return Ok(read);
         }
-        read.base = self.fetch_base_file(slice, options, read.needed.as_ref(), stats).await?;
-        if !merging {
-            return Ok(read);
+        if merging {
+            read.blocks = self.fetch_log_blocks(slice, &bound).await?;
         }
+        // When every block names its records' rows in the base file, the merge matches them by
+        // position and the base file's record keys are not read unless asked for.
+        read.positions_of = slice
+            .base_file
+            .as_ref()
+            .map(|base| base.instant.clone())
+            .filter(|instant| !read.blocks.is_empty() && read.blocks.iter().all(|(_, _, b)| b.has_positions_for(instant)));
+        let mut base_columns = read.needed.clone();
+        if let (Some(columns), Some(_)) = (base_columns.as_mut(), &read.positions_of) {
+            if !options.columns.iter().flatten().any(|c| c == schema::META_FIELDS[schema::RECORD_KEY_COLUMN]) {
+                columns.remove(schema::META_FIELDS[schema::RECORD_KEY_COLUMN]);
+            }
+        }
+        read.base = self.fetch_base_file(slice, options, base_columns.as_ref(), stats).await?;
+        Ok(read)
+    }
+
+    /// The data and delete blocks of the slice's log files, in the order written, that
+    /// instants visible within `bound` wrote and no rollback cancelled.
+    async fn fetch_log_blocks(&self, slice: &FileSlice, bound: &ReadBound) -> Result<Vec<(String, String, LogBlock)>> {
         let mut blocks = Vec::new();
         for log in &slice.log_files {
             let path = slice.log_path(log);
@@ -304,16 +333,15 @@ impl TableReader {
         }
         let rolled_back: HashSet<String> =
             blocks.iter().filter_map(|(_, b)| b.rollback_target().map(str::to_owned)).collect();
-        read.blocks = blocks
+        Ok(blocks
             .into_iter()
             .filter(|(_, block)| !matches!(block.block_type, BlockType::Corrupt | BlockType::Command))
             .filter_map(|(path, block)| {
                 let instant = block.instant()?.to_owned();
-                let visible = self.timeline.is_visible(&instant, &bound) && !rolled_back.contains(&instant);
+                let visible = self.timeline.is_visible(&instant, bound) && !rolled_back.contains(&instant);
                 visible.then_some((path, instant, block))
             })
-            .collect();
-        Ok(read)
+            .collect())
     }
 
     /// The columns a read returns: the requested ones, and the commit time that change reads
@@ -362,9 +390,21 @@ impl TableReader {
         let mut builder = ParquetPushDecoderBuilder::new_with_metadata(metadata);
         let total = builder.metadata().num_row_groups();
         stats.row_groups_total += total;
+        // The file position of each row group's first row.
+        let mut first_rows: Vec<u64> = builder
+            .metadata()
+            .row_groups()
+            .iter()
+            .scan(0u64, |next, group| {
+                let first = *next;
+                *next += group.num_rows().max(0) as u64;
+                Some(first)
+            })
+            .collect();
         if slice.log_files.is_empty() && !options.filter.is_empty() {
             let groups = options.filter.row_groups(builder.metadata(), builder.schema(), builder.parquet_schema());
             stats.row_groups_kept += groups.len();
+            first_rows = groups.iter().map(|&g| first_rows[g]).collect();
             builder = builder.with_row_groups(groups);
         } else {
             stats.row_groups_kept += total;
@@ -396,6 +436,6 @@ impl TableReader {
                 DecodeResult::Finished => break,
             }
         }
-        Ok(Some(FetchedBase { location, row_groups }))
+        Ok(Some(FetchedBase { location, row_groups, first_rows }))
     }
 }

@@ -69,8 +69,10 @@ pub struct SliceScan {
     /// The next slice to fetch.
     next_slice: usize,
     depth: usize,
-    /// Fetched slices, oldest first.
-    pending: VecDeque<Pending>,
+    /// Fetched slices (by index in `slices`), oldest first.
+    pending: VecDeque<(usize, Pending)>,
+    /// The slice whose rows `next` returned last.
+    current: Option<usize>,
     stats: ScanStats,
 }
 
@@ -85,7 +87,7 @@ impl SliceScan {
         stats: ScanStats,
         depth: usize,
     ) -> SliceScan {
-        SliceScan { reader, query, options, slices, next_slice: 0, depth, pending: VecDeque::new(), stats }
+        SliceScan { reader, query, options, slices, next_slice: 0, depth, pending: VecDeque::new(), current: None, stats }
     }
 
     pub fn stats(&self) -> &ScanStats {
@@ -96,6 +98,12 @@ impl SliceScan {
     pub fn restart(&mut self) {
         self.next_slice = 0;
         self.pending.clear();
+        self.current = None;
+    }
+
+    /// The slice whose rows the last [`Self::next`] returned.
+    pub fn current_slice(&self) -> Option<&FileSlice> {
+        self.current.map(|i| &self.slices[i])
     }
 
     /// The rows of the next slice (`Ok(None)`: it has none); `None` after the last one.
@@ -105,7 +113,8 @@ impl SliceScan {
                 return Some(Err(e));
             }
         }
-        let oldest = self.pending.pop_front()?;
+        let (index, oldest) = self.pending.pop_front()?;
+        self.current = Some(index);
         // The next slices are fetched while the oldest one is decoded.
         let depth = self.depth;
         let (rows, fetched) = futures::join!(oldest.rows(), self.fetch_ahead(depth));
@@ -118,7 +127,7 @@ impl SliceScan {
             let slice = &self.slices[self.next_slice];
             self.next_slice += 1;
             let read = self.reader.fetch_slice(slice, &self.query, &self.options, &mut self.stats).await?;
-            self.pending.push_back(Pending::start(read, self.depth > 0));
+            self.pending.push_back((self.next_slice - 1, Pending::start(read, self.depth > 0)));
         }
         Ok(())
     }

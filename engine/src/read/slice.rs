@@ -6,17 +6,17 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use arrow::array::{new_null_array, Array, ArrayRef, BooleanArray, StringArray};
+use arrow::array::{new_null_array, Array, ArrayRef, BooleanArray, StringArray, UInt64Array};
 use arrow::compute::{concat_batches, filter_record_batch};
-use arrow::datatypes::SchemaRef;
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReader;
 
 use crate::error::{Error, ErrorKind, Result, ResultExt};
 use crate::log::{decode_block, BlockContent, LogBlock};
-use crate::read::merge::{merge, Merged, MergeRule, MergeSource};
+use crate::read::merge::{merge, Merged, MergeOutput, MergeRule, MergeSource};
 use crate::read::schema::{self, NullColumns};
-use crate::read::OPERATION_COLUMN;
+use crate::read::{OPERATION_COLUMN, ROW_POSITION_COLUMN};
 
 /// What a slice read returns.
 #[derive(Debug)]
@@ -33,6 +33,8 @@ pub(crate) struct FetchedBase {
     /// `storage URI/path`, for errors.
     pub location: String,
     pub row_groups: Vec<ParquetRecordBatchReader>,
+    /// The file position of the first row of each of `row_groups`.
+    pub first_rows: Vec<u64>,
 }
 
 /// One file slice's read with everything it needs in memory. Memory: the fetched column
@@ -44,6 +46,11 @@ pub struct SliceRead {
     pub(crate) merging: bool,
     /// Visible data and delete blocks, in the order written: `(file path, instant, block)`.
     pub(crate) blocks: Vec<(String, String, LogBlock)>,
+    /// The base file's instant when every block carries record positions for it: then the
+    /// merge matches by position.
+    pub(crate) positions_of: Option<String>,
+    /// Whether snapshot rows come with [`ROW_POSITION_COLUMN`].
+    pub(crate) row_positions: bool,
     pub(crate) schema: SchemaRef,
     pub(crate) nulls: NullColumns,
     /// The columns to decode (`None`: all).
@@ -69,6 +76,7 @@ impl SliceRead {
     pub fn run(mut self) -> Result<Option<RecordBatch>> {
         let merged = self.merge()?;
         match &self.kind {
+            SliceOutput::Snapshot if self.row_positions => merged.rows.map(|rows| with_positions(rows, merged.base_positions)).transpose(),
             SliceOutput::Snapshot => Ok(merged.rows),
             SliceOutput::Changes { instants, with_deletes, changes_schema } => {
                 changes(merged, instants, *with_deletes, changes_schema)
@@ -79,23 +87,30 @@ impl SliceRead {
     /// Decodes the fetched base file and blocks (consuming them) and merges them.
     fn merge(&mut self) -> Result<Merged> {
         let base = match self.base.take() {
-            Some(base) => Some(decode_base(base, &self.schema, &self.nulls)?),
+            Some(base) => Some(decode_base(base, &self.schema, &self.nulls, self.row_positions && !self.merging)?),
             None => None,
         };
         if !self.merging {
-            return Ok(Merged { rows: base.filter(|b| b.num_rows() > 0), ..Default::default() });
+            let (rows, base_positions) = base.unwrap_or_default();
+            return Ok(Merged { rows: rows.filter(|b| b.num_rows() > 0), base_positions, ..Default::default() });
         }
-        let mut sources: Vec<MergeSource> = base.into_iter().map(MergeSource::Base).collect();
+        let mut sources: Vec<MergeSource> = base.and_then(|(rows, _)| rows).into_iter().map(MergeSource::Base).collect();
         for (path, instant, block) in std::mem::take(&mut self.blocks) {
-            let content = decode_block(&block, self.needed.as_ref())
-                .context(|| format!("reading block at {} of {path}", block.offset))?;
-            match content {
+            let context = || format!("reading block at {} of {path}", block.offset);
+            let mut positions = match &self.positions_of {
+                Some(base_instant) => block.record_positions(base_instant).context(context)?,
+                None => None,
+            };
+            match decode_block(&block, self.needed.as_ref()).context(context)? {
                 Some(BlockContent::Data(batches)) => {
                     for batch in batches {
-                        sources.push(MergeSource::Data(schema::align_batch_with(&batch, &self.schema, &self.nulls)?));
+                        // A block may decode into several batches: each takes its rows' positions.
+                        let batch_positions = positions.as_mut().map(|p| p.drain(..batch.num_rows().min(p.len())).collect());
+                        let rows = schema::align_batch_with(&batch, &self.schema, &self.nulls)?;
+                        sources.push(MergeSource::Data { rows, positions: batch_positions });
                     }
                 }
-                Some(BlockContent::Deletes(records)) => sources.push(MergeSource::Deletes { records, instant }),
+                Some(BlockContent::Deletes(records)) => sources.push(MergeSource::Deletes { records, instant, positions }),
                 None => {}
             }
         }
@@ -103,31 +118,53 @@ impl SliceRead {
             SliceOutput::Changes { instants, .. } => Some(instants),
             SliceOutput::Snapshot => None,
         };
-        let output = self.output.as_ref().map(|o| (o, &self.nulls));
+        let output = MergeOutput {
+            columns: self.output.as_ref().map(|o| (o, &self.nulls)),
+            base_positions: self.row_positions,
+        };
         merge(&self.schema, sources, self.rule, change_range, output)
     }
 }
 
 /// Decodes a fetched base file into one batch aligned to `schema` (one batch for the file:
-/// its memory is the slice's anyway, and the merge walks it in one pass).
-fn decode_base(base: FetchedBase, schema: &SchemaRef, nulls: &NullColumns) -> Result<RecordBatch> {
+/// its memory is the slice's anyway, and the merge walks it in one pass); with `positions`,
+/// also each row's position in the file.
+fn decode_base(base: FetchedBase, schema: &SchemaRef, nulls: &NullColumns, positions: bool) -> Result<(Option<RecordBatch>, Option<UInt64Array>)> {
     let invalid = |e: arrow::error::ArrowError| {
         Error::new(ErrorKind::Corrupt, format!("invalid Parquet file {}", base.location)).with_source(e)
     };
     let mut batches = Vec::new();
     let mut file_schema = None;
-    for row_group in base.row_groups {
+    let mut row_positions: Vec<u64> = Vec::new();
+    for (row_group, first_row) in base.row_groups.into_iter().zip(base.first_rows) {
         file_schema.get_or_insert_with(|| arrow::record_batch::RecordBatchReader::schema(&row_group));
+        let mut next = first_row;
         for batch in row_group {
-            batches.push(batch.map_err(invalid)?);
+            let batch = batch.map_err(invalid)?;
+            if positions {
+                row_positions.extend(next..next + batch.num_rows() as u64);
+                next += batch.num_rows() as u64;
+            }
+            batches.push(batch);
         }
     }
     let rows = match (batches.len(), file_schema) {
         (1, _) => batches.pop().expect("one batch"),
         (_, Some(file_schema)) => concat_batches(&file_schema, &batches).map_err(invalid)?,
-        (_, None) => return Ok(RecordBatch::new_empty(schema.clone())),
+        (_, None) => RecordBatch::new_empty(schema.clone()),
     };
-    schema::align_batch_with(&rows, schema, nulls)
+    Ok((Some(schema::align_batch_with(&rows, schema, nulls)?), positions.then(|| UInt64Array::from(row_positions))))
+}
+
+/// `rows` with [`ROW_POSITION_COLUMN`] after the table's columns.
+fn with_positions(rows: RecordBatch, positions: Option<UInt64Array>) -> Result<RecordBatch> {
+    let positions = positions.unwrap_or_else(|| UInt64Array::from(vec![None; rows.num_rows()]));
+    let mut fields: Vec<Arc<Field>> = rows.schema().fields().iter().cloned().collect();
+    fields.push(Arc::new(Field::new(ROW_POSITION_COLUMN, DataType::UInt64, true)));
+    let mut columns = rows.columns().to_vec();
+    columns.push(Arc::new(positions));
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
+        .map_err(|e| Error::new(ErrorKind::Internal, "cannot add row positions").with_source(e))
 }
 
 /// The rows of a change read from a merge with change tracking: each key's latest version in

@@ -9,7 +9,7 @@ pub mod table;
 pub mod transaction;
 
 pub use table::{create_table, NewTable};
-pub use transaction::{KeyToDelete, Transaction, WriterId};
+pub use transaction::{BaseFileRef, BaseRow, KeyToDelete, Transaction, WriterId};
 
 use arrow::array::Array;
 use arrow::record_batch::RecordBatch;

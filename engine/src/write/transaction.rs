@@ -60,6 +60,44 @@ struct GroupWrites {
 /// A key to delete, with its partition and ordering value.
 pub type KeyToDelete = (String, String, OrderingValue);
 
+/// A file slice's base file, which record positions refer to.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct BaseFileRef {
+    pub partition: String,
+    pub file_id: String,
+    /// The instant that wrote the base file.
+    pub instant: String,
+}
+
+/// Where an updated or deleted row was read: its row in a base file (what a snapshot read
+/// returns in [`crate::read::ROW_POSITION_COLUMN`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BaseRow {
+    pub base: Arc<BaseFileRef>,
+    pub position: u64,
+}
+
+/// The positions header of a block of `partition`/`file_id` whose records were read at
+/// `rows` (in block order): present when every record was read from that file group's
+/// same base file, at ascending and distinct positions (hudi-format.md §4.3, keys 5 and 8).
+fn positions_header<'r>(partition: &str, file_id: &str, mut rows: impl Iterator<Item = Option<&'r BaseRow>>) -> Option<[(i32, String); 2]> {
+    let first = rows.next()??;
+    let base = &first.base;
+    if base.partition != partition || base.file_id != file_id {
+        return None;
+    }
+    let mut positions = vec![first.position];
+    for row in rows {
+        let row = row?;
+        if row.base != *base {
+            return None;
+        }
+        positions.push(row.position);
+    }
+    let encoded = crate::log::positions::encode_positions(&positions)?;
+    Some([(header::RECORD_POSITIONS, encoded), (header::BASE_FILE_INSTANT_TIME_OF_RECORD_POSITIONS, base.instant.clone())])
+}
+
 /// An open write transaction.
 pub struct Transaction {
     storage: Storage,
@@ -241,6 +279,16 @@ impl Transaction {
     /// Upserts `rows` (the data columns of [`Self::data_schema`], by name): one Parquet data
     /// block per touched file group, in a new log file.
     pub async fn upsert(&mut self, rows: &RecordBatch) -> Result<()> {
+        self.upsert_with_positions(rows, &[]).await
+    }
+
+    /// [`Self::upsert`] of rows read from the table (an UPDATE), with where each row was read
+    /// (`positions[i]` for row `i`; missing or `None` when not from a base file). A block
+    /// whose rows were all read from its file group's base file carries their positions, and
+    /// its records are in position order, so that readers match them to the base file's rows
+    /// without comparing keys.
+    pub async fn upsert_with_positions(&mut self, rows: &RecordBatch, positions: &[Option<BaseRow>]) -> Result<()> {
+        let position_of = |row: u32| positions.get(row as usize).and_then(Option::as_ref);
         let data = crate::read::schema::align_batch(rows, &self.data_schema)
             .map_err(|e| Error::new(ErrorKind::InvalidArgument, e.detail()))?;
         let keys = self.record_keys(&data)?;
@@ -262,10 +310,15 @@ impl Transaction {
                     .map(move |(bucket, rows)| ((partition.to_owned(), bucket as u32), rows))
             })
             .collect();
-        for ((partition, bucket), rows) in groups {
+        for ((partition, bucket), mut rows) in groups {
+            let file_id = file_id_of_bucket(bucket);
+            if rows.iter().all(|&r| position_of(r).is_some()) {
+                rows.sort_by_key(|&r| position_of(r).map(|p| p.position));
+            }
+            let mut block_header = self.block_header();
+            block_header.extend(positions_header(&partition, &file_id, rows.iter().map(|&r| position_of(r))).into_iter().flatten());
             let indices = UInt32Array::from_iter_values(rows.iter().copied());
             let part = take_record_batch(&data, &indices).map_err(internal("cannot split rows by bucket"))?;
-            let file_id = file_id_of_bucket(bucket);
             let n = rows.len();
             let seq_base = self.sequence;
             let meta: Vec<ArrayRef> = vec![
@@ -278,7 +331,7 @@ impl Transaction {
             let columns: Vec<ArrayRef> = meta.into_iter().chain(part.columns().iter().cloned()).collect();
             let records = RecordBatch::try_new(self.record_schema.clone(), columns).map_err(internal("cannot assemble records"))?;
             let parquet = crate::write::parquet_bytes(&records, crate::write::ParquetFile::LogBlock)?;
-            let block = encode_block(BlockType::ParquetData, &self.block_header(), &parquet);
+            let block = encode_block(BlockType::ParquetData, &block_header, &parquet);
             self.write_log(&partition, &file_id, block, n as i64, 0).await?;
         }
         Ok(())
@@ -286,19 +339,28 @@ impl Transaction {
 
     /// Deletes keys: one delete block per touched file group, in a new log file.
     pub async fn delete(&mut self, keys: Vec<KeyToDelete>) -> Result<()> {
-        let mut groups: BTreeMap<(String, u32), Vec<DeleteRecord>> = BTreeMap::new();
-        for (record_key, partition, ordering) in keys {
+        self.delete_at(keys.into_iter().map(|key| (key, None)).collect()).await
+    }
+
+    /// Deletes keys, each with where it was read (as for [`Self::upsert_with_positions`]).
+    async fn delete_at(&mut self, keys: Vec<(KeyToDelete, Option<BaseRow>)>) -> Result<()> {
+        let mut groups: BTreeMap<(String, u32), Vec<(DeleteRecord, Option<BaseRow>)>> = BTreeMap::new();
+        for ((record_key, partition, ordering), position) in keys {
             let bucket = bucket_of_key(&record_key, self.buckets);
-            groups.entry((partition.clone(), bucket)).or_default().push(DeleteRecord {
-                record_key,
-                partition_path: Some(partition),
-                ordering,
-            });
+            let record = DeleteRecord { record_key, partition_path: Some(partition.clone()), ordering };
+            groups.entry((partition, bucket)).or_default().push((record, position));
         }
-        for ((partition, bucket), records) in groups {
+        for ((partition, bucket), mut records) in groups {
+            let file_id = file_id_of_bucket(bucket);
+            if records.iter().all(|(_, p)| p.is_some()) {
+                records.sort_by_key(|(_, p)| p.as_ref().map(|p| p.position));
+            }
+            let mut block_header = self.block_header();
+            block_header.extend(positions_header(&partition, &file_id, records.iter().map(|(_, p)| p.as_ref())).into_iter().flatten());
+            let records: Vec<DeleteRecord> = records.into_iter().map(|(record, _)| record).collect();
             let n = records.len() as i64;
-            let block = encode_block(BlockType::Delete, &self.block_header(), &encode_deletes(&records)?);
-            self.write_log(&partition, &file_id_of_bucket(bucket), block, 0, n).await?;
+            let block = encode_block(BlockType::Delete, &block_header, &encode_deletes(&records)?);
+            self.write_log(&partition, &file_id, block, 0, n).await?;
         }
         Ok(())
     }
@@ -306,12 +368,22 @@ impl Transaction {
     /// Deletes the rows' keys (their key and partition columns identify them) regardless of
     /// ordering values, as SQL DELETE does in Hudi.
     pub async fn delete_rows(&mut self, rows: &RecordBatch) -> Result<()> {
+        self.delete_rows_with_positions(rows, &[]).await
+    }
+
+    /// [`Self::delete_rows`] of rows read from the table, with where each was read (as for
+    /// [`Self::upsert_with_positions`]).
+    pub async fn delete_rows_with_positions(&mut self, rows: &RecordBatch, positions: &[Option<BaseRow>]) -> Result<()> {
         let data = crate::read::schema::align_batch(rows, &self.data_schema)
             .map_err(|e| Error::new(ErrorKind::InvalidArgument, e.detail()))?;
         let keys = self.record_keys(&data)?;
         let partitions = self.partition_paths(&data)?;
-        let deletes = partitions.into_iter().enumerate().map(|(row, p)| (keys.value(row).to_owned(), p, OrderingValue::Int(0))).collect();
-        self.delete(deletes).await
+        let deletes = partitions
+            .into_iter()
+            .enumerate()
+            .map(|(row, p)| ((keys.value(row).to_owned(), p, OrderingValue::Int(0)), positions.get(row).cloned().flatten()))
+            .collect();
+        self.delete_at(deletes).await
     }
 
     /// Completes the deltacommit: under the table lock, takes a completion time and creates

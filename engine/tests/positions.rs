@@ -1,0 +1,259 @@
+//! Record positions: updates and deletes of rows read from base files name those rows in their
+//! log blocks, and readers merge such blocks by position; blocks without positions, or with
+//! positions for another base file, are merged by key. Every read is checked against a model.
+
+mod common;
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::datatypes::{Int64Type, UInt64Type};
+use common::customers::{rows, spec, writer};
+use engine::log::block::header;
+use engine::log::read_blocks;
+use engine::read::{ScanOptions, ScanStats, TableReader, ROW_POSITION_COLUMN};
+use engine::services::compaction::compact;
+use engine::storage::{Storage, StorageUri};
+use engine::timeline::ReadBound;
+use engine::write::time::LockOptions;
+use engine::write::{create_table, BaseFileRef, BaseRow, Transaction};
+
+fn local(dir: &std::path::Path) -> Storage {
+    Storage::open(&StorageUri::parse(&format!("file://{}", dir.display())).unwrap(), &BTreeMap::new()).unwrap()
+}
+
+/// One row of a snapshot read with positions: id, name, and where it was read.
+#[derive(Debug, Clone)]
+struct ReadRow {
+    id: i64,
+    name: String,
+    country: String,
+    ts: i64,
+    at: Option<BaseRow>,
+}
+
+/// The snapshot, slice by slice, with `columns` decoded and each row's base position.
+async fn read_with_positions(storage: &Storage, columns: Option<&[&str]>) -> Vec<ReadRow> {
+    let reader = TableReader::open(storage.clone()).await.unwrap();
+    let options = ScanOptions {
+        columns: columns.map(|c| c.iter().map(|s| s.to_string()).collect()),
+        row_positions: true,
+        ..Default::default()
+    };
+    let mut out = Vec::new();
+    for slice in reader.slices(&ReadBound::Latest).await.unwrap() {
+        let base = slice.base_file.as_ref().map(|b| {
+            Arc::new(BaseFileRef { partition: slice.partition.clone(), file_id: slice.file_id.clone(), instant: b.instant.clone() })
+        });
+        let Some(batch) = reader.read_slice(&slice, &ReadBound::Latest, &options, &mut ScanStats::default()).await.unwrap() else {
+            continue;
+        };
+        out.extend(read_rows(&batch, base.as_ref()));
+    }
+    out.sort_by_key(|r| r.id);
+    out
+}
+
+fn read_rows(batch: &RecordBatch, base: Option<&Arc<BaseFileRef>>) -> Vec<ReadRow> {
+    let id = batch.column_by_name("id").unwrap().as_primitive::<Int64Type>();
+    let name = batch.column_by_name("name").unwrap().as_string::<i32>();
+    let country = batch.column_by_name("country").unwrap().as_string::<i32>();
+    let ts = batch.column_by_name("ts").unwrap().as_primitive::<arrow::datatypes::TimestampMicrosecondType>();
+    let positions = batch.column_by_name(ROW_POSITION_COLUMN).unwrap().as_primitive::<UInt64Type>();
+    (0..batch.num_rows())
+        .map(|i| ReadRow {
+            id: id.value(i),
+            name: if name.is_valid(i) { name.value(i).to_owned() } else { String::new() },
+            country: if country.is_valid(i) { country.value(i).to_owned() } else { String::new() },
+            ts: if ts.is_valid(i) { ts.value(i) } else { 0 },
+            at: (positions.is_valid(i)).then(|| BaseRow { base: base.expect("a position without a base file").clone(), position: positions.value(i) }),
+        })
+        .collect()
+}
+
+/// The whole snapshot as (id, name), sorted: what the model must equal.
+async fn snapshot(storage: &Storage, columns: Option<&[&str]>) -> Vec<(i64, String)> {
+    read_with_positions(storage, columns).await.into_iter().map(|r| (r.id, r.name)).collect()
+}
+
+/// Updates and deletes `rows` as an UPDATE and a DELETE read them: with their positions.
+async fn update_and_delete(storage: &Storage, updates: &[ReadRow], deletes: &[ReadRow], suffix: &str) {
+    let config = engine::table::load_config(storage).await.unwrap();
+    let mut tx = Transaction::begin(storage.clone(), config, writer(1), LockOptions::default()).await.unwrap();
+    let names: Vec<String> = updates.iter().map(|r| format!("{}{suffix}", r.name)).collect();
+    let data: Vec<(i64, &str, &str, i64)> =
+        updates.iter().zip(&names).map(|(r, n)| (r.id, n.as_str(), r.country.as_str(), r.ts + 1)).collect();
+    // Rows arrive in any order: the writer sorts each block by position.
+    let positions: Vec<Option<BaseRow>> = updates.iter().map(|r| r.at.clone()).collect();
+    tx.upsert_with_positions(&rows(&data), &positions).await.unwrap();
+    let data: Vec<(i64, &str, &str, i64)> = deletes.iter().map(|r| (r.id, r.name.as_str(), r.country.as_str(), r.ts)).collect();
+    let positions: Vec<Option<BaseRow>> = deletes.iter().map(|r| r.at.clone()).collect();
+    tx.delete_rows_with_positions(&rows(&data), &positions).await.unwrap();
+    tx.commit().await.unwrap();
+}
+
+/// The table's log files.
+async fn log_files(storage: &Storage) -> HashSet<String> {
+    storage.list_recursive("").await.unwrap().into_iter().map(|(p, _)| p).filter(|p| p.contains(".log.")).collect()
+}
+
+/// `(blocks, blocks with positions)` of the log `files`.
+async fn blocks_with_positions(storage: &Storage, files: impl IntoIterator<Item = &String>) -> (usize, usize) {
+    let (mut blocks, mut positioned) = (0, 0);
+    for path in files {
+        for block in read_blocks(&storage.get(path).await.unwrap()) {
+            blocks += 1;
+            let has = block.header.contains_key(&header::RECORD_POSITIONS);
+            assert_eq!(has, block.header.contains_key(&header::BASE_FILE_INSTANT_TIME_OF_RECORD_POSITIONS));
+            positioned += usize::from(has);
+        }
+    }
+    (blocks, positioned)
+}
+
+#[tokio::test]
+async fn updates_and_deletes_by_position_read_as_the_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = local(dir.path());
+    let config = create_table(&storage, &spec()).await.unwrap();
+    let countries = ["nl", "be", "fr"];
+    let names: Vec<String> = (0..300).map(|i| format!("c{i}")).collect();
+    let data: Vec<(i64, &str, &str, i64)> = (0..300).map(|i| (i as i64, names[i].as_str(), countries[i % 3], 10)).collect();
+    let mut tx = Transaction::begin(storage.clone(), config.clone(), writer(1), LockOptions::default()).await.unwrap();
+    tx.upsert(&rows(&data)).await.unwrap();
+    tx.commit().await.unwrap();
+    compact(&storage, &writer(9), &LockOptions::default(), Duration::from_secs(60)).await.unwrap().unwrap();
+    let mut model: BTreeMap<i64, String> = data.iter().map(|r| (r.0, r.1.to_owned())).collect();
+
+    // Compacted: every row has a position, distinct within its base file.
+    let read = read_with_positions(&storage, None).await;
+    assert_eq!(read.len(), 300);
+    let places: HashSet<(String, String, u64)> = read
+        .iter()
+        .map(|r| r.at.as_ref().unwrap())
+        .map(|at| (at.base.partition.clone(), at.base.file_id.clone(), at.position))
+        .collect();
+    assert_eq!(places.len(), 300);
+
+    // An UPDATE of every third row and a DELETE of every seventh, in reverse read order.
+    let updates: Vec<ReadRow> = read.iter().rev().filter(|r| r.id % 3 == 0 && r.id % 7 != 0).cloned().collect();
+    let deletes: Vec<ReadRow> = read.iter().rev().filter(|r| r.id % 7 == 0).cloned().collect();
+    let before = log_files(&storage).await;
+    update_and_delete(&storage, &updates, &deletes, "-u1").await;
+    let written: Vec<String> = log_files(&storage).await.difference(&before).cloned().collect();
+    let (blocks, positioned) = blocks_with_positions(&storage, &written).await;
+    assert!(blocks >= 2 && positioned == blocks, "{positioned} of {blocks} blocks carry positions");
+    for r in &updates {
+        model.insert(r.id, format!("{}-u1", r.name));
+    }
+    for r in &deletes {
+        model.remove(&r.id);
+    }
+    let expected: Vec<(i64, String)> = model.clone().into_iter().collect();
+    assert_eq!(snapshot(&storage, None).await, expected);
+    // Without the record key column decoded: the merge matches by position alone.
+    assert_eq!(snapshot(&storage, Some(&["id", "name"])).await, expected);
+
+    // Updated rows keep their base positions: a second UPDATE of them is by position too.
+    let read = read_with_positions(&storage, None).await;
+    assert!(read.iter().all(|r| r.at.is_some()));
+    let again: Vec<ReadRow> = read.iter().filter(|r| r.id % 2 == 0).cloned().collect();
+    update_and_delete(&storage, &again, &[], "-u2").await;
+    for r in &again {
+        model.insert(r.id, format!("{}-u2", r.name));
+    }
+    let expected: Vec<(i64, String)> = model.clone().into_iter().collect();
+    assert_eq!(snapshot(&storage, Some(&["id", "name"])).await, expected);
+
+    // A plain upsert (an INSERT) in some file groups: those slices merge by key.
+    let mut tx = Transaction::begin(storage.clone(), config.clone(), writer(1), LockOptions::default()).await.unwrap();
+    let before = log_files(&storage).await;
+    tx.upsert(&rows(&[(1, "one", "be", 99), (1000, "new", "nl", 1)])).await.unwrap();
+    tx.commit().await.unwrap();
+    let written: Vec<String> = log_files(&storage).await.difference(&before).cloned().collect();
+    assert_eq!(blocks_with_positions(&storage, &written).await.1, 0, "rows not read from the table have no positions");
+    model.insert(1, "one".into());
+    model.insert(1000, "new".into());
+    let expected: Vec<(i64, String)> = model.clone().into_iter().collect();
+    assert_eq!(snapshot(&storage, Some(&["id", "name"])).await, expected);
+    assert!(read_with_positions(&storage, None).await.iter().any(|r| r.id == 1000 && r.at.is_none()), "a key only the logs have");
+
+    // Positions read before another compaction name the old base files: merged by key.
+    let stale = read_with_positions(&storage, None).await;
+    compact(&storage, &writer(9), &LockOptions::default(), Duration::from_secs(60)).await.unwrap().unwrap();
+    let stale_updates: Vec<ReadRow> = stale.iter().filter(|r| r.id % 5 == 0 && r.at.is_some()).cloned().collect();
+    let before = log_files(&storage).await;
+    update_and_delete(&storage, &stale_updates, &[], "-stale").await;
+    let written: Vec<String> = log_files(&storage).await.difference(&before).cloned().collect();
+    let (blocks, positioned) = blocks_with_positions(&storage, &written).await;
+    assert_eq!(positioned, blocks, "the positions name the base files they were read from");
+    for r in &stale_updates {
+        model.insert(r.id, format!("{}-stale", r.name));
+    }
+    let expected: Vec<(i64, String)> = model.into_iter().collect();
+    assert_eq!(snapshot(&storage, Some(&["id", "name"])).await, expected);
+    assert_eq!(snapshot(&storage, None).await, expected);
+}
+
+#[tokio::test]
+async fn positions_count_the_row_groups_that_statistics_skip() {
+    use engine::read::filter::{Op, Predicate, Scalar, ScanFilter};
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    use parquet::arrow::ArrowWriter;
+    use parquet::file::properties::WriterProperties;
+
+    let dir = tempfile::tempdir().unwrap();
+    let storage = local(dir.path());
+    let config = create_table(&storage, &spec()).await.unwrap();
+    let names: Vec<String> = (0..400).map(|i| format!("c{i}")).collect();
+    let data: Vec<(i64, &str, &str, i64)> = (0..400).map(|i| (i as i64, names[i].as_str(), "nl", 10)).collect();
+    let mut tx = Transaction::begin(storage.clone(), config, writer(1), LockOptions::default()).await.unwrap();
+    tx.upsert(&rows(&data)).await.unwrap();
+    tx.commit().await.unwrap();
+    compact(&storage, &writer(9), &LockOptions::default(), Duration::from_secs(60)).await.unwrap().unwrap();
+
+    // Each base file rewritten in id order with row groups of 10 rows, so that a filter on
+    // id skips most of them.
+    let bases: Vec<String> =
+        storage.list_recursive("").await.unwrap().into_iter().map(|(p, _)| p).filter(|p| p.ends_with(".parquet")).collect();
+    for path in &bases {
+        let bytes = storage.get(path).await.unwrap();
+        let reader = ParquetRecordBatchReaderBuilder::try_new(bytes).unwrap().build().unwrap();
+        let schema = arrow::record_batch::RecordBatchReader::schema(&reader);
+        let batches: Vec<RecordBatch> = reader.map(Result::unwrap).collect();
+        let all = arrow::compute::concat_batches(&schema, &batches).unwrap();
+        let ids = all.column_by_name("id").unwrap();
+        let order = arrow::compute::sort_to_indices(ids, None, None).unwrap();
+        let sorted = arrow::compute::take_record_batch(&all, &order).unwrap();
+        let mut out = Vec::new();
+        let properties = WriterProperties::builder().set_max_row_group_size(10).build();
+        let mut writer = ArrowWriter::try_new(&mut out, schema, Some(properties)).unwrap();
+        writer.write(&sorted).unwrap();
+        writer.close().unwrap();
+        storage.put(path, out.into()).await.unwrap();
+    }
+
+    let reader = TableReader::open(storage.clone()).await.unwrap();
+    let filter = ScanFilter { predicates: vec![Predicate::Compare { column: "id".into(), op: Op::GtEq, value: Scalar::Int(350) }] };
+    let options = ScanOptions { filter, columns: Some(vec!["id".into()]), row_positions: true };
+    let mut stats = ScanStats::default();
+    let mut checked = 0;
+    for slice in reader.slices(&ReadBound::Latest).await.unwrap() {
+        let Some(batch) = reader.read_slice(&slice, &ReadBound::Latest, &options, &mut stats).await.unwrap() else { continue };
+        // The id at each returned position of the base file is the row's id.
+        let bytes = storage.get(&slice.base_path().unwrap()).await.unwrap();
+        let file: Vec<RecordBatch> = ParquetRecordBatchReaderBuilder::try_new(bytes).unwrap().build().unwrap().map(Result::unwrap).collect();
+        let file = arrow::compute::concat_batches(&file[0].schema(), &file).unwrap();
+        let file_ids = file.column_by_name("id").unwrap().as_primitive::<Int64Type>();
+        let ids = batch.column_by_name("id").unwrap().as_primitive::<Int64Type>();
+        let positions = batch.column_by_name(ROW_POSITION_COLUMN).unwrap().as_primitive::<UInt64Type>();
+        for row in 0..batch.num_rows() {
+            assert_eq!(file_ids.value(positions.value(row) as usize), ids.value(row));
+            checked += 1;
+        }
+    }
+    assert!(stats.row_groups_kept < stats.row_groups_total / 2, "{stats:?}");
+    assert!(checked >= 50, "the rows with id >= 350 and the rest of their row groups: {checked}");
+}
