@@ -257,3 +257,41 @@ async fn positions_count_the_row_groups_that_statistics_skip() {
     assert!(stats.row_groups_kept < stats.row_groups_total / 2, "{stats:?}");
     assert!(checked >= 50, "the rows with id >= 350 and the rest of their row groups: {checked}");
 }
+
+#[tokio::test]
+async fn a_block_with_a_wrong_number_of_positions_is_corrupt() {
+    use engine::log::block::encode_block;
+    use engine::log::positions::{decode_positions, encode_positions};
+
+    let dir = tempfile::tempdir().unwrap();
+    let storage = local(dir.path());
+    let config = create_table(&storage, &spec()).await.unwrap();
+    let names: Vec<String> = (0..40).map(|i| format!("c{i}")).collect();
+    let data: Vec<(i64, &str, &str, i64)> = (0..40).map(|i| (i as i64, names[i].as_str(), "nl", 10)).collect();
+    let mut tx = Transaction::begin(storage.clone(), config, writer(1), LockOptions::default()).await.unwrap();
+    tx.upsert(&rows(&data)).await.unwrap();
+    tx.commit().await.unwrap();
+    compact(&storage, &writer(9), &LockOptions::default(), Duration::from_secs(60)).await.unwrap().unwrap();
+    let before = log_files(&storage).await;
+    let read = read_with_positions(&storage, None).await;
+    update_and_delete(&storage, &read, &[], "-u").await;
+
+    // One update block loses its last position.
+    let path = log_files(&storage).await.difference(&before).next().unwrap().clone();
+    let block = read_blocks(&storage.get(&path).await.unwrap()).remove(0);
+    let positions = decode_positions(&block.header[&header::RECORD_POSITIONS]).unwrap();
+    let mut damaged = block.header.clone();
+    damaged.insert(header::RECORD_POSITIONS, encode_positions(&positions[..positions.len() - 1]).unwrap());
+    storage.put(&path, encode_block(block.block_type, &damaged, &block.content).into()).await.unwrap();
+
+    let reader = TableReader::open(storage.clone()).await.unwrap();
+    let mut errors = Vec::new();
+    for slice in reader.slices(&ReadBound::Latest).await.unwrap() {
+        if let Err(e) = reader.read_slice(&slice, &ReadBound::Latest, &ScanOptions::default(), &mut ScanStats::default()).await {
+            errors.push(e);
+        }
+    }
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(errors[0].kind(), engine::error::ErrorKind::Corrupt);
+    assert!(errors[0].to_string().contains(&path), "{}", errors[0]);
+}

@@ -40,17 +40,10 @@ impl LogBlock {
     /// carries them for the base file written at `base_instant`; `None` when it carries none
     /// or carries them for another base file (the reader then matches records by key).
     pub fn record_positions(&self, base_instant: &str) -> Result<Option<Vec<u64>>> {
-        let (Some(value), Some(instant)) = (
-            self.header.get(&header::RECORD_POSITIONS),
-            self.header.get(&header::BASE_FILE_INSTANT_TIME_OF_RECORD_POSITIONS),
-        ) else {
-            return Ok(None);
-        };
-        if instant.trim() != base_instant {
-            return Ok(None);
+        match self.header.get(&header::RECORD_POSITIONS) {
+            Some(value) if self.has_positions_for(base_instant) => decode_positions(value).map(Some),
+            _ => Ok(None),
         }
-        let positions = decode_positions(value)?;
-        Ok((!positions.is_empty()).then_some(positions))
     }
 
     /// Whether this block carries positions for the base file written at `base_instant`

@@ -91,10 +91,10 @@ impl SliceRead {
             None => None,
         };
         if !self.merging {
-            let (rows, base_positions) = base.unwrap_or_default();
+            let (rows, base_positions) = base.map_or((None, None), |(rows, positions)| (Some(rows), positions));
             return Ok(Merged { rows: rows.filter(|b| b.num_rows() > 0), base_positions, ..Default::default() });
         }
-        let mut sources: Vec<MergeSource> = base.and_then(|(rows, _)| rows).into_iter().map(MergeSource::Base).collect();
+        let mut sources: Vec<MergeSource> = base.map(|(rows, _)| MergeSource::Base(rows)).into_iter().collect();
         for (path, instant, block) in std::mem::take(&mut self.blocks) {
             let context = || format!("reading block at {} of {path}", block.offset);
             let mut positions = match &self.positions_of {
@@ -103,9 +103,14 @@ impl SliceRead {
             };
             match decode_block(&block, self.needed.as_ref()).context(context)? {
                 Some(BlockContent::Data(batches)) => {
+                    let records: usize = batches.iter().map(RecordBatch::num_rows).sum();
+                    if positions.as_ref().is_some_and(|p| p.len() != records) {
+                        let error = Error::new(ErrorKind::Corrupt, format!("a data block of {records} records has another number of positions"));
+                        return Err(error.context(context()));
+                    }
                     for batch in batches {
                         // A block may decode into several batches: each takes its rows' positions.
-                        let batch_positions = positions.as_mut().map(|p| p.drain(..batch.num_rows().min(p.len())).collect());
+                        let batch_positions = positions.as_mut().map(|p| p.drain(..batch.num_rows()).collect());
                         let rows = schema::align_batch_with(&batch, &self.schema, &self.nulls)?;
                         sources.push(MergeSource::Data { rows, positions: batch_positions });
                     }
@@ -129,7 +134,7 @@ impl SliceRead {
 /// Decodes a fetched base file into one batch aligned to `schema` (one batch for the file:
 /// its memory is the slice's anyway, and the merge walks it in one pass); with `positions`,
 /// also each row's position in the file.
-fn decode_base(base: FetchedBase, schema: &SchemaRef, nulls: &NullColumns, positions: bool) -> Result<(Option<RecordBatch>, Option<UInt64Array>)> {
+fn decode_base(base: FetchedBase, schema: &SchemaRef, nulls: &NullColumns, positions: bool) -> Result<(RecordBatch, Option<UInt64Array>)> {
     let invalid = |e: arrow::error::ArrowError| {
         Error::new(ErrorKind::Corrupt, format!("invalid Parquet file {}", base.location)).with_source(e)
     };
@@ -153,7 +158,7 @@ fn decode_base(base: FetchedBase, schema: &SchemaRef, nulls: &NullColumns, posit
         (_, Some(file_schema)) => concat_batches(&file_schema, &batches).map_err(invalid)?,
         (_, None) => RecordBatch::new_empty(schema.clone()),
     };
-    Ok((Some(schema::align_batch_with(&rows, schema, nulls)?), positions.then(|| UInt64Array::from(row_positions))))
+    Ok((schema::align_batch_with(&rows, schema, nulls)?, positions.then(|| UInt64Array::from(row_positions))))
 }
 
 /// `rows` with [`ROW_POSITION_COLUMN`] after the table's columns.
