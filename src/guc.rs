@@ -42,6 +42,10 @@ pub static DEBUG_PAUSE_BEFORE_COMPLETE: GucSetting<i32> = GucSetting::<i32>::new
 /// backend's thread).
 pub static READ_AHEAD_SLICES: GucSetting<i32> = GucSetting::<i32>::new(2);
 
+/// `hudi.use_record_positions`: whether scans merge a file slice by position when its log
+/// blocks name the base-file rows they replace (otherwise by record key, as for other slices).
+pub static USE_RECORD_POSITIONS: GucSetting<bool> = GucSetting::<bool>::new(true);
+
 /// `hudi.read_ahead_slices` as a count.
 pub fn read_ahead_slices() -> usize {
     READ_AHEAD_SLICES.get().max(0) as usize
@@ -70,6 +74,14 @@ pub fn register() {
         &READ_AHEAD_SLICES,
         0,
         64,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_bool_guc(
+        c"hudi.use_record_positions",
+        c"Whether scans of Hudi tables merge log blocks into base files by the record positions the blocks carry.",
+        c"Off merges every file slice by record key (Hudi's hoodie.merge.use.record.positions).",
+        &USE_RECORD_POSITIONS,
         GucContext::Userset,
         GucFlags::default(),
     );

@@ -66,8 +66,12 @@ def test_updates_and_deletes_name_base_rows_and_every_reader_agrees(lake):
     ours = [(i, n, c) for i, n, c, _ in our_rows(conn)]
     assert ours == expected()
     assert [(i, n, c) for i, n, c, _ in reference_rows(path)] == expected()
-    # Without the record key among the columns read: merged by position alone.
+    # Without the record key among the columns read: merged by position alone; and by key
+    # when positions are switched off.
     assert sorted(conn.execute("SELECT id, name, country FROM customers").fetchall()) == expected()
+    conn.execute("SET hudi.use_record_positions = off")
+    assert sorted(conn.execute("SELECT id, name, country FROM customers").fetchall()) == expected()
+    conn.execute("RESET hudi.use_record_positions")
     assert conn.execute("SELECT count(*) FROM customers").fetchone() == (len(model),)
 
     # Updated rows keep their base rows: updating them again is by position too; an INSERT

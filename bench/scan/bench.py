@@ -86,6 +86,8 @@ def main():
     updated_s, updated_sum, updated_peak = scan_in_fresh_backend(args.port, "scan")
     serial_s, serial_sum, serial_peak = scan_in_fresh_backend(args.port, "scan", "SET hudi.read_ahead_slices = 0")
     assert serial_sum == updated_sum
+    by_key_s, by_key_sum, _ = scan_in_fresh_backend(args.port, "scan", "SET hudi.use_record_positions = off")
+    assert by_key_sum == updated_sum
     updated_heap_s, updated_heap_sum, _ = scan_in_fresh_backend(args.port, "heap")
     assert updated_sum == updated_heap_sum == heap_sum + n // 10, (updated_sum, updated_heap_sum)
     updated_reference_s, updated_reference = reference_sum(path)
@@ -101,6 +103,8 @@ def main():
           f"(**{updated_s / compacted_s:.2f}x compacted**) |")
     print(f"| the same, without read-ahead (`hudi.read_ahead_slices = 0`) | {serial_s:.3f} s | "
           f"{serial_s / heap_s:.2f}x ({serial_s / compacted_s:.2f}x compacted) |")
+    print(f"| the same, merged by key (`hudi.use_record_positions = off`) | {by_key_s:.3f} s | "
+          f"{by_key_s / heap_s:.2f}x ({by_key_s / compacted_s:.2f}x compacted) |")
     print(f"| heap table after the same update | {updated_heap_s:.3f} s | {updated_heap_s / heap_s:.2f}x |")
     print(f"| reference reader, 10% updated | {updated_reference_s:.3f} s | {updated_reference_s / heap_s:.2f}x |")
     print()

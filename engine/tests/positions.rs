@@ -113,19 +113,25 @@ async fn blocks_with_positions(storage: &Storage, files: impl IntoIterator<Item 
     (blocks, positioned)
 }
 
+/// A customers table of `n` rows (id `i`, name `c<i>`, country `countries[i % len]`), written
+/// by one commit and compacted: every file group has a base file. Returns the rows' names.
+async fn compacted_table(storage: &Storage, n: usize, countries: &[&str]) -> BTreeMap<i64, String> {
+    let config = create_table(storage, &spec()).await.unwrap();
+    let names: Vec<String> = (0..n).map(|i| format!("c{i}")).collect();
+    let data: Vec<(i64, &str, &str, i64)> = (0..n).map(|i| (i as i64, names[i].as_str(), countries[i % countries.len()], 10)).collect();
+    let mut tx = Transaction::begin(storage.clone(), config, writer(1), LockOptions::default()).await.unwrap();
+    tx.upsert(&rows(&data)).await.unwrap();
+    tx.commit().await.unwrap();
+    compact(storage, &writer(9), &LockOptions::default(), Duration::from_secs(60)).await.unwrap().unwrap();
+    data.iter().map(|r| (r.0, r.1.to_owned())).collect()
+}
+
 #[tokio::test]
 async fn updates_and_deletes_by_position_read_as_the_model() {
     let dir = tempfile::tempdir().unwrap();
     let storage = local(dir.path());
-    let config = create_table(&storage, &spec()).await.unwrap();
-    let countries = ["nl", "be", "fr"];
-    let names: Vec<String> = (0..300).map(|i| format!("c{i}")).collect();
-    let data: Vec<(i64, &str, &str, i64)> = (0..300).map(|i| (i as i64, names[i].as_str(), countries[i % 3], 10)).collect();
-    let mut tx = Transaction::begin(storage.clone(), config.clone(), writer(1), LockOptions::default()).await.unwrap();
-    tx.upsert(&rows(&data)).await.unwrap();
-    tx.commit().await.unwrap();
-    compact(&storage, &writer(9), &LockOptions::default(), Duration::from_secs(60)).await.unwrap().unwrap();
-    let mut model: BTreeMap<i64, String> = data.iter().map(|r| (r.0, r.1.to_owned())).collect();
+    let mut model = compacted_table(&storage, 300, &["nl", "be", "fr"]).await;
+    let config = engine::table::load_config(&storage).await.unwrap();
 
     // Compacted: every row has a position, distinct within its base file.
     let read = read_with_positions(&storage, None).await;
@@ -155,6 +161,19 @@ async fn updates_and_deletes_by_position_read_as_the_model() {
     assert_eq!(snapshot(&storage, None).await, expected);
     // Without the record key column decoded: the merge matches by position alone.
     assert_eq!(snapshot(&storage, Some(&["id", "name"])).await, expected);
+    // Merged by key instead, ignoring the positions: the same rows.
+    let reader = TableReader::open(storage.clone()).await.unwrap();
+    let by_key = ScanOptions { ignore_record_positions: true, ..Default::default() };
+    let mut rows_by_key = Vec::new();
+    for slice in reader.slices(&ReadBound::Latest).await.unwrap() {
+        if let Some(batch) = reader.read_slice(&slice, &ReadBound::Latest, &by_key, &mut ScanStats::default()).await.unwrap() {
+            let ids = batch.column_by_name("id").unwrap().as_primitive::<Int64Type>();
+            let names = batch.column_by_name("name").unwrap().as_string::<i32>();
+            rows_by_key.extend((0..batch.num_rows()).map(|i| (ids.value(i), names.value(i).to_owned())));
+        }
+    }
+    rows_by_key.sort();
+    assert_eq!(rows_by_key, expected);
 
     // Updated rows keep their base positions: a second UPDATE of them is by position too.
     let read = read_with_positions(&storage, None).await;
@@ -206,13 +225,7 @@ async fn positions_count_the_row_groups_that_statistics_skip() {
 
     let dir = tempfile::tempdir().unwrap();
     let storage = local(dir.path());
-    let config = create_table(&storage, &spec()).await.unwrap();
-    let names: Vec<String> = (0..400).map(|i| format!("c{i}")).collect();
-    let data: Vec<(i64, &str, &str, i64)> = (0..400).map(|i| (i as i64, names[i].as_str(), "nl", 10)).collect();
-    let mut tx = Transaction::begin(storage.clone(), config, writer(1), LockOptions::default()).await.unwrap();
-    tx.upsert(&rows(&data)).await.unwrap();
-    tx.commit().await.unwrap();
-    compact(&storage, &writer(9), &LockOptions::default(), Duration::from_secs(60)).await.unwrap().unwrap();
+    compacted_table(&storage, 400, &["nl"]).await;
 
     // Each base file rewritten in id order with row groups of 10 rows, so that a filter on
     // id skips most of them.
@@ -237,7 +250,7 @@ async fn positions_count_the_row_groups_that_statistics_skip() {
 
     let reader = TableReader::open(storage.clone()).await.unwrap();
     let filter = ScanFilter { predicates: vec![Predicate::Compare { column: "id".into(), op: Op::GtEq, value: Scalar::Int(350) }] };
-    let options = ScanOptions { filter, columns: Some(vec!["id".into()]), row_positions: true };
+    let options = ScanOptions { filter, columns: Some(vec!["id".into()]), row_positions: true, ..Default::default() };
     let mut stats = ScanStats::default();
     let mut checked = 0;
     for slice in reader.slices(&ReadBound::Latest).await.unwrap() {
@@ -265,13 +278,7 @@ async fn a_block_with_a_wrong_number_of_positions_is_corrupt() {
 
     let dir = tempfile::tempdir().unwrap();
     let storage = local(dir.path());
-    let config = create_table(&storage, &spec()).await.unwrap();
-    let names: Vec<String> = (0..40).map(|i| format!("c{i}")).collect();
-    let data: Vec<(i64, &str, &str, i64)> = (0..40).map(|i| (i as i64, names[i].as_str(), "nl", 10)).collect();
-    let mut tx = Transaction::begin(storage.clone(), config, writer(1), LockOptions::default()).await.unwrap();
-    tx.upsert(&rows(&data)).await.unwrap();
-    tx.commit().await.unwrap();
-    compact(&storage, &writer(9), &LockOptions::default(), Duration::from_secs(60)).await.unwrap().unwrap();
+    compacted_table(&storage, 40, &["nl"]).await;
     let before = log_files(&storage).await;
     let read = read_with_positions(&storage, None).await;
     update_and_delete(&storage, &read, &[], "-u").await;

@@ -237,6 +237,7 @@ pub unsafe extern "C-unwind" fn get_foreign_rel_size(
         filter: pushdown::scan_filter(baserel, &fields),
         columns: pushdown::used_columns(baserel, &fields),
         row_positions: pushdown::wants_row_positions(baserel),
+        ..Default::default()
     };
     let (slices, stats) = slices_to_read(&reader, &spec, &options);
     let bytes: u64 = slices
@@ -368,7 +369,8 @@ pub unsafe extern "C-unwind" fn begin_foreign_scan(node: *mut pg_sys::ForeignSca
         .index_of(OPERATION_COLUMN)
         .is_ok_and(|i| columns.iter().any(|c| c.is_some_and(|c| c.source == Some(i))));
     let plan = (*node).ss.ps.plan as *mut pg_sys::ForeignScan;
-    let options = PlanInfo::from_list((*plan).fdw_private).options;
+    let mut options = PlanInfo::from_list((*plan).fdw_private).options;
+    options.ignore_record_positions = !guc::USE_RECORD_POSITIONS.get();
     let (slices, stats) = slices_to_read(&reader, &spec, &options);
     let columns = used_bindings(columns, options.columns.as_deref(), schema);
     let row_positions =

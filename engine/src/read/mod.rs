@@ -59,14 +59,17 @@ pub enum SliceQuery {
 }
 
 /// What a scan asks for beyond the bound: filters that may skip data, the columns it needs
-/// (others come back as NULL; `None` means all), and whether snapshot rows come with their
-/// [`ROW_POSITION_COLUMN`].
+/// (others come back as NULL; `None` means all), whether snapshot rows come with their
+/// [`ROW_POSITION_COLUMN`], and whether slices are merged by key even where log blocks carry
+/// record positions (Hudi's `hoodie.merge.use.record.positions = false`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ScanOptions {
     pub filter: ScanFilter,
     pub columns: Option<Vec<String>>,
     #[serde(default)]
     pub row_positions: bool,
+    #[serde(default)]
+    pub ignore_record_positions: bool,
 }
 
 /// How much of the table a scan kept, for EXPLAIN.
@@ -311,7 +314,8 @@ impl TableReader {
             .base_file
             .as_ref()
             .map(|base| base.instant.clone())
-            .filter(|instant| !read.blocks.is_empty() && read.blocks.iter().all(|(_, _, b)| b.has_positions_for(instant)));
+            .filter(|instant| !read.blocks.is_empty() && read.blocks.iter().all(|(_, _, b)| b.has_positions_for(instant)))
+            .filter(|_| !options.ignore_record_positions);
         let mut base_columns = read.needed.clone();
         if let (Some(columns), Some(_)) = (base_columns.as_mut(), &read.positions_of) {
             if !options.columns.iter().flatten().any(|c| c == schema::META_FIELDS[schema::RECORD_KEY_COLUMN]) {
