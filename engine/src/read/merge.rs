@@ -157,7 +157,8 @@ fn partial_update(batches: &[RecordBatch], sources: Option<Vec<ColumnSource>>, o
 pub struct Merged {
     /// One row per surviving key: the base rows no log version touched, in the base file's
     /// order; then the winners of keys the base file has, in its order; then the winners of
-    /// keys only the logs have, in key order.
+    /// keys only the logs have, in key order (by position, past the base file, when merged by
+    /// position).
     pub rows: Option<RecordBatch>,
     /// Change queries only: per row of `rows`, whether the key was alive before the range.
     pub alive_before_range: Vec<bool>,
