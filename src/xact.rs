@@ -9,7 +9,7 @@ use engine::write::{BaseRow, Transaction};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
-use crate::datum::RowBuffer;
+use crate::datum::{ConversionError, PgKind, RowBuffer};
 use crate::runtime::block_on;
 
 /// Rows buffered per table before they are written as log blocks: bounds a backend's memory.
@@ -20,36 +20,53 @@ pub const FLUSH_ROWS: usize = 100_000;
 /// blocks keep statement order.
 pub struct OpenWrite {
     pub transaction: Transaction,
-    pub upserts: RowBuffer,
-    /// Where each buffered upsert was read, for an UPDATE (see [`crate::fdw::positions`]).
-    pub upsert_positions: Vec<Option<BaseRow>>,
-    pub deletes: RowBuffer,
-    pub delete_positions: Vec<Option<BaseRow>>,
+    pub upserts: PendingRows,
+    pub deletes: PendingRows,
+}
+
+/// Buffered rows, each with where an UPDATE or DELETE read it (see [`crate::fdw::positions`]).
+pub struct PendingRows {
+    rows: RowBuffer,
+    read_at: Vec<Option<BaseRow>>,
+}
+
+impl PendingRows {
+    fn new(schema: arrow::datatypes::SchemaRef) -> PendingRows {
+        PendingRows { rows: RowBuffer::new(schema), read_at: Vec::new() }
+    }
+
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// Appends one row (as [`RowBuffer::push`]) read at `read_at`.
+    pub fn push(&mut self, values: &[Option<(pg_sys::Datum, PgKind)>], read_at: Option<BaseRow>) -> Result<(), ConversionError> {
+        self.rows.push(values)?;
+        self.read_at.push(read_at);
+        Ok(())
+    }
+
+    /// The buffered rows and where they were read; the buffer starts over empty.
+    fn take(&mut self) -> (arrow::record_batch::RecordBatch, Vec<Option<BaseRow>>) {
+        (self.rows.take(), std::mem::take(&mut self.read_at))
+    }
 }
 
 impl OpenWrite {
     pub fn new(transaction: Transaction) -> OpenWrite {
         let schema = transaction.data_schema().clone();
-        OpenWrite {
-            transaction,
-            upserts: RowBuffer::new(schema.clone()),
-            upsert_positions: Vec::new(),
-            deletes: RowBuffer::new(schema),
-            delete_positions: Vec::new(),
-        }
+        OpenWrite { transaction, upserts: PendingRows::new(schema.clone()), deletes: PendingRows::new(schema) }
     }
 
     /// Writes the buffered rows as log files.
     pub fn flush(&mut self) -> engine::Result<()> {
         if self.upserts.len() > 0 {
-            let batch = self.upserts.take();
-            let positions = std::mem::take(&mut self.upsert_positions);
-            block_on(self.transaction.upsert_with_positions(&batch, &positions))?;
+            let (batch, read_at) = self.upserts.take();
+            block_on(self.transaction.upsert_with_positions(&batch, &read_at))?;
         }
         if self.deletes.len() > 0 {
-            let batch = self.deletes.take();
-            let positions = std::mem::take(&mut self.delete_positions);
-            block_on(self.transaction.delete_rows_with_positions(&batch, &positions))?;
+            let (batch, read_at) = self.deletes.take();
+            block_on(self.transaction.delete_rows_with_positions(&batch, &read_at))?;
         }
         Ok(())
     }

@@ -235,12 +235,11 @@ unsafe fn buffer_row(rinfo: *mut pg_sys::ResultRelInfo, values: &[pg_sys::Datum]
             if pending_other > 0 {
                 write.flush().or_report();
             }
-            let (buffer, positions) = match change {
-                Change::Upsert => (&mut write.upserts, &mut write.upsert_positions),
-                Change::Delete => (&mut write.deletes, &mut write.delete_positions),
+            let buffer = match change {
+                Change::Upsert => &mut write.upserts,
+                Change::Delete => &mut write.deletes,
             };
-            buffer.push(&row).unwrap_or_else(|why| raise(PgSqlErrorCode::ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE, why, None));
-            positions.push(read_at);
+            buffer.push(&row, read_at).unwrap_or_else(|why| raise(PgSqlErrorCode::ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE, why, None));
             if buffer.len() >= FLUSH_ROWS {
                 write.flush().or_report();
             }

@@ -224,6 +224,15 @@ enum LogEntry<'a> {
 }
 
 impl<'a> LogEntry<'a> {
+    /// The record key of this version (`None` for rows whose keys are not read: matching by
+    /// position).
+    fn record_key(self, columns: &[MergeColumns<'a>]) -> Option<&'a str> {
+        match self {
+            LogEntry::Row { batch, row } => columns[batch].keys.map(|keys| keys.value(row)),
+            LogEntry::Delete { record, .. } => Some(&record.record_key),
+        }
+    }
+
     fn version(self, columns: &[MergeColumns<'a>], tracking: bool) -> Version<'a> {
         match self {
             LogEntry::Row { batch, row } => columns[batch].version(batch, row, tracking),
@@ -390,11 +399,24 @@ fn emit(merged: &mut Merged, winners: &mut Winners, base_row: Option<usize>, sta
     }
 }
 
-/// A source written after the base file: a data block (its index in the batches) or the
-/// records of a delete block and the instant that wrote them.
+/// A source written after the base file: a data block (its index in the batches, and its
+/// number of rows) or the records of a delete block and the instant that wrote them.
 enum Later {
-    Rows(usize),
+    Rows { batch: usize, rows: usize },
     Deletes(Vec<DeleteRecord>, String),
+}
+
+impl Later {
+    /// Its versions, in the order written.
+    fn entries(&self) -> impl Iterator<Item = LogEntry<'_>> + '_ {
+        let (rows, deletes) = match self {
+            &Later::Rows { batch, rows } => (Some((batch, rows)), None),
+            Later::Deletes(records, instant) => (None, Some((records, instant.as_str()))),
+        };
+        let rows = rows.into_iter().flat_map(|(batch, rows)| (0..rows).map(move |row| LogEntry::Row { batch, row }));
+        let deletes = deletes.into_iter().flat_map(|(records, instant)| records.iter().map(move |record| LogEntry::Delete { record, instant }));
+        rows.chain(deletes)
+    }
 }
 
 /// Merges the versions of one file slice into one row per surviving key, assembling what
@@ -425,7 +447,7 @@ pub fn merge(
             MergeSource::Base(_) => return Err(Error::new(ErrorKind::Internal, "a base file after other versions")),
             MergeSource::Data { rows, positions } => {
                 check_positions(positions.as_deref(), rows.num_rows())?;
-                later.push((Later::Rows(batches.len()), positions));
+                later.push((Later::Rows { batch: batches.len(), rows: rows.num_rows() }, positions));
                 batches.push(rows);
             }
             MergeSource::Deletes { records, instant, positions } => {
@@ -441,38 +463,17 @@ pub fn merge(
         .collect::<Result<Vec<_>>>()?;
     let base_rows = if has_base { batches[0].num_rows() } else { 0 };
     let input = MergeInput { schema, batches: &batches, columns: &columns, has_base, rule, change_range, output };
+    // Versions written after the base file, grouped by base-file position or by key.
     if by_position {
-        // Versions written after the base file, grouped by base-file position.
-        let mut entries = Vec::new();
-        for (source, positions) in &later {
-            let positions = positions.as_deref().unwrap_or_default();
-            match source {
-                &Later::Rows(batch) => {
-                    entries.extend(positions.iter().enumerate().map(|(row, &p)| (p, LogEntry::Row { batch, row })));
-                }
-                Later::Deletes(records, instant) => {
-                    entries.extend(positions.iter().zip(records).map(|(&p, record)| (p, LogEntry::Delete { record, instant })));
-                }
-            }
-        }
-        let log = LogIndex::new(entries);
-        let matches = log.match_positions(base_rows);
-        return input.finish(&log, &matches);
+        let entries = later.iter().flat_map(|(source, positions)| positions.iter().flatten().copied().zip(source.entries()));
+        let log = LogIndex::new(entries.collect());
+        return input.finish(&log, &log.match_positions(base_rows));
     }
-    // Versions written after the base file, grouped by key, in the order they apply.
-    let mut entries = Vec::new();
-    for (source, _) in &later {
-        match source {
-            &Later::Rows(batch) => {
-                let keys = columns[batch].keys.ok_or_else(|| Error::new(ErrorKind::Internal, "log rows without keys"))?;
-                entries.extend((0..keys.len()).map(|row| (keys.value(row), LogEntry::Row { batch, row })));
-            }
-            Later::Deletes(records, instant) => {
-                entries.extend(records.iter().map(|record| (record.record_key.as_str(), LogEntry::Delete { record, instant })));
-            }
-        }
-    }
-    let log = LogIndex::new(entries);
+    let entries = later.iter().flat_map(|(source, _)| source.entries()).map(|entry| {
+        let key = entry.record_key(&columns).ok_or_else(|| Error::new(ErrorKind::Internal, "log rows without keys"))?;
+        Ok((key, entry))
+    });
+    let log = LogIndex::new(entries.collect::<Result<Vec<_>>>()?);
     let matches = match columns.first().and_then(|c| c.keys) {
         Some(base_keys) if has_base && log.len() > 0 => log.match_base(base_keys),
         _ => Vec::new(),

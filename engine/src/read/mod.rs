@@ -1,7 +1,7 @@
 //! Reading tables: snapshot queries (latest or as of an instant) and incremental queries
 //! (the rows changed by the commits of a range) over file slices, one slice at a time. Each
 //! slice read is fetched ([`TableReader::fetch_slice`], I/O) and then decoded and merged
-//! ([`SliceRead::run`], CPU only), so that [`prefetch::ReadAhead`] can merge the next slices on
+//! ([`SliceRead::run`], CPU only), so that [`prefetch::SliceScan`] can merge the next slices on
 //! helper threads. Memory is bounded per file slice (its base file's rows plus its log
 //! records): one for a plain read, one plus the read-ahead depth for a scan.
 
@@ -285,12 +285,22 @@ impl TableReader {
                 "log files of a table without meta fields cannot be merged (no record keys)",
             ));
         }
-        let needed = self.needed_columns(options, merging, changes);
-        let mut read = SliceRead {
-            base: None,
+        let blocks = if merging { self.fetch_log_blocks(slice, &bound).await? } else { Vec::new() };
+        // When every block names its records' rows in the base file, the merge matches them by
+        // position, and record keys are read only when asked for.
+        let positions_of = slice
+            .base_file
+            .as_ref()
+            .map(|base| base.instant.clone())
+            .filter(|_| !options.ignore_record_positions && !blocks.is_empty())
+            .filter(|instant| blocks.iter().all(|(_, _, b)| b.has_positions_for(instant)));
+        let needed = self.needed_columns(options, merging, positions_of.is_none(), changes);
+        let base = if nothing { None } else { self.fetch_base_file(slice, options, needed.as_ref(), stats).await? };
+        Ok(SliceRead {
+            base,
             merging,
-            blocks: Vec::new(),
-            positions_of: None,
+            blocks,
+            positions_of,
             row_positions: options.row_positions && !changes,
             schema: self.schema.clone(),
             nulls: self.nulls.clone(),
@@ -301,29 +311,7 @@ impl TableReader {
                 ordering_column: self.config.ordering_fields.first().and_then(|f| self.schema.index_of(f).ok()),
             },
             kind,
-        };
-        if nothing {
-            return Ok(read);
-        }
-        if merging {
-            read.blocks = self.fetch_log_blocks(slice, &bound).await?;
-        }
-        // When every block names its records' rows in the base file, the merge matches them by
-        // position and the base file's record keys are not read unless asked for.
-        read.positions_of = slice
-            .base_file
-            .as_ref()
-            .map(|base| base.instant.clone())
-            .filter(|instant| !read.blocks.is_empty() && read.blocks.iter().all(|(_, _, b)| b.has_positions_for(instant)))
-            .filter(|_| !options.ignore_record_positions);
-        let mut base_columns = read.needed.clone();
-        if let (Some(columns), Some(_)) = (base_columns.as_mut(), &read.positions_of) {
-            if !options.columns.iter().flatten().any(|c| c == schema::META_FIELDS[schema::RECORD_KEY_COLUMN]) {
-                columns.remove(schema::META_FIELDS[schema::RECORD_KEY_COLUMN]);
-            }
-        }
-        read.base = self.fetch_base_file(slice, options, base_columns.as_ref(), stats).await?;
-        Ok(read)
+        })
     }
 
     /// The data and delete blocks of the slice's log files, in the order written, that
@@ -359,12 +347,14 @@ impl TableReader {
         Some(out)
     }
 
-    /// The columns a read must decode: the requested ones, plus the record key and ordering
-    /// field when merging, plus the commit time for change reads.
-    fn needed_columns(&self, options: &ScanOptions, merging: bool, changes: bool) -> Option<HashSet<String>> {
+    /// The columns a read must decode: the requested ones; when merging, the ordering field,
+    /// and the record key if versions are matched `by_key`; for change reads, the commit time.
+    fn needed_columns(&self, options: &ScanOptions, merging: bool, by_key: bool, changes: bool) -> Option<HashSet<String>> {
         let mut needed: HashSet<String> = options.columns.as_ref()?.iter().cloned().collect();
         if merging {
-            needed.insert("_hoodie_record_key".to_owned());
+            if by_key {
+                needed.insert("_hoodie_record_key".to_owned());
+            }
             needed.extend(self.config.ordering_fields.iter().cloned());
         }
         if changes {
