@@ -27,11 +27,12 @@ def alive(pid):
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    # A zombie has exited; it only waits for its parent to reap it.
+    # A zombie has exited; it only waits for its parent to reap it. The process may also be
+    # reaped between kill() and the read, which fails with ENOENT or ESRCH.
     try:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().split(") ", 1)[1][0] != "Z"
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):
         return False
 
 
