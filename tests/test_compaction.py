@@ -103,3 +103,25 @@ def test_only_the_owner_compacts(lake):
         assert e.value.sqlstate == "42501", call
     conn.execute("RESET ROLE")
     assert conn.execute("SELECT count(*) FROM hudi.timeline('customers') WHERE action = 'commit'").fetchone() == (0,)
+
+
+def test_a_consumer_sees_updates_and_deletes_that_a_compaction_folded_away(lake):
+    conn, _ = lake
+    conn.execute("CREATE FOREIGN TABLE customer_changes (_hoodie_record_key text, name text, _hoodie_operation text) "
+                 "SERVER lake OPTIONS (path 'customers', query_type 'incremental')")
+    consume = ("SELECT _hoodie_record_key::int, name, _hoodie_operation "
+               "FROM hudi.consume(NULL::customer_changes, 'etl') ORDER BY 1")
+    conn.execute("INSERT INTO customers SELECT g, 'c' || g, (ARRAY['nl','be','fr'])[g % 3 + 1], g, '2026-01-01' "
+                 "FROM generate_series(1, 30) g")
+    assert [op for _, _, op in conn.execute(consume).fetchall()] == ["I"] * 30
+    # Changes, then a compaction that folds them into base files, then more changes.
+    conn.execute("UPDATE customers SET name = 'before', ts = '2026-02-01' WHERE id IN (1, 2)")
+    conn.execute("DELETE FROM customers WHERE id IN (3, 4)")
+    conn.execute("INSERT INTO customers VALUES (31, 'new', 'nl', 31, '2026-02-01')")
+    assert conn.execute("SELECT count(*) FROM hudi.compact('customers')").fetchone()[0] > 0
+    conn.execute("UPDATE customers SET name = 'after', ts = '2026-03-01' WHERE id IN (2, 5)")
+    conn.execute("DELETE FROM customers WHERE id = 6")
+    assert conn.execute(consume).fetchall() == [
+        (1, "before", "U"), (2, "after", "U"), (3, None, "D"), (4, None, "D"),
+        (5, "after", "U"), (6, None, "D"), (31, "new", "I")]
+    assert conn.execute(consume).fetchall() == []

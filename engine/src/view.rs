@@ -111,65 +111,75 @@ impl FileSystemView {
         bound: &ReadBound,
         replaced: &HashSet<(String, String)>,
     ) -> Vec<FileSlice> {
-        let mut out = Vec::new();
-        for ((partition, file_id), files) in &self.groups {
-            if replaced.contains(&(partition.clone(), file_id.clone())) {
-                continue;
-            }
-            let mut slices: BTreeMap<String, FileSlice> = BTreeMap::new();
-            for base in &files.bases {
-                if timeline.is_visible(&base.instant, bound) {
-                    slices.insert(
-                        base.instant.clone(),
-                        FileSlice {
-                            partition: partition.clone(),
-                            file_id: file_id.clone(),
-                            base_instant: base.instant.clone(),
-                            base_file: Some(base.clone()),
-                            log_files: Vec::new(),
-                        },
-                    );
-                }
-            }
-            // Logs in the order they apply: by completion (layout 2) or name instant (layout 1),
-            // then version and write token.
-            let mut logs: Vec<(&str, &LogFile)> = Vec::new();
-            for log in &files.logs {
-                if timeline.layout() >= 2 {
-                    if let Some(completed) = timeline.completion_time(&log.instant) {
-                        if timeline.is_visible(&log.instant, bound) {
-                            logs.push((completed, log));
-                        }
-                    }
-                } else if bound_allows_requested(bound, &log.instant) {
-                    // Layout 1 names logs after the slice's base instant; visibility is decided
-                    // per block by the instant in its header.
-                    logs.push((log.instant.as_str(), log));
-                }
-            }
-            logs.sort_by(|a, b| (a.0, a.1.version_order_key()).cmp(&(b.0, b.1.version_order_key())));
-            for (order_time, log) in logs {
-                let key = if timeline.layout() >= 2 { order_time } else { log.instant.as_str() };
-                let slice_key = slices.range(..=key.to_owned()).next_back().map(|(k, _)| k.clone());
-                let slice_key = slice_key.unwrap_or_else(|| log.instant.clone());
-                slices
-                    .entry(slice_key.clone())
-                    .or_insert_with(|| FileSlice {
-                        partition: partition.clone(),
-                        file_id: file_id.clone(),
-                        base_instant: slice_key,
-                        base_file: None,
-                        log_files: Vec::new(),
-                    })
-                    .log_files
-                    .push(log.clone());
-            }
-            if let Some((_, latest)) = slices.into_iter().next_back() {
-                out.push(latest);
-            }
-        }
-        out
+        self.groups
+            .iter()
+            .filter(|(group, _)| !replaced.contains(group))
+            .filter_map(|((partition, file_id), files)| {
+                group_slices(partition, file_id, files, timeline, bound).into_values().next_back()
+            })
+            .collect()
     }
+
+    /// Every slice of one file group that a read within `bound` sees, oldest first: the
+    /// latest is what the read merges; the earlier ones are what compactions and rewrites
+    /// left in storage (until a cleaner removes them).
+    pub fn group_slices(&self, partition: &str, file_id: &str, timeline: &Timeline, bound: &ReadBound) -> Vec<FileSlice> {
+        match self.groups.get(&(partition.to_owned(), file_id.to_owned())) {
+            Some(files) => group_slices(partition, file_id, files, timeline, bound).into_values().collect(),
+            None => Vec::new(),
+        }
+    }
+}
+
+/// The slices of one file group visible within `bound`, by the instant that keys them.
+fn group_slices(
+    partition: &str,
+    file_id: &str,
+    files: &FileGroupFiles,
+    timeline: &Timeline,
+    bound: &ReadBound,
+) -> BTreeMap<String, FileSlice> {
+    let new_slice = |base_instant: String, base_file: Option<BaseFile>| FileSlice {
+        partition: partition.to_owned(),
+        file_id: file_id.to_owned(),
+        base_instant,
+        base_file,
+        log_files: Vec::new(),
+    };
+    let mut slices: BTreeMap<String, FileSlice> = BTreeMap::new();
+    for base in &files.bases {
+        if timeline.is_visible(&base.instant, bound) {
+            slices.insert(base.instant.clone(), new_slice(base.instant.clone(), Some(base.clone())));
+        }
+    }
+    // Logs in the order they apply: by completion (layout 2) or name instant (layout 1),
+    // then version and write token.
+    let mut logs: Vec<(&str, &LogFile)> = Vec::new();
+    for log in &files.logs {
+        if timeline.layout() >= 2 {
+            if let Some(completed) = timeline.completion_time(&log.instant) {
+                if timeline.is_visible(&log.instant, bound) {
+                    logs.push((completed, log));
+                }
+            }
+        } else if bound_allows_requested(bound, &log.instant) {
+            // Layout 1 names logs after the slice's base instant; visibility is decided per
+            // block by the instant in its header.
+            logs.push((log.instant.as_str(), log));
+        }
+    }
+    logs.sort_by(|a, b| (a.0, a.1.version_order_key()).cmp(&(b.0, b.1.version_order_key())));
+    for (order_time, log) in logs {
+        let key = if timeline.layout() >= 2 { order_time } else { log.instant.as_str() };
+        let slice_key = slices.range(..=key.to_owned()).next_back().map(|(k, _)| k.clone());
+        let slice_key = slice_key.unwrap_or_else(|| log.instant.clone());
+        slices
+            .entry(slice_key.clone())
+            .or_insert_with(|| new_slice(slice_key, None))
+            .log_files
+            .push(log.clone());
+    }
+    slices
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use arrow::array::AsArray;
+use arrow::array::{Array, AsArray};
 use bytes::Bytes;
 use common::customers::{rows, snapshot, spec, writer};
 use engine::read::{ChangeRange, TableReader};
@@ -160,4 +160,112 @@ async fn a_failed_attempt_is_redone_and_a_running_one_is_refused() {
     assert!(err.to_string().contains("already completed"), "{err}");
     let err = run_compaction(&storage, "20200101000000000", &writer(9), &LockOptions::default(), EXPIRY).await.unwrap_err();
     assert_eq!(err.kind(), engine::ErrorKind::NotFound);
+}
+
+/// One commit of the twin tables below: upserts `(id, name, country, ts)` and deletes ids.
+struct Step {
+    upserts: &'static [(i64, &'static str, &'static str, i64)],
+    deletes: &'static [(i64, &'static str)],
+    compact_after: bool,
+}
+
+/// The changes of a range as `(key, operation, name, index of the step that wrote it)`, sorted;
+/// `D` rows have no name and take the step of their commit time.
+async fn changes_by_step(reader: &TableReader, range: &ChangeRange, steps: &[String], columns: Option<Vec<String>>) -> Vec<(String, String, Option<String>, usize)> {
+    let options = engine::read::ScanOptions { columns, ..Default::default() };
+    let mut out = Vec::new();
+    let mut stats = Default::default();
+    for slice in reader.slices(&reader.change_bound(range)).await.unwrap() {
+        let Some(batch) = reader.read_slice_changes(&slice, range, true, &options, &mut stats).await.unwrap() else { continue };
+        let text = |name: &str, row: usize| {
+            let column = batch.column_by_name(name).unwrap().as_string::<i32>();
+            column.is_valid(row).then(|| column.value(row).to_owned())
+        };
+        for row in 0..batch.num_rows() {
+            let commit_time = text("_hoodie_commit_time", row).unwrap();
+            let step = steps.iter().position(|s| *s == commit_time).unwrap_or_else(|| panic!("{commit_time} is no step's instant"));
+            // Rows read without the key column have no key: then the name stands for it.
+            let key = text("_hoodie_record_key", row).or_else(|| text("name", row)).unwrap();
+            out.push((key, text("_hoodie_operation", row).unwrap(), text("name", row), step));
+        }
+    }
+    out.sort();
+    out
+}
+
+#[tokio::test]
+async fn incremental_reads_across_compactions_report_what_the_uncompacted_table_reports() {
+    const STEPS: [Step; 5] = [
+        Step { upserts: &[(1, "ann", "nl", 1), (2, "bob", "nl", 1), (3, "cy", "be", 1), (4, "di", "fr", 1), (5, "ed", "nl", 1), (6, "flo", "be", 1)], deletes: &[], compact_after: false },
+        Step { upserts: &[(1, "ann-2", "nl", 2), (7, "gus", "fr", 2)], deletes: &[(3, "be")], compact_after: false },
+        Step { upserts: &[(2, "bob-2", "nl", 3)], deletes: &[(7, "fr")], compact_after: true },
+        Step { upserts: &[(1, "ann-3", "nl", 4), (8, "hal", "be", 4), (3, "cy-again", "be", 4)], deletes: &[(4, "fr")], compact_after: true },
+        Step { upserts: &[(5, "ed-2", "nl", 5)], deletes: &[(6, "be")], compact_after: false },
+    ];
+    // Twin tables with the same writes; only `compacted` is compacted between steps.
+    let (plain_dir, compacted_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (plain, compacted) = (local(plain_dir.path()), local(compacted_dir.path()));
+    let mut instants: [(Vec<String>, Vec<String>); 2] = Default::default();
+    for (table, (requested, completed)) in [&plain, &compacted].into_iter().zip(instants.iter_mut()) {
+        let config = create_table(table, &spec()).await.unwrap();
+        for step in &STEPS {
+            let mut tx = Transaction::begin(table.clone(), config.clone(), writer(1), LockOptions::default()).await.unwrap();
+            requested.push(tx.instant().to_owned());
+            tx.upsert(&rows(step.upserts)).await.unwrap();
+            let deletes = step.deletes.iter().map(|(id, country)| (id.to_string(), format!("country={country}"), engine::ordering::OrderingValue::Int(0)));
+            tx.delete(deletes.collect()).await.unwrap();
+            completed.push(tx.commit().await.unwrap());
+            if step.compact_after && std::ptr::eq(table, &compacted) {
+                compact(table, &writer(9), &LockOptions::default(), EXPIRY).await.unwrap().unwrap();
+            }
+        }
+    }
+    let (plain_reader, compacted_reader) = (TableReader::open(plain.clone()).await.unwrap(), TableReader::open(compacted.clone()).await.unwrap());
+    assert!(compacted_reader.slices(&ReadBound::Latest).await.unwrap().iter().all(|s| s.base_file.is_some()));
+    // Every range between steps (and from the beginning, and to the latest).
+    let bounds = |completed: &[String], i: usize| (i > 0).then(|| completed[i - 1].clone());
+    let name_only = Some(vec!["name".to_owned()]);
+    for start in 0..=STEPS.len() {
+        for end in start + 1..=STEPS.len() {
+            let range = |(_, completed): &(Vec<String>, Vec<String>)| ChangeRange { start: bounds(completed, start), end: bounds(completed, end) };
+            let expected = changes_by_step(&plain_reader, &range(&instants[0]), &instants[0].0, None).await;
+            let got = changes_by_step(&compacted_reader, &range(&instants[1]), &instants[1].0, None).await;
+            assert_eq!(got, expected, "changes after step {start} up to step {end}");
+            let projected = changes_by_step(&compacted_reader, &range(&instants[1]), &instants[1].0, name_only.clone()).await;
+            let without_keys = |changes: Vec<(String, String, Option<String>, usize)>| {
+                let mut changes: Vec<_> = changes.into_iter().map(|(key, op, name, step)| (name.is_none().then_some(key), op, name, step)).collect();
+                changes.sort();
+                changes
+            };
+            assert_eq!(without_keys(projected), without_keys(expected.clone()), "changes after step {start} up to step {end}, reading only name");
+        }
+    }
+    // And what they are, from after the first step to the latest: every operation appears.
+    let all = changes_by_step(&compacted_reader, &ChangeRange { start: Some(instants[1].1[0].clone()), end: None }, &instants[1].0, None).await;
+    let row = |key: &str, op: &str, name: Option<&str>, step| (key.to_owned(), op.to_owned(), name.map(str::to_owned), step);
+    assert_eq!(all, [
+        row("1", "U", Some("ann-3"), 3),
+        row("2", "U", Some("bob-2"), 2),
+        row("3", "U", Some("cy-again"), 3),
+        row("4", "D", None, 3),
+        row("5", "U", Some("ed-2"), 4),
+        row("6", "D", None, 4),
+        row("8", "I", Some("hal"), 3),
+    ]);
+
+    // A cleaner that removes the files the first compaction folded away leaves no way to tell
+    // which keys were alive after step 1: the read fails instead of guessing.
+    let first_steps = &instants[1].0[..3];
+    for (path, _) in compacted.list_recursive("").await.unwrap() {
+        if !path.starts_with(".hoodie") && first_steps.iter().any(|instant| path.contains(instant.as_str())) {
+            compacted.delete(&path).await.unwrap();
+        }
+    }
+    let cleaned = TableReader::open(compacted.clone()).await.unwrap();
+    let error = cleaned.read_changes(&ChangeRange { start: Some(instants[1].1[0].clone()), end: None }, true).await.unwrap_err();
+    assert_eq!(error.kind(), engine::error::ErrorKind::NotFound, "{error}");
+    assert!(error.to_string().contains("no longer in storage"), "{error}");
+    // From after the first compaction, the table still answers.
+    let later = ChangeRange { start: Some(instants[1].1[3].clone()), end: None };
+    assert_eq!(changes_by_step(&cleaned, &later, &instants[1].0, None).await, [row("5", "U", Some("ed-2"), 4), row("6", "D", None, 4)]);
 }

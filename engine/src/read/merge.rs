@@ -162,7 +162,7 @@ pub struct Merged {
     pub rows: Option<RecordBatch>,
     /// Change queries only: per row of `rows`, whether the key was alive before the range.
     pub alive_before_range: Vec<bool>,
-    /// Change queries only: keys alive before the range and deleted by a delete inside it.
+    /// Change queries only: keys whose last version is a delete inside the range.
     pub deleted: Vec<DeletedKey>,
     /// When asked for: per row of `rows`, its position in the base file (`None` for keys
     /// only the logs have).
@@ -175,6 +175,9 @@ pub struct DeletedKey {
     pub record_key: String,
     pub partition_path: Option<String>,
     pub instant: String,
+    /// Whether the slice's versions show the key alive before the range (a key inserted and
+    /// deleted inside the range was never seen by a reader of its start).
+    pub alive_before_range: bool,
 }
 
 type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
@@ -385,17 +388,17 @@ fn emit(merged: &mut Merged, winners: &mut Winners, base_row: Option<usize>, sta
                 merged.alive_before_range.push(state.alive_before_range.unwrap_or(false));
             }
         }
-        None if state.alive_before_range == Some(true) => {
+        None => {
             let instant = state.winner.instant.unwrap_or_default();
             if let (true, Some(record)) = (change_range.is_some_and(|r| r.contains(instant)), state.winner.deleted) {
                 merged.deleted.push(DeletedKey {
                     record_key: record.record_key.clone(),
                     partition_path: record.partition_path.clone(),
                     instant: instant.to_owned(),
+                    alive_before_range: state.alive_before_range == Some(true),
                 });
             }
         }
-        None => {}
     }
 }
 
@@ -930,9 +933,15 @@ mod tests {
         )
         .unwrap();
         assert_eq!(merged.alive_before_range, [true, false, false]); // a, c, d
+        let deleted = |key: &str, partition: Option<&str>, alive_before_range| DeletedKey {
+            record_key: key.into(),
+            partition_path: partition.map(str::to_owned),
+            instant: "2".into(),
+            alive_before_range,
+        };
         assert_eq!(
             merged.deleted,
-            [DeletedKey { record_key: "b".into(), partition_path: Some("p".into()), instant: "2".into() }],
+            [deleted("b", Some("p"), true), deleted("e", None, false)],
             "e was inserted and deleted inside the range: no change to report"
         );
         assert_eq!(result(merged).len(), 3);

@@ -28,7 +28,7 @@ use crate::log::{read_blocks, BlockType, LogBlock};
 use crate::read::filter::ScanFilter;
 use crate::read::merge::MergeRule;
 pub use crate::read::slice::SliceRead;
-use crate::read::slice::{FetchedBase, SliceOutput};
+use crate::read::slice::{FetchedBase, RangeStart, SliceOutput};
 use crate::storage::Storage;
 use crate::table::{self, TableConfig};
 use crate::timeline::{metadata, ReadBound, Timeline};
@@ -265,14 +265,86 @@ impl TableReader {
                     ));
                 }
                 let instants = self.timeline.writes_in_range(range.start.as_deref(), range.end.as_deref());
+                let bound = self.change_bound(range);
+                let start = self.range_start(slice, range, &bound, &instants).await?;
                 let kind = SliceOutput::Changes {
                     instants,
                     with_deletes: *with_deletes,
                     changes_schema: self.changes_schema.clone(),
+                    start,
                 };
-                (self.change_bound(range), kind)
+                (bound, kind)
             }
         };
+        // Rows compared with the keys alive at the range start need their own keys.
+        let with_keys;
+        let options = match (&kind, &options.columns) {
+            (SliceOutput::Changes { start: Some(_), .. }, Some(columns)) => {
+                let columns = columns.iter().cloned().chain([schema::META_FIELDS[schema::RECORD_KEY_COLUMN].to_owned()]);
+                with_keys = ScanOptions { columns: Some(columns.collect()), ..options.clone() };
+                &with_keys
+            }
+            _ => options,
+        };
+        self.fetch_slice_files(slice, bound, kind, options, stats).await
+    }
+
+    /// For a change read of `slice` whose base file a write inside `range` (its `instants`)
+    /// wrote: the group's slice as of the range start and the delete blocks written since in
+    /// the slices before this one ([`RangeStart`]). Those files are still in storage unless a
+    /// cleaner removed them, and then the read fails rather than report wrong operations.
+    async fn range_start(
+        &self,
+        slice: &FileSlice,
+        range: &ChangeRange,
+        end: &ReadBound,
+        instants: &HashSet<String>,
+    ) -> Result<Option<RangeStart>> {
+        let Some(start) = &range.start else { return Ok(None) };
+        if slice.base_file.is_none() || !instants.contains(&slice.base_instant) {
+            return Ok(None);
+        }
+        let (partition, file_id) = (&slice.partition, &slice.file_id);
+        let start_bound = ReadBound::CompletedBy(start.clone());
+        let mut range_start = RangeStart { state: None, deletes: Vec::new(), rewritten_by: slice.base_instant.clone() };
+        let Some(at_start) = self.view.group_slices(partition, file_id, &self.timeline, &start_bound).pop() else {
+            // No slice as of the start: the group is new, unless its oldest slice left in
+            // storage is a compaction's, whose input a cleaner removed.
+            let oldest = self.view.group_slices(partition, file_id, &self.timeline, end).into_iter().next();
+            let compacted = oldest.as_ref().and_then(|s| self.timeline.get(&s.base_instant)).is_some_and(|i| i.requested_action == "compaction");
+            if compacted {
+                return Err(Error::new(
+                    ErrorKind::NotFound,
+                    format!("the changes since {start} are no longer in storage: the file group {file_id} in \"{partition}\" was cleaned; read from a later start instant"),
+                ));
+            }
+            return Ok(Some(range_start));
+        };
+        let keys = [schema::RECORD_KEY_COLUMN, schema::PARTITION_PATH_COLUMN].map(|c| schema::META_FIELDS[c].to_owned());
+        let options = ScanOptions { columns: Some(keys.into()), ..Default::default() };
+        let mut unreported = ScanStats::default();
+        let state = self.fetch_slice_files(&at_start, start_bound, SliceOutput::Snapshot, &options, &mut unreported);
+        range_start.state = Some(Box::new(state.await?));
+        let earlier = self.view.group_slices(partition, file_id, &self.timeline, end);
+        for earlier in earlier.iter().filter(|s| s.base_instant >= at_start.base_instant && s.base_instant < slice.base_instant) {
+            let blocks = self.fetch_log_blocks(earlier, end).await?;
+            let deletes = blocks.into_iter().filter(|(_, instant, block)| {
+                matches!(block.block_type, BlockType::Delete) && instants.contains(instant)
+            });
+            range_start.deletes.extend(deletes);
+        }
+        Ok(Some(range_start))
+    }
+
+    /// [`Self::fetch_slice`] once the bound and output are known.
+    async fn fetch_slice_files(
+        &self,
+        slice: &FileSlice,
+        bound: ReadBound,
+        kind: SliceOutput,
+        options: &ScanOptions,
+        stats: &mut ScanStats,
+    ) -> Result<SliceRead> {
         let changes = matches!(kind, SliceOutput::Changes { .. });
         // A change read of a range without commits reads nothing.
         let nothing = matches!(&kind, SliceOutput::Changes { instants, .. } if instants.is_empty());

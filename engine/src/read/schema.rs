@@ -29,6 +29,9 @@ pub const COMMIT_TIME_COLUMN: usize = 0;
 /// Index of `_hoodie_record_key` in a table schema.
 pub const RECORD_KEY_COLUMN: usize = 2;
 
+/// Index of `_hoodie_partition_path` in a table schema.
+pub const PARTITION_PATH_COLUMN: usize = 3;
+
 /// Index of `_hoodie_file_name` in a table schema.
 pub const FILE_NAME_COLUMN: usize = 4;
 

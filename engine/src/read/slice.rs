@@ -3,7 +3,7 @@
 //! [`SliceRead::run`] decodes and merges it without any I/O, so it may run on a helper thread
 //! while the caller consumes the rows of the previous slice (see [`crate::read::prefetch`]).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use arrow::array::{new_null_array, Array, ArrayRef, BooleanArray, StringArray, UInt64Array};
@@ -14,7 +14,7 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReader;
 
 use crate::error::{Error, ErrorKind, Result, ResultExt};
 use crate::log::{decode_block, BlockContent, LogBlock};
-use crate::read::merge::{merge, Merged, MergeOutput, MergeRule, MergeSource};
+use crate::read::merge::{merge, DeletedKey, Merged, MergeOutput, MergeRule, MergeSource};
 use crate::read::schema::{self, NullColumns};
 use crate::read::{OPERATION_COLUMN, ROW_POSITION_COLUMN};
 
@@ -25,7 +25,72 @@ pub(crate) enum SliceOutput {
     Snapshot,
     /// The rows changed by the commits whose requested instants are `instants`, with
     /// `_hoodie_operation` (`changes_schema`), and `D` rows when `with_deletes`.
-    Changes { instants: HashSet<String>, with_deletes: bool, changes_schema: SchemaRef },
+    Changes { instants: HashSet<String>, with_deletes: bool, changes_schema: SchemaRef, start: Option<RangeStart> },
+}
+
+/// What a change read needs beyond the slice when the slice's base file was written inside
+/// the range, by a compaction or a rewrite: that base file folded away the versions before
+/// it, so whether a key was alive at the start of the range, and when a key was deleted,
+/// come from the file group's earlier slices.
+pub(crate) struct RangeStart {
+    /// The group's slice as of the range start, read for its record keys and partition paths
+    /// (`None` when the group did not exist then).
+    pub state: Option<Box<SliceRead>>,
+    /// Delete blocks written inside the range into the group's slices from that one up to
+    /// this one: `(file path, instant, block)`, in the order written.
+    pub deletes: Vec<(String, String, LogBlock)>,
+    /// The instant of this slice's base file: when a key was dropped by rewriting a base
+    /// file rather than by a delete block, the rewrite is its delete.
+    pub rewritten_by: String,
+}
+
+impl std::fmt::Debug for RangeStart {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RangeStart")
+            .field("state", &self.state)
+            .field("deletes", &self.deletes.len())
+            .field("rewritten_by", &self.rewritten_by)
+            .finish()
+    }
+}
+
+/// A [`RangeStart`], decoded.
+struct StartState {
+    /// The keys alive at the range start, with their partition paths.
+    alive: HashMap<String, Option<String>>,
+    /// The last delete inside the range of each key the earlier slices' delete blocks name.
+    deletes: HashMap<String, DeletedKey>,
+    rewritten_by: String,
+}
+
+impl RangeStart {
+    fn run(self) -> Result<StartState> {
+        let mut alive = HashMap::new();
+        if let Some(rows) = self.state.map(|state| state.run()).transpose()?.flatten() {
+            let keys = string_column(&rows, schema::RECORD_KEY_COLUMN)?;
+            let partitions = string_column(&rows, schema::PARTITION_PATH_COLUMN)?;
+            for row in 0..rows.num_rows() {
+                let partition = partitions.is_valid(row).then(|| partitions.value(row).to_owned());
+                alive.insert(keys.value(row).to_owned(), partition);
+            }
+        }
+        let mut deletes = HashMap::new();
+        for (path, instant, block) in self.deletes {
+            let context = || format!("reading block at {} of {path}", block.offset);
+            if let Some(BlockContent::Deletes(records)) = decode_block(&block, None).context(context)? {
+                for record in records {
+                    let deleted = DeletedKey {
+                        record_key: record.record_key.clone(),
+                        partition_path: record.partition_path,
+                        instant: instant.clone(),
+                        alive_before_range: true,
+                    };
+                    deletes.insert(record.record_key, deleted);
+                }
+            }
+        }
+        Ok(StartState { alive, deletes, rewritten_by: self.rewritten_by })
+    }
 }
 
 /// A slice's base file, fetched: one reader per row group kept, all its bytes in memory.
@@ -74,12 +139,16 @@ impl std::fmt::Debug for SliceRead {
 impl SliceRead {
     /// Decodes and merges the slice: its rows, or `None` when it has none.
     pub fn run(mut self) -> Result<Option<RecordBatch>> {
+        let start = match &mut self.kind {
+            SliceOutput::Changes { start, .. } => start.take().map(RangeStart::run).transpose()?,
+            SliceOutput::Snapshot => None,
+        };
         let merged = self.merge()?;
         match &self.kind {
             SliceOutput::Snapshot if self.row_positions => merged.rows.map(|rows| with_positions(rows, merged.base_positions)).transpose(),
             SliceOutput::Snapshot => Ok(merged.rows),
-            SliceOutput::Changes { instants, with_deletes, changes_schema } => {
-                changes(merged, instants, *with_deletes, changes_schema)
+            SliceOutput::Changes { instants, with_deletes, changes_schema, .. } => {
+                changes(merged, start, instants, *with_deletes, changes_schema)
             }
         }
     }
@@ -174,15 +243,48 @@ fn with_positions(rows: RecordBatch, positions: Option<UInt64Array>) -> Result<R
 
 /// The rows of a change read from a merge with change tracking: each key's latest version in
 /// the range, `I` if the key did not exist before the range and `U` if it did; with
-/// `with_deletes`, also a `D` row (key and partition path only) for each key the range deleted.
-fn changes(merged: Merged, instants: &HashSet<String>, with_deletes: bool, changes_schema: &SchemaRef) -> Result<Option<RecordBatch>> {
+/// `with_deletes`, also a `D` row (key and partition path only) for each key the range
+/// deleted. Whether a key existed before the range is what the slice's versions show, or,
+/// with a `start`, whether it was alive at the range start; then a key the range deleted is
+/// one alive at the start and not at the end.
+fn changes(
+    mut merged: Merged,
+    start: Option<StartState>,
+    instants: &HashSet<String>,
+    with_deletes: bool,
+    changes_schema: &SchemaRef,
+) -> Result<Option<RecordBatch>> {
     let mut parts = Vec::new();
+    let mut deleted: Vec<DeletedKey> = std::mem::take(&mut merged.deleted);
+    if let Some(start) = &start {
+        let alive_at_end: HashSet<&str> = match &merged.rows {
+            Some(rows) => {
+                let keys = string_column(rows, schema::RECORD_KEY_COLUMN)?;
+                merged.alive_before_range = keys.iter().map(|k| k.is_some_and(|k| start.alive.contains_key(k))).collect();
+                keys.iter().flatten().collect()
+            }
+            None => HashSet::new(),
+        };
+        let mut deleted_here: HashMap<String, DeletedKey> = deleted.drain(..).map(|d| (d.record_key.clone(), d)).collect();
+        let mut gone: Vec<(&String, &Option<String>)> =
+            start.alive.iter().filter(|(key, _)| !alive_at_end.contains(key.as_str())).collect();
+        gone.sort();
+        deleted = gone
+            .into_iter()
+            .map(|(key, partition)| {
+                deleted_here.remove(key).or_else(|| start.deletes.get(key).cloned()).unwrap_or_else(|| DeletedKey {
+                    record_key: key.clone(),
+                    partition_path: partition.clone(),
+                    instant: start.rewritten_by.clone(),
+                    alive_before_range: true,
+                })
+            })
+            .collect();
+    } else {
+        deleted.retain(|d| d.alive_before_range);
+    }
     if let Some(rows) = &merged.rows {
-        let commit_times = rows.column(schema::COMMIT_TIME_COLUMN);
-        let commit_times = commit_times
-            .as_any()
-            .downcast_ref::<StringArray>()
-            .ok_or_else(|| Error::new(ErrorKind::Internal, "_hoodie_commit_time is not a string column"))?;
+        let commit_times = string_column(rows, schema::COMMIT_TIME_COLUMN)?;
         let keep: BooleanArray = (0..rows.num_rows())
             .map(|i| Some(commit_times.is_valid(i) && instants.contains(commit_times.value(i))))
             .collect();
@@ -198,8 +300,8 @@ fn changes(merged: Merged, instants: &HashSet<String>, with_deletes: bool, chang
             parts.push(changed);
         }
     }
-    if with_deletes && !merged.deleted.is_empty() {
-        parts.push(delete_rows(&merged, changes_schema)?);
+    if with_deletes && !deleted.is_empty() {
+        parts.push(delete_rows(&deleted, changes_schema)?);
     }
     match parts.len() {
         0 => Ok(None),
@@ -210,18 +312,26 @@ fn changes(merged: Merged, instants: &HashSet<String>, with_deletes: bool, chang
     }
 }
 
+/// A meta column of `rows` as strings.
+fn string_column(rows: &RecordBatch, column: usize) -> Result<&StringArray> {
+    rows.column(column)
+        .as_any()
+        .downcast_ref::<StringArray>()
+        .ok_or_else(|| Error::new(ErrorKind::Internal, format!("{} is not a string column", rows.schema().field(column).name())))
+}
+
 /// `D` rows: commit time, record key and partition path of each deleted key.
-fn delete_rows(merged: &Merged, changes_schema: &SchemaRef) -> Result<RecordBatch> {
-    let n = merged.deleted.len();
+fn delete_rows(deleted: &[DeletedKey], changes_schema: &SchemaRef) -> Result<RecordBatch> {
+    let n = deleted.len();
     let columns: Vec<ArrayRef> = changes_schema
         .fields()
         .iter()
         .map(|field| -> ArrayRef {
             let strings = |values: Vec<Option<&str>>| Arc::new(StringArray::from(values)) as ArrayRef;
             match field.name().as_str() {
-                "_hoodie_commit_time" => strings(merged.deleted.iter().map(|d| Some(d.instant.as_str())).collect()),
-                "_hoodie_record_key" => strings(merged.deleted.iter().map(|d| Some(d.record_key.as_str())).collect()),
-                "_hoodie_partition_path" => strings(merged.deleted.iter().map(|d| d.partition_path.as_deref()).collect()),
+                "_hoodie_commit_time" => strings(deleted.iter().map(|d| Some(d.instant.as_str())).collect()),
+                "_hoodie_record_key" => strings(deleted.iter().map(|d| Some(d.record_key.as_str())).collect()),
+                "_hoodie_partition_path" => strings(deleted.iter().map(|d| d.partition_path.as_deref()).collect()),
                 OPERATION_COLUMN => strings(vec![Some("D"); n]),
                 _ => new_null_array(field.data_type(), n),
             }
