@@ -6,7 +6,9 @@ mod common;
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use engine::read::TableReader;
+use engine::error::ErrorKind;
+use engine::read::{ScanOptions, ScanStats, TableReader};
+use engine::timeline::ReadBound;
 use engine::storage::{Storage, StorageUri};
 
 async fn open(base: &std::path::Path) -> TableReader {
@@ -145,4 +147,24 @@ async fn read_ahead_returns_every_fixture_slice_in_order_as_read_inline() {
             }
         }
     }
+}
+
+#[tokio::test]
+async fn a_base_file_removed_after_listing_is_not_found_and_a_damaged_one_is_corrupt() {
+    let (_dir, base) = common::unpack(std::path::Path::new("sample_table/cow/v6_nonpartitioned.zip"));
+    let reader = open(&base).await;
+    let slices = reader.slices(&ReadBound::Latest).await.unwrap();
+    let reader = &reader;
+    let read = |slice| async move { reader.read_slice(slice, &ReadBound::Latest, &ScanOptions::default(), &mut ScanStats::default()).await };
+    assert!(read(&slices[0]).await.unwrap().is_some());
+    // A cleaner (or a rollback) removed the file between the listing and the read.
+    let path = slices[0].base_path().unwrap();
+    std::fs::remove_file(base.join(&path)).unwrap();
+    let error = read(&slices[0]).await.unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::NotFound, "{error}");
+    assert!(error.to_string().contains(&path), "{error}");
+    // Bytes that are not Parquet (as many as the listing saw) are a corrupt file.
+    std::fs::write(base.join(&path), vec![b'x'; slices[0].base_file.as_ref().unwrap().size as usize]).unwrap();
+    let error = read(&slices[0]).await.unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Corrupt, "{error}");
 }

@@ -98,6 +98,21 @@ pub struct TableReader {
     nulls: schema::NullColumns,
 }
 
+/// An error reading the Parquet file at `location`: what storage said when the bytes could not
+/// be fetched (a file a cleaner removed is not found, a refused request is denied), and a
+/// corrupt file otherwise.
+fn parquet_error(location: &str, error: parquet::errors::ParquetError) -> Error {
+    use parquet::errors::ParquetError;
+    let error = match error {
+        ParquetError::External(inner) => match inner.downcast::<object_store::Error>() {
+            Ok(storage_error) => return Error::from(*storage_error).context(format!("reading the base file {location}")),
+            Err(inner) => ParquetError::External(inner),
+        },
+        other => other,
+    };
+    Error::new(ErrorKind::Corrupt, format!("invalid Parquet file {location}")).with_source(error)
+}
+
 impl TableReader {
     /// Loads everything a read needs from the table at `storage`.
     pub async fn open(storage: Storage) -> Result<TableReader> {
@@ -448,9 +463,7 @@ impl TableReader {
             return Ok(None);
         };
         let location = format!("{}/{path}", self.storage.uri());
-        let invalid = |e: parquet::errors::ParquetError| {
-            Error::new(ErrorKind::Corrupt, format!("invalid Parquet file {location}")).with_source(e)
-        };
+        let invalid = |e| parquet_error(&location, e);
         let mut reader = self.storage.parquet_reader(&path, Some(base.size));
         let metadata = ArrowReaderMetadata::load_async(&mut reader, Default::default()).await.map_err(invalid)?;
         let mut builder = ParquetPushDecoderBuilder::new_with_metadata(metadata);
