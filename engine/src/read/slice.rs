@@ -93,6 +93,36 @@ impl RangeStart {
     }
 }
 
+impl StartState {
+    /// Compares the keys of the merged slice with those alive at the range start: sets
+    /// `merged.alive_before_range`, and returns the keys alive at the start and not at the end
+    /// (sorted), each with its last delete inside the range.
+    fn compare(&self, merged: &mut Merged) -> Result<Vec<DeletedKey>> {
+        let alive_at_end: HashSet<&str> = match &merged.rows {
+            Some(rows) => {
+                let keys = string_column(rows, schema::RECORD_KEY_COLUMN)?;
+                merged.alive_before_range = keys.iter().map(|k| k.is_some_and(|k| self.alive.contains_key(k))).collect();
+                keys.iter().flatten().collect()
+            }
+            None => HashSet::new(),
+        };
+        let mut deleted_here: HashMap<String, DeletedKey> = merged.deleted.drain(..).map(|d| (d.record_key.clone(), d)).collect();
+        let mut gone: Vec<(&String, &Option<String>)> =
+            self.alive.iter().filter(|(key, _)| !alive_at_end.contains(key.as_str())).collect();
+        gone.sort();
+        let deleted = gone.into_iter().map(|(key, partition)| {
+            let rewritten = || DeletedKey {
+                record_key: key.clone(),
+                partition_path: partition.clone(),
+                instant: self.rewritten_by.clone(),
+                alive_before_range: true,
+            };
+            deleted_here.remove(key).or_else(|| self.deletes.get(key).cloned()).unwrap_or_else(rewritten)
+        });
+        Ok(deleted.collect())
+    }
+}
+
 /// A slice's base file, fetched: one reader per row group kept, all its bytes in memory.
 pub(crate) struct FetchedBase {
     /// `storage URI/path`, for errors.
@@ -255,34 +285,10 @@ fn changes(
     changes_schema: &SchemaRef,
 ) -> Result<Option<RecordBatch>> {
     let mut parts = Vec::new();
-    let mut deleted: Vec<DeletedKey> = std::mem::take(&mut merged.deleted);
-    if let Some(start) = &start {
-        let alive_at_end: HashSet<&str> = match &merged.rows {
-            Some(rows) => {
-                let keys = string_column(rows, schema::RECORD_KEY_COLUMN)?;
-                merged.alive_before_range = keys.iter().map(|k| k.is_some_and(|k| start.alive.contains_key(k))).collect();
-                keys.iter().flatten().collect()
-            }
-            None => HashSet::new(),
-        };
-        let mut deleted_here: HashMap<String, DeletedKey> = deleted.drain(..).map(|d| (d.record_key.clone(), d)).collect();
-        let mut gone: Vec<(&String, &Option<String>)> =
-            start.alive.iter().filter(|(key, _)| !alive_at_end.contains(key.as_str())).collect();
-        gone.sort();
-        deleted = gone
-            .into_iter()
-            .map(|(key, partition)| {
-                deleted_here.remove(key).or_else(|| start.deletes.get(key).cloned()).unwrap_or_else(|| DeletedKey {
-                    record_key: key.clone(),
-                    partition_path: partition.clone(),
-                    instant: start.rewritten_by.clone(),
-                    alive_before_range: true,
-                })
-            })
-            .collect();
-    } else {
-        deleted.retain(|d| d.alive_before_range);
-    }
+    let deleted = match &start {
+        Some(start) => start.compare(&mut merged)?,
+        None => merged.deleted.drain(..).filter(|d| d.alive_before_range).collect(),
+    };
     if let Some(rows) = &merged.rows {
         let commit_times = string_column(rows, schema::COMMIT_TIME_COLUMN)?;
         let keep: BooleanArray = (0..rows.num_rows())
