@@ -3,7 +3,9 @@
 //! slice read is fetched ([`TableReader::fetch_slice`], I/O) and then decoded and merged
 //! ([`SliceRead::run`], CPU only), so that [`prefetch::SliceScan`] can merge the next slices on
 //! helper threads. Memory is bounded per file slice (its base file's rows plus its log
-//! records): one for a plain read, one plus the read-ahead depth for a scan.
+//! records): one for a plain read, one plus the read-ahead depth for a scan. An incremental
+//! read of a slice whose base file was written inside the range also holds the record keys of
+//! its file group as of the range start.
 
 pub mod filter;
 pub mod merge;
