@@ -3,24 +3,19 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use arrow::array::{Array, AsArray};
 use bytes::Bytes;
-use common::customers::{rows, snapshot, spec, writer};
+use common::customers::{local, rows, snapshot, spec, writer};
 use engine::read::{ChangeRange, TableReader};
 use engine::services::compaction::{compact, run_compaction, schedule_compaction, CompactionPlan};
-use engine::storage::{Storage, StorageUri};
+use engine::storage::Storage;
 use engine::timeline::ReadBound;
 use engine::write::time::LockOptions;
 use engine::write::{create_table, Transaction};
 
 const EXPIRY: Duration = Duration::from_secs(60);
-
-fn local(dir: &std::path::Path) -> Storage {
-    Storage::open(&StorageUri::parse(&format!("file://{}", dir.display())).unwrap(), &BTreeMap::new()).unwrap()
-}
 
 async fn commit(storage: &Storage, config: &engine::table::TableConfig, data: &[(i64, &str, &str, i64)]) -> String {
     let mut tx = Transaction::begin(storage.clone(), config.clone(), writer(1), LockOptions::default()).await.unwrap();

@@ -5,73 +5,19 @@
 mod common;
 
 use std::collections::{BTreeMap, HashSet};
-use std::sync::Arc;
 use std::time::Duration;
 
-use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::array::{AsArray, RecordBatch};
 use arrow::datatypes::{Int64Type, UInt64Type};
-use common::customers::{rows, spec, writer};
+use common::customers::{local, read_with_positions, rows, spec, writer, ReadRow};
 use engine::log::block::header;
 use engine::log::read_blocks;
 use engine::read::{ScanOptions, ScanStats, TableReader, ROW_POSITION_COLUMN};
-use engine::services::compaction::compact;
-use engine::storage::{Storage, StorageUri};
 use engine::timeline::ReadBound;
+use engine::services::compaction::compact;
+use engine::storage::Storage;
 use engine::write::time::LockOptions;
-use engine::write::{create_table, BaseFileRef, BaseRow, Transaction};
-
-fn local(dir: &std::path::Path) -> Storage {
-    Storage::open(&StorageUri::parse(&format!("file://{}", dir.display())).unwrap(), &BTreeMap::new()).unwrap()
-}
-
-/// One row of a snapshot read with positions: id, name, and where it was read.
-#[derive(Debug, Clone)]
-struct ReadRow {
-    id: i64,
-    name: String,
-    country: String,
-    ts: i64,
-    at: Option<BaseRow>,
-}
-
-/// The snapshot, slice by slice, with `columns` decoded and each row's base position.
-async fn read_with_positions(storage: &Storage, columns: Option<&[&str]>) -> Vec<ReadRow> {
-    let reader = TableReader::open(storage.clone()).await.unwrap();
-    let options = ScanOptions {
-        columns: columns.map(|c| c.iter().map(|s| s.to_string()).collect()),
-        row_positions: true,
-        ..Default::default()
-    };
-    let mut out = Vec::new();
-    for slice in reader.slices(&ReadBound::Latest).await.unwrap() {
-        let base = slice.base_file.as_ref().map(|b| {
-            Arc::new(BaseFileRef { partition: slice.partition.clone(), file_id: slice.file_id.clone(), instant: b.instant.clone() })
-        });
-        let Some(batch) = reader.read_slice(&slice, &ReadBound::Latest, &options, &mut ScanStats::default()).await.unwrap() else {
-            continue;
-        };
-        out.extend(read_rows(&batch, base.as_ref()));
-    }
-    out.sort_by_key(|r| r.id);
-    out
-}
-
-fn read_rows(batch: &RecordBatch, base: Option<&Arc<BaseFileRef>>) -> Vec<ReadRow> {
-    let id = batch.column_by_name("id").unwrap().as_primitive::<Int64Type>();
-    let name = batch.column_by_name("name").unwrap().as_string::<i32>();
-    let country = batch.column_by_name("country").unwrap().as_string::<i32>();
-    let ts = batch.column_by_name("ts").unwrap().as_primitive::<arrow::datatypes::TimestampMicrosecondType>();
-    let positions = batch.column_by_name(ROW_POSITION_COLUMN).unwrap().as_primitive::<UInt64Type>();
-    (0..batch.num_rows())
-        .map(|i| ReadRow {
-            id: id.value(i),
-            name: if name.is_valid(i) { name.value(i).to_owned() } else { String::new() },
-            country: if country.is_valid(i) { country.value(i).to_owned() } else { String::new() },
-            ts: if ts.is_valid(i) { ts.value(i) } else { 0 },
-            at: (positions.is_valid(i)).then(|| BaseRow { base: base.expect("a position without a base file").clone(), position: positions.value(i) }),
-        })
-        .collect()
-}
+use engine::write::{create_table, BaseRow, Transaction};
 
 /// The whole snapshot as (id, name), sorted: what the model must equal.
 async fn snapshot(storage: &Storage, columns: Option<&[&str]>) -> Vec<(i64, String)> {
