@@ -264,7 +264,9 @@ impl TableReader {
     /// and `options` need and the log blocks written by instants visible within the query's
     /// bound and not rolled back. [`SliceRead::run`] then decodes and merges them. Row groups
     /// are skipped by statistics only when the slice has no logs: a log version may lose to a
-    /// base version that the filter alone would have dropped.
+    /// base version that the filter alone would have dropped. A change read of a slice whose
+    /// base file was written inside the range also fetches the group's slice as of the range
+    /// start and the delete blocks written since (see `range_start`).
     pub async fn fetch_slice(
         &self,
         slice: &FileSlice,
