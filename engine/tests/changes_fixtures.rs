@@ -87,3 +87,72 @@ async fn every_incremental_range_of_every_fixture_agrees_with_time_travel() {
     }
     assert!(checked > 20, "only {checked} ranges checked");
 }
+
+/// A completed clean in layout 1 (`<instant>.clean`, Avro as Hudi writes it) that kept the
+/// files of commits from `earliest` on.
+fn write_clean(base: &std::path::Path, instant: &str, earliest: &str) {
+    use apache_avro::types::{Record, Value};
+    // HoodieCleanMetadata's fields (hudi-common/src/main/avro), partitions left empty.
+    let schema = apache_avro::Schema::parse_str(
+        r#"{"type": "record", "name": "HoodieCleanMetadata", "namespace": "org.apache.hudi.avro.model", "fields": [
+            {"name": "policy", "type": "string", "default": ""},
+            {"name": "startCleanTime", "type": "string"},
+            {"name": "timeTakenInMillis", "type": "long"},
+            {"name": "totalFilesDeleted", "type": "int"},
+            {"name": "earliestCommitToRetain", "type": "string"},
+            {"name": "lastCompletedCommitTimestamp", "type": "string", "default": ""},
+            {"name": "partitionMetadata", "type": {"type": "map", "values": {"type": "record", "name": "HoodieCleanPartitionMetadata", "fields": [
+                {"name": "partitionPath", "type": "string"},
+                {"name": "policy", "type": "string"},
+                {"name": "deletePathPatterns", "type": {"type": "array", "items": "string"}},
+                {"name": "successDeleteFiles", "type": {"type": "array", "items": "string"}},
+                {"name": "failedDeleteFiles", "type": {"type": "array", "items": "string"}}]}}},
+            {"name": "version", "type": ["int", "null"], "default": 1}]}"#,
+    )
+    .unwrap();
+    let mut record = Record::new(&schema).unwrap();
+    record.put("policy", "KEEP_LATEST_COMMITS");
+    record.put("startCleanTime", instant);
+    record.put("timeTakenInMillis", Value::Long(12));
+    record.put("totalFilesDeleted", Value::Int(1));
+    record.put("earliestCommitToRetain", earliest);
+    record.put("lastCompletedCommitTimestamp", earliest);
+    record.put("partitionMetadata", Value::Map(Default::default()));
+    record.put("version", Value::Union(0, Box::new(Value::Int(2))));
+    let mut writer = apache_avro::Writer::new(&schema, Vec::new());
+    writer.append(record).unwrap();
+    std::fs::write(base.join(format!(".hoodie/{instant}.clean.requested")), b"").unwrap();
+    std::fs::write(base.join(format!(".hoodie/{instant}.clean")), writer.into_inner().unwrap()).unwrap();
+}
+
+#[tokio::test]
+async fn changes_from_before_what_a_clean_kept_are_an_error_not_inserts() {
+    // Two commits; the second rewrote Alice's file group (copy-on-write).
+    let (first, second) = ("20240418173213674", "20240418173235694");
+    let (_dir, base) = common::unpack(std::path::Path::new("sample_table/cow/v6_complexkeygen_hivestyle.zip"));
+    let older = base.join(format!("byteField=10/shortField=300/a22e8257-e249-45e9-ba46-115bc85adcba-0_1-140-199_{first}.parquet"));
+    let since_first = ChangeRange { start: Some(first.to_owned()), end: None };
+    let operation_of_alice = |batches: &[RecordBatch]| {
+        batches.iter().find_map(|b| {
+            let keys = b.column_by_name("_hoodie_record_key").unwrap().as_string::<i32>();
+            let row = (0..b.num_rows()).find(|&r| keys.value(r) == "id:1,name:Alice")?;
+            Some(b.column_by_name("_hoodie_operation").unwrap().as_string::<i32>().value(row).to_owned())
+        })
+    };
+    let reader = TableReader::open(local(&base)).await.unwrap();
+    assert_eq!(operation_of_alice(&reader.read_changes(&since_first, true).await.unwrap()).as_deref(), Some("U"));
+    let rows = |batches: Vec<RecordBatch>| batches.iter().map(RecordBatch::num_rows).sum::<usize>();
+    let latest = rows(reader.read_snapshot(None).await.unwrap());
+
+    // A cleaner removes the older version of the group and records that it kept `second` on.
+    std::fs::remove_file(&older).unwrap();
+    write_clean(&base, "20240418173240000", second);
+    let reader = TableReader::open(local(&base)).await.unwrap();
+    let error = reader.read_changes(&since_first, true).await.unwrap_err();
+    assert_eq!(error.kind(), engine::error::ErrorKind::NotFound, "{error}");
+    assert!(error.to_string().contains(&format!("kept the files of commits from {second} on")), "{error}");
+    // Reads that need nothing the clean removed go on.
+    assert_eq!(rows(reader.read_snapshot(None).await.unwrap()), latest);
+    let since_second = ChangeRange { start: Some(second.to_owned()), end: None };
+    assert!(reader.read_changes(&since_second, true).await.unwrap().is_empty());
+}

@@ -98,6 +98,9 @@ pub struct TableReader {
     changes_schema: SchemaRef,
     /// The columns a scan does not read, shared by all its batches.
     nulls: schema::NullColumns,
+    /// What the latest clean kept ([`metadata::retained_by_clean`]), read when a change read
+    /// first needs a file group's earlier slices.
+    retained_by_clean: std::sync::OnceLock<Option<(String, String)>>,
 }
 
 /// An error reading the Parquet file at `location`: what storage said when the bytes could not
@@ -131,7 +134,17 @@ impl TableReader {
         let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
         fields.push(Field::new(OPERATION_COLUMN, DataType::Utf8, true));
         let changes_schema = Arc::new(Schema::new(fields));
-        Ok(TableReader { storage, config, timeline, view, avro_schema: avro, schema, changes_schema, nulls: Default::default() })
+        Ok(TableReader {
+            storage,
+            config,
+            timeline,
+            view,
+            avro_schema: avro,
+            schema,
+            changes_schema,
+            nulls: Default::default(),
+            retained_by_clean: Default::default(),
+        })
     }
 
     pub fn config(&self) -> &TableConfig {
@@ -327,14 +340,20 @@ impl TableReader {
         let start_bound = ReadBound::CompletedBy(start.clone());
         let mut range_start = RangeStart { state: None, deletes: Vec::new(), rewritten_by: slice.base_instant.clone() };
         let Some(at_start) = self.view.group_slices(partition, file_id, &self.timeline, &start_bound).pop() else {
-            // No slice as of the start: the group is new, unless its oldest slice left in
-            // storage is a compaction's, whose input a cleaner removed.
+            // No slice as of the start: the group is new, unless a cleaner removed its slices
+            // from then. A compaction's base file is never a group's first; and a clean says
+            // from which commit on it kept everything.
             let oldest = self.view.group_slices(partition, file_id, &self.timeline, end).into_iter().next();
             let compacted = oldest.as_ref().and_then(|s| self.timeline.get(&s.base_instant)).is_some_and(|i| i.requested_action == "compaction");
-            if compacted {
+            let cleaned = self.retained_by_clean().await?.filter(|(_, earliest)| start.as_str() < earliest.as_str());
+            if compacted || cleaned.is_some() {
+                let kept = match cleaned {
+                    Some((clean, earliest)) => format!(" (clean {clean} kept the files of commits from {earliest} on)"),
+                    None => String::new(),
+                };
                 return Err(Error::new(
                     ErrorKind::NotFound,
-                    format!("the changes since {start} are no longer in storage: the file group {file_id} in \"{partition}\" was cleaned; read from a later start instant"),
+                    format!("the changes since {start} are no longer in storage: the earlier files of file group {file_id} in \"{partition}\" were cleaned{kept}; read from a later start instant"),
                 ));
             }
             return Ok(Some(range_start));
@@ -353,6 +372,15 @@ impl TableReader {
             range_start.deletes.extend(deletes);
         }
         Ok(Some(range_start))
+    }
+
+    /// What the latest clean kept, read once.
+    async fn retained_by_clean(&self) -> Result<Option<(String, String)>> {
+        if let Some(retained) = self.retained_by_clean.get() {
+            return Ok(retained.clone());
+        }
+        let retained = metadata::retained_by_clean(&self.storage, &self.timeline).await?;
+        Ok(self.retained_by_clean.get_or_init(|| retained).clone())
     }
 
     /// [`Self::fetch_slice`] once the bound and output are known.

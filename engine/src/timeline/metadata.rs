@@ -109,6 +109,18 @@ pub async fn latest_schema(storage: &Storage, timeline: &Timeline) -> Result<Opt
     Ok(None)
 }
 
+/// What the latest completed clean kept: `(clean instant, earliest commit to retain)`. The
+/// cleaner keeps every file slice that a read as of that commit or later needs; older ones may
+/// be gone. `None` when the table was never cleaned (or the clean kept everything).
+pub async fn retained_by_clean(storage: &Storage, timeline: &Timeline) -> Result<Option<(String, String)>> {
+    let Some(clean) = timeline.instants().iter().rev().find(|i| i.is_completed() && i.action == "clean") else {
+        return Ok(None);
+    };
+    let metadata = read_instant(storage, timeline, clean).await?;
+    let earliest = metadata.get("earliestCommitToRetain").and_then(Value::as_str).filter(|e| !e.is_empty());
+    Ok(earliest.map(|e| (clean.timestamp.clone(), e.to_owned())))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
