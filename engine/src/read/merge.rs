@@ -13,6 +13,7 @@ use crate::log::DeleteRecord;
 use crate::ordering::OrderingValue;
 use crate::read::schema::{NullColumns, COMMIT_TIME_COLUMN, RECORD_KEY_COLUMN};
 use crate::table::MergeMode;
+use crate::timeline::WritesInRange;
 
 /// Record versions in the order they were written.
 #[derive(Debug)]
@@ -99,7 +100,7 @@ impl MergeRule {
         &self,
         versions: impl IntoIterator<Item = Version<'a>>,
         batches: &[RecordBatch],
-        change_range: Option<&HashSet<String>>,
+        change_range: Option<&WritesInRange>,
     ) -> Option<KeyState<'a>> {
         let mut state: Option<KeyState<'a>> = None;
         for version in versions {
@@ -373,7 +374,7 @@ struct Winners {
 
 /// Records the outcome of one key (at `base_row` of the base file, if there): its surviving
 /// row, or, in a change range, its deletion.
-fn emit(merged: &mut Merged, winners: &mut Winners, base_row: Option<usize>, state: Option<KeyState>, change_range: Option<&HashSet<String>>) {
+fn emit(merged: &mut Merged, winners: &mut Winners, base_row: Option<usize>, state: Option<KeyState>, change_range: Option<&WritesInRange>) {
     let Some(state) = state else { return };
     match state.winner.row {
         Some(row) => {
@@ -435,7 +436,7 @@ pub fn merge(
     schema: &SchemaRef,
     sources: Vec<MergeSource>,
     rule: MergeRule,
-    change_range: Option<&HashSet<String>>,
+    change_range: Option<&WritesInRange>,
     output: MergeOutput,
 ) -> Result<Merged> {
     let mut batches: Vec<RecordBatch> = Vec::new();
@@ -503,7 +504,7 @@ struct MergeInput<'i, 'a> {
     columns: &'i [MergeColumns<'a>],
     has_base: bool,
     rule: MergeRule,
-    change_range: Option<&'i HashSet<String>>,
+    change_range: Option<&'i WritesInRange>,
     output: MergeOutput<'i>,
 }
 
@@ -909,7 +910,7 @@ mod tests {
     #[test]
     fn change_tracking_knows_inserts_updates_and_deletes_in_range() {
         let s = schema();
-        let in_range: HashSet<String> = ["2".to_owned()].into();
+        let in_range: WritesInRange = ["2"].into_iter().collect();
         let merged = merge(
             &s,
             vec![

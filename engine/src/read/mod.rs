@@ -33,7 +33,7 @@ pub use crate::read::slice::SliceRead;
 use crate::read::slice::{FetchedBase, RangeStart, SliceOutput};
 use crate::storage::Storage;
 use crate::table::{self, TableConfig};
-use crate::timeline::{metadata, ReadBound, Timeline};
+use crate::timeline::{metadata, ReadBound, Timeline, WritesInRange};
 use crate::view::{FileSlice, FileSystemView};
 
 /// The column incremental reads add: `I` (insert), `U` (update) or `D` (delete).
@@ -330,7 +330,7 @@ impl TableReader {
         slice: &FileSlice,
         range: &ChangeRange,
         end: &ReadBound,
-        instants: &HashSet<String>,
+        instants: &WritesInRange,
     ) -> Result<Option<RangeStart>> {
         let Some(start) = &range.start else { return Ok(None) };
         if slice.base_file.is_none() || !instants.contains(&slice.base_instant) {

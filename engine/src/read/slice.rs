@@ -17,6 +17,7 @@ use crate::log::{decode_block, BlockContent, LogBlock};
 use crate::read::merge::{merge, DeletedKey, Merged, MergeOutput, MergeRule, MergeSource};
 use crate::read::schema::{self, NullColumns};
 use crate::read::{OPERATION_COLUMN, ROW_POSITION_COLUMN};
+use crate::timeline::WritesInRange;
 
 /// What a slice read returns.
 #[derive(Debug)]
@@ -25,7 +26,7 @@ pub(crate) enum SliceOutput {
     Snapshot,
     /// The rows changed by the commits whose requested instants are `instants`, with
     /// `_hoodie_operation` (`changes_schema`), and `D` rows when `with_deletes`.
-    Changes { instants: HashSet<String>, with_deletes: bool, changes_schema: SchemaRef, start: Option<RangeStart> },
+    Changes { instants: WritesInRange, with_deletes: bool, changes_schema: SchemaRef, start: Option<RangeStart> },
 }
 
 /// What a change read needs beyond the slice when the slice's base file was written inside
@@ -280,7 +281,7 @@ fn with_positions(rows: RecordBatch, positions: Option<UInt64Array>) -> Result<R
 fn changes(
     mut merged: Merged,
     start: Option<StartState>,
-    instants: &HashSet<String>,
+    instants: &WritesInRange,
     with_deletes: bool,
     changes_schema: &SchemaRef,
 ) -> Result<Option<RecordBatch>> {

@@ -6,7 +6,7 @@
 pub mod instant;
 pub mod metadata;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 pub use instant::{InstantFile, State};
 
@@ -51,6 +51,50 @@ pub enum ReadBound {
     /// Instants that completed at or before this time: the end of an incremental range on a
     /// layout-2 table (in layout 1, where no completion time exists, the requested time).
     CompletedBy(String),
+}
+
+/// The writes whose rows an incremental range returns, by requested instant time.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WritesInRange {
+    /// Completed writes of the active timeline.
+    active: HashSet<String>,
+    /// When the range reaches back before the active timeline: the archived writes in it.
+    archived: Option<ArchivedWrites>,
+}
+
+/// Archived writes in a range: those requested before the active timeline's first instant,
+/// after `after` and up to `until`. Their completion times stay in the archive, so requested
+/// times stand in for them (exact in layout 1; in layout 2 an archived write completes before
+/// every active instant is requested, and after its own request).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ArchivedWrites {
+    after: Option<String>,
+    until: Option<String>,
+    before: String,
+}
+
+impl WritesInRange {
+    /// Whether the write requested at `instant` is in the range.
+    pub fn contains(&self, instant: &str) -> bool {
+        self.active.contains(instant)
+            || self.archived.as_ref().is_some_and(|a| {
+                instant < a.before.as_str()
+                    && a.after.as_deref().is_none_or(|s| instant > s)
+                    && a.until.as_deref().is_none_or(|e| instant <= e)
+            })
+    }
+
+    /// Whether the range holds no write at all.
+    pub fn is_empty(&self) -> bool {
+        self.active.is_empty() && self.archived.is_none()
+    }
+}
+
+impl<S: Into<String>> FromIterator<S> for WritesInRange {
+    /// Exactly these active writes.
+    fn from_iter<I: IntoIterator<Item = S>>(instants: I) -> WritesInRange {
+        WritesInRange { active: instants.into_iter().map(Into::into).collect(), archived: None }
+    }
 }
 
 /// All instants of a table, ordered by requested time.
@@ -116,10 +160,21 @@ impl Timeline {
         self.get(timestamp).is_some_and(Instant::is_completed)
     }
 
+    /// Whether `timestamp` is older than every instant of this (active) timeline: archival
+    /// moved it out, and only completed actions are archived (Java's
+    /// `containsOrBeforeTimelineStarts`). Data files of such instants are committed.
+    pub fn is_archived(&self, timestamp: &str) -> bool {
+        self.instants.first().is_some_and(|first| timestamp < first.timestamp.as_str())
+    }
+
     /// When the action requested at `timestamp` completed, for ordering and slicing: the
     /// completion time in layout 2, the requested time itself in layout 1 (which orders
-    /// actions by requested time). `None` while pending or unknown.
-    pub fn completion_time(&self, timestamp: &str) -> Option<&str> {
+    /// actions by requested time) and for archived actions (whose completion times only the
+    /// archive holds; they precede every active one). `None` while pending or unknown.
+    pub fn completion_time<'a>(&'a self, timestamp: &'a str) -> Option<&'a str> {
+        if self.is_archived(timestamp) {
+            return Some(timestamp);
+        }
         let instant = self.get(timestamp).filter(|i| i.is_completed())?;
         Some(instant.completion.as_deref().unwrap_or(&instant.timestamp))
     }
@@ -134,16 +189,21 @@ impl Timeline {
         }
     }
 
-    /// Requested instants of the completed writes whose completion time (layout 2) or
-    /// requested time (layout 1) lies in `(start, end]`; `None` bounds are open.
-    pub fn writes_in_range(&self, start: Option<&str>, end: Option<&str>) -> std::collections::HashSet<String> {
-        self.completed_writes()
+    /// The completed writes whose completion time (layout 2) or requested time (layout 1)
+    /// lies in `(start, end]`; `None` bounds are open.
+    pub fn writes_in_range(&self, start: Option<&str>, end: Option<&str>) -> WritesInRange {
+        let active = self
+            .completed_writes()
             .filter(|i| {
                 let t = i.completion.as_deref().unwrap_or(&i.timestamp);
                 start.is_none_or(|s| t > s) && end.is_none_or(|e| t <= e)
             })
             .map(|i| i.timestamp.clone())
-            .collect()
+            .collect();
+        let archived = self.instants.first().filter(|first| start.is_none_or(|s| s < first.timestamp.as_str())).map(|first| {
+            ArchivedWrites { after: start.map(str::to_owned), until: end.map(str::to_owned), before: first.timestamp.clone() }
+        });
+        WritesInRange { active, archived }
     }
 
     /// Completed writes (commit, deltacommit, replacecommit), by requested time.
