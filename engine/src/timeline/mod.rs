@@ -263,4 +263,31 @@ mod tests {
         assert_eq!(t.completion_time("20250126040823628"), Some("20250126040823628"));
         assert!(!t.is_completed("20250126040936578"));
     }
+
+    #[test]
+    fn instants_before_the_active_timeline_are_archived_writes() {
+        let t = timeline(&[
+            "20250101000000050_20250101000000060.deltacommit",
+            "20250101000000070.deltacommit.inflight",
+        ]);
+        // Older than every active instant: archived, visible, and completed at its request.
+        assert!(t.is_archived("20250101000000010") && !t.is_archived("20250101000000055"));
+        assert_eq!(t.completion_time("20250101000000010"), Some("20250101000000010"));
+        assert!(t.is_visible("20250101000000010", &ReadBound::CompletedBy("20250101000000020".into())));
+        assert!(!t.is_visible("20250101000000055", &ReadBound::Latest), "unknown, not archived");
+        assert!(!t.is_visible("20250101000000070", &ReadBound::Latest), "pending");
+
+        let (archived, active) = ("20250101000000010", "20250101000000050");
+        let all = t.writes_in_range(None, None);
+        assert!(all.contains(archived) && all.contains(active) && !all.contains("20250101000000070"));
+        // A start inside the archive takes the archived writes after it.
+        let from = |start: &str, end: Option<&str>| t.writes_in_range(Some(start), end);
+        assert!(from("20250101000000005", None).contains(archived));
+        assert!(!from("20250101000000010", None).contains(archived));
+        assert!(!from("20250101000000005", Some("20250101000000009")).contains(archived));
+        // A start inside the active timeline takes no archived write.
+        let later = from("20250101000000060", None);
+        assert!(!later.contains(archived) && !later.contains(active) && later.is_empty());
+        assert!(from("20250101000000059", None).contains(active), "completed at ..060, after the start");
+    }
 }
