@@ -146,8 +146,6 @@ pub unsafe fn scan_filter(baserel: *mut pg_sys::RelOptInfo, fields: &FieldNames)
     ScanFilter { predicates }
 }
 
-/// The fields the query reads (target list and quals), or `None` for all of them (a whole-row
-/// reference).
 /// Whether the scan must return `ctid`: the row identity column of an UPDATE or DELETE target
 /// (see [`crate::fdw::positions`]).
 pub unsafe fn wants_row_positions(baserel: *mut pg_sys::RelOptInfo) -> bool {
@@ -157,6 +155,8 @@ pub unsafe fn wants_row_positions(baserel: *mut pg_sys::RelOptInfo) -> bool {
     pg_sys::bms_is_member(ctid, attrs)
 }
 
+/// The fields the query reads (target list and quals), or `None` for all of them (a whole-row
+/// reference).
 pub unsafe fn used_columns(baserel: *mut pg_sys::RelOptInfo, fields: &FieldNames) -> Option<Vec<String>> {
     let relid = (*baserel).relid;
     let mut attrs: *mut pg_sys::Bitmapset = std::ptr::null_mut();

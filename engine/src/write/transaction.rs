@@ -276,6 +276,25 @@ impl Transaction {
         [(header::INSTANT_TIME, self.instant.clone()), (header::SCHEMA, self.avro_with_meta.clone())].into()
     }
 
+    /// The header of a block of `partition`/`file_id` holding `records`, each read at
+    /// `read_at(record)`. When every record was read from a base file they are first put in
+    /// position order, and the header names their positions if they qualify
+    /// ([`positions_header`]).
+    fn positioned_block_header<T>(
+        &self,
+        partition: &str,
+        file_id: &str,
+        records: &mut [T],
+        read_at: impl Fn(&T) -> Option<&BaseRow>,
+    ) -> BTreeMap<i32, String> {
+        if records.iter().all(|r| read_at(r).is_some()) {
+            records.sort_by_key(|r| read_at(r).map(|p| p.position));
+        }
+        let mut block_header = self.block_header();
+        block_header.extend(positions_header(partition, file_id, records.iter().map(&read_at)).into_iter().flatten());
+        block_header
+    }
+
     /// Upserts `rows` (the data columns of [`Self::data_schema`], by name): one Parquet data
     /// block per touched file group, in a new log file.
     pub async fn upsert(&mut self, rows: &RecordBatch) -> Result<()> {
@@ -310,13 +329,11 @@ impl Transaction {
                     .map(move |(bucket, rows)| ((partition.to_owned(), bucket as u32), rows))
             })
             .collect();
-        for ((partition, bucket), mut rows) in groups {
+        for ((partition, bucket), rows) in groups {
             let file_id = file_id_of_bucket(bucket);
-            if rows.iter().all(|&r| position_of(r).is_some()) {
-                rows.sort_by_key(|&r| position_of(r).map(|p| p.position));
-            }
-            let mut block_header = self.block_header();
-            block_header.extend(positions_header(&partition, &file_id, rows.iter().map(|&r| position_of(r))).into_iter().flatten());
+            let mut rows: Vec<(u32, Option<&BaseRow>)> = rows.into_iter().map(|r| (r, position_of(r))).collect();
+            let block_header = self.positioned_block_header(&partition, &file_id, &mut rows, |(_, at)| *at);
+            let rows: Vec<u32> = rows.into_iter().map(|(row, _)| row).collect();
             let indices = UInt32Array::from_iter_values(rows.iter().copied());
             let part = take_record_batch(&data, &indices).map_err(internal("cannot split rows by bucket"))?;
             let n = rows.len();
@@ -352,11 +369,7 @@ impl Transaction {
         }
         for ((partition, bucket), mut records) in groups {
             let file_id = file_id_of_bucket(bucket);
-            if records.iter().all(|(_, p)| p.is_some()) {
-                records.sort_by_key(|(_, p)| p.as_ref().map(|p| p.position));
-            }
-            let mut block_header = self.block_header();
-            block_header.extend(positions_header(&partition, &file_id, records.iter().map(|(_, p)| p.as_ref())).into_iter().flatten());
+            let block_header = self.positioned_block_header(&partition, &file_id, &mut records, |(_, p)| p.as_ref());
             let records: Vec<DeleteRecord> = records.into_iter().map(|(record, _)| record).collect();
             let n = records.len() as i64;
             let block = encode_block(BlockType::Delete, &block_header, &encode_deletes(&records)?);
