@@ -318,7 +318,7 @@ impl TableReader {
             }
             _ => options,
         };
-        self.fetch_slice_files(slice, bound, kind, options, stats).await
+        self.fetch_slice_files(slice, bound, kind, options, None, stats).await
     }
 
     /// For a change read of `slice` whose base file a write inside `range` (its `instants`)
@@ -358,15 +358,27 @@ impl TableReader {
             }
             return Ok(Some(range_start));
         };
+        // Each log file is read once: the slices before this one hold the start slice's logs
+        // (as of the end, with the logs written since), and their delete blocks.
+        let mut earlier_logs = Vec::new();
+        for earlier in self.view.group_slices(partition, file_id, &self.timeline, end) {
+            if earlier.base_instant >= at_start.base_instant && earlier.base_instant < slice.base_instant {
+                earlier_logs.push(self.read_log_blocks(&earlier).await?);
+            }
+        }
+        let mut start_logs = Vec::new();
+        for log in &at_start.log_files {
+            let path = at_start.log_path(log);
+            let read: Vec<_> = earlier_logs.iter().flatten().filter(|(p, _)| *p == path).cloned().collect();
+            start_logs.extend(if read.is_empty() { self.read_log_file(path).await? } else { read });
+        }
         let keys = [schema::RECORD_KEY_COLUMN, schema::PARTITION_PATH_COLUMN].map(|c| schema::META_FIELDS[c].to_owned());
         let options = ScanOptions { columns: Some(keys.into()), ..Default::default() };
         let mut unreported = ScanStats::default();
-        let state = self.fetch_slice_files(&at_start, start_bound, SliceOutput::Snapshot, &options, &mut unreported);
+        let state = self.fetch_slice_files(&at_start, start_bound, SliceOutput::Snapshot, &options, Some(start_logs), &mut unreported);
         range_start.state = Some(Box::new(state.await?));
-        let earlier = self.view.group_slices(partition, file_id, &self.timeline, end);
-        for earlier in earlier.iter().filter(|s| s.base_instant >= at_start.base_instant && s.base_instant < slice.base_instant) {
-            let blocks = self.fetch_log_blocks(earlier, end).await?;
-            let deletes = blocks.into_iter().filter(|(_, instant, block)| {
+        for logs in earlier_logs {
+            let deletes = self.visible_blocks(logs, end).into_iter().filter(|(_, instant, block)| {
                 matches!(block.block_type, BlockType::Delete) && instants.contains(instant)
             });
             range_start.deletes.extend(deletes);
@@ -383,13 +395,15 @@ impl TableReader {
         Ok(self.retained_by_clean.get_or_init(|| retained).clone())
     }
 
-    /// [`Self::fetch_slice`] once the bound and output are known.
+    /// [`Self::fetch_slice`] once the bound and output are known; `logs` are the slice's log
+    /// blocks when the caller has read them already ([`Self::read_log_blocks`]).
     async fn fetch_slice_files(
         &self,
         slice: &FileSlice,
         bound: ReadBound,
         kind: SliceOutput,
         options: &ScanOptions,
+        logs: Option<Vec<(String, LogBlock)>>,
         stats: &mut ScanStats,
     ) -> Result<SliceRead> {
         let changes = matches!(kind, SliceOutput::Changes { .. });
@@ -404,7 +418,11 @@ impl TableReader {
                 "log files of a table without meta fields cannot be merged (no record keys)",
             ));
         }
-        let blocks = if merging { self.fetch_log_blocks(slice, &bound).await? } else { Vec::new() };
+        let blocks = match (merging, logs) {
+            (false, _) => Vec::new(),
+            (true, Some(logs)) => self.visible_blocks(logs, &bound),
+            (true, None) => self.visible_blocks(self.read_log_blocks(slice).await?, &bound),
+        };
         // When every block names its records' rows in the base file, the merge matches them by
         // position, and record keys are read only when asked for.
         let positions_of = slice
@@ -433,18 +451,28 @@ impl TableReader {
         })
     }
 
-    /// The data and delete blocks of the slice's log files, in the order written, that
-    /// instants visible within `bound` wrote and no rollback cancelled.
-    async fn fetch_log_blocks(&self, slice: &FileSlice, bound: &ReadBound) -> Result<Vec<(String, String, LogBlock)>> {
+    /// The blocks of the slice's log files, in the order written: `(file path, block)`.
+    async fn read_log_blocks(&self, slice: &FileSlice) -> Result<Vec<(String, LogBlock)>> {
         let mut blocks = Vec::new();
         for log in &slice.log_files {
-            let path = slice.log_path(log);
-            let bytes = self.storage.get(&path).await?;
-            blocks.extend(read_blocks(&bytes).into_iter().map(|b| (path.clone(), b)));
+            blocks.extend(self.read_log_file(slice.log_path(log)).await?);
         }
+        Ok(blocks)
+    }
+
+    /// The blocks of the log file at `path`.
+    async fn read_log_file(&self, path: String) -> Result<Vec<(String, LogBlock)>> {
+        let bytes = self.storage.get(&path).await?;
+        Ok(read_blocks(&bytes).into_iter().map(|b| (path.clone(), b)).collect())
+    }
+
+    /// Of a slice's log `blocks`, the data and delete blocks that instants visible within
+    /// `bound` wrote and no rollback cancelled, in the order written: `(file path, instant,
+    /// block)`.
+    fn visible_blocks(&self, blocks: Vec<(String, LogBlock)>, bound: &ReadBound) -> Vec<(String, String, LogBlock)> {
         let rolled_back: HashSet<String> =
             blocks.iter().filter_map(|(_, b)| b.rollback_target().map(str::to_owned)).collect();
-        Ok(blocks
+        blocks
             .into_iter()
             .filter(|(_, block)| !matches!(block.block_type, BlockType::Corrupt | BlockType::Command))
             .filter_map(|(path, block)| {
@@ -452,7 +480,7 @@ impl TableReader {
                 let visible = self.timeline.is_visible(&instant, bound) && !rolled_back.contains(&instant);
                 visible.then_some((path, instant, block))
             })
-            .collect())
+            .collect()
     }
 
     /// The columns a read returns: the requested ones, and the commit time that change reads
