@@ -6,16 +6,26 @@
 -- _hoodie_operation to see 'I', 'U' and 'D'). Each call returns the rows changed since the
 -- consumer's position and moves the position to the latest commit, in the caller's
 -- transaction: ROLLBACK replays the same changes, COMMIT acknowledges them. Concurrent calls
--- of one consumer on one table queue on the position row.
+-- of one consumer on one table queue on the position row. The caller needs SELECT on the
+-- table; the function runs with the caller's privileges.
 
+-- Positions are per role: a role sees and moves only its own, and only for tables it may
+-- read (row-level security below), so every role with SELECT on a table can consume it and no
+-- role can read or move another's position.
 CREATE TABLE hudi.consumer_positions (
     relation regclass NOT NULL,
+    role regrole NOT NULL DEFAULT current_user::regrole,
     consumer text NOT NULL,
     position text NOT NULL,   -- completion time (table version 8+) or instant (version 6)
     updated_at timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (relation, consumer)
+    PRIMARY KEY (relation, role, consumer)
 );
 SELECT pg_catalog.pg_extension_config_dump('hudi.consumer_positions', '');
+ALTER TABLE hudi.consumer_positions ENABLE ROW LEVEL SECURITY;
+CREATE POLICY own_positions ON hudi.consumer_positions
+    USING (role = current_user::regrole)
+    WITH CHECK (role = current_user::regrole AND pg_catalog.has_table_privilege(relation, 'SELECT'));
+GRANT SELECT, INSERT, UPDATE, DELETE ON hudi.consumer_positions TO PUBLIC;
 
 CREATE FUNCTION hudi.consume(changes anyelement, consumer text)
 RETURNS SETOF anyelement
@@ -37,10 +47,14 @@ BEGIN
         RAISE EXCEPTION 'hudi.consume needs a hudi_fdw foreign table with query_type ''incremental'', and % is not one', rel
             USING ERRCODE = 'wrong_object_type';
     END IF;
-    INSERT INTO hudi.consumer_positions (relation, consumer, position)
-         VALUES (rel, consumer, '') ON CONFLICT DO NOTHING;
+    IF NOT has_table_privilege(rel, 'SELECT') THEN
+        RAISE EXCEPTION 'permission denied for foreign table %', rel
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    INSERT INTO hudi.consumer_positions (relation, role, consumer, position)
+         VALUES (rel, current_user::regrole, consumer, '') ON CONFLICT DO NOTHING;
     SELECT p.position INTO last_position FROM hudi.consumer_positions p
-     WHERE p.relation = rel AND p.consumer = consume.consumer FOR UPDATE;
+     WHERE p.relation = rel AND p.role = current_user::regrole AND p.consumer = consume.consumer FOR UPDATE;
     stop := hudi.latest_commit(rel);
     IF stop IS NULL OR stop <= last_position THEN
         RETURN;
@@ -51,7 +65,7 @@ BEGIN
     PERFORM set_config('hudi.start_instant', coalesce(saved_start, ''), true);
     PERFORM set_config('hudi.end_instant', coalesce(saved_end, ''), true);
     UPDATE hudi.consumer_positions p SET position = stop, updated_at = now()
-     WHERE p.relation = rel AND p.consumer = consume.consumer;
+     WHERE p.relation = rel AND p.role = current_user::regrole AND p.consumer = consume.consumer;
 END
 $$;
 COMMENT ON FUNCTION hudi.consume(anyelement, text) IS

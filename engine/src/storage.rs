@@ -82,6 +82,19 @@ impl StorageUri {
         if url.query().is_some() || url.fragment().is_some() {
             return Err(invalid("query strings and fragments are not allowed"));
         }
+        // One spelling per location: what access checks compare is what storage opens. The
+        // URL parser has already resolved dot segments (also `%2e%2e`, and `\` on file://);
+        // a segment that decodes to a separator or a dot segment would be split or resolved
+        // again by the store, so it is refused, and empty segments (`a//b`) are dropped.
+        let mut segments = Vec::new();
+        for segment in url.path_segments().into_iter().flatten().filter(|s| !s.is_empty()) {
+            if !is_plain_segment(&decode_segment(segment)) {
+                return Err(invalid(&format!("the path segment \"{segment}\" is not a plain name")));
+            }
+            segments.push(segment.to_owned());
+        }
+        let mut url = url;
+        url.set_path(&format!("/{}", segments.join("/")));
         Ok(StorageUri { url, scheme })
     }
 
@@ -94,22 +107,27 @@ impl StorageUri {
     }
 
     /// Resolves a table `path` option against this base: an absolute URI stands alone, anything
-    /// else is a relative path below the base (never above it: `..` is refused).
+    /// else is a relative path below the base. Either way the result must lie at or below the
+    /// base ([`Self::is_within_resolved`]), whatever the spelling: a relative path's segments
+    /// are percent-decoded before they are checked, so `%2e%2e`, `%2f` and `\` cannot climb.
     pub fn resolve(&self, path: &str) -> Result<StorageUri> {
-        if path.contains("://") {
-            return StorageUri::parse(path);
-        }
-        let relative = path.trim_matches('/');
-        if relative.split('/').any(|segment| segment == ".." || segment == ".") {
+        let resolved = if path.contains("://") {
+            StorageUri::parse(path)?
+        } else {
+            let segments = relative_path_segments(path)?;
+            if segments.is_empty() {
+                self.clone()
+            } else {
+                StorageUri::parse(&format!("{}/{}", self.as_str(), segments.join("/")))?
+            }
+        };
+        if !resolved.is_within_resolved(self) {
             return Err(Error::new(
-                ErrorKind::InvalidArgument,
-                format!("table path \"{path}\" must not contain \".\" or \"..\" segments"),
+                ErrorKind::PermissionDenied,
+                format!("table path \"{path}\" resolves to {resolved}, outside the server's base_uri {self}"),
             ));
         }
-        if relative.is_empty() {
-            return Ok(self.clone());
-        }
-        StorageUri::parse(&format!("{}/{}", self.as_str(), relative))
+        Ok(resolved)
     }
 
     /// The local directory of a `file://` URI, for access checks; `None` for other schemes.
@@ -133,6 +151,64 @@ impl StorageUri {
         };
         let (mine, theirs) = (segments(&self.url), segments(&root.url));
         mine.len() >= theirs.len() && mine[..theirs.len()] == theirs[..]
+    }
+
+    /// [`Self::is_within`], and on `file://` also after following symbolic links: a link below
+    /// `root` that points elsewhere is not below it.
+    pub fn is_within_resolved(&self, root: &StorageUri) -> bool {
+        if !self.is_within(root) {
+            return false;
+        }
+        match (self.local_path(), root.local_path()) {
+            (Some(mine), Some(theirs)) => real_path(&mine).starts_with(real_path(&theirs)),
+            _ => true,
+        }
+    }
+}
+
+/// The segments of a relative table path (empty ones, from `a//b`, dropped), each a plain name
+/// also once percent-decoded: a relative path cannot climb above what it is relative to.
+pub fn relative_path_segments(path: &str) -> Result<Vec<&str>> {
+    let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    if segments.iter().any(|s| !is_plain_segment(&decode_segment(s))) {
+        return Err(Error::new(
+            ErrorKind::PermissionDenied,
+            format!(
+                "table path \"{path}\" must stay below the server's base_uri: a relative path takes plain names only (no \".\", \"..\", \"\\\" or encoded \"/\")"
+            ),
+        ));
+    }
+    Ok(segments)
+}
+
+/// A URL path segment with its percent-escapes decoded (invalid UTF-8 replaced, which only
+/// makes it less plain).
+fn decode_segment(segment: &str) -> String {
+    percent_encoding::percent_decode_str(segment).decode_utf8_lossy().into_owned()
+}
+
+/// Whether a decoded path segment names one entry of its directory: not empty, not a dot
+/// segment, no separator of any platform, no NUL.
+fn is_plain_segment(segment: &str) -> bool {
+    !segment.is_empty() && segment != "." && segment != ".." && !segment.contains(['/', '\\', '\0'])
+}
+
+/// `path` with symbolic links followed as far as it exists (the rest appended as written), so
+/// that a location not created yet is judged by the directory it would be created in.
+fn real_path(path: &std::path::Path) -> PathBuf {
+    let mut existing = path;
+    let mut rest = Vec::new();
+    loop {
+        if let Ok(real) = std::fs::canonicalize(existing) {
+            return rest.iter().rev().fold(real, |p, name| p.join(name));
+        }
+        match (existing.parent(), existing.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_owned());
+                existing = parent;
+            }
+            _ => return path.to_path_buf(),
+        }
     }
 }
 
@@ -324,8 +400,71 @@ mod tests {
     fn resolve_joins_relative_paths_and_keeps_absolute_uris() {
         let base = StorageUri::parse("file:///srv/lake/").unwrap();
         assert_eq!(base.resolve("sales/orders").unwrap().as_str(), "file:///srv/lake/sales/orders");
-        assert_eq!(base.resolve("s3://b/t").unwrap().as_str(), "s3://b/t");
-        assert!(base.resolve("../etc").is_err());
+        assert_eq!(base.resolve("file:///srv/lake/x/y").unwrap().as_str(), "file:///srv/lake/x/y");
+        assert_eq!(base.resolve("sales//orders/").unwrap().as_str(), "file:///srv/lake/sales/orders");
+        assert_eq!(base.resolve("").unwrap().as_str(), "file:///srv/lake");
+        assert_eq!(base.resolve("my%20table").unwrap().as_str(), "file:///srv/lake/my%20table");
+    }
+
+    #[test]
+    fn no_spelling_of_a_path_leaves_its_base() {
+        let base = StorageUri::parse("file:///srv/lake").unwrap();
+        for path in [
+            "../etc",
+            "a/../../etc",
+            "%2e%2e/%2e%2e/secret",
+            "%2E%2e/x",
+            ".%2e/x",
+            "%2e/x",
+            "./x",
+            "..%2f..%2fsecret",
+            "..%2F..",
+            "a%2f..%2f..%2f..",
+            "..\\..\\secret",
+            "%5c..%5c..",
+            "a/%00/b",
+            "file:///srv/lake/../secret",
+            "file:///srv/lake/%2e%2e/secret",
+            "file:///srv/lake2/t",
+            "file:///srv",
+            "s3://bucket/lake/t",
+            "memory:///srv/lake/t",
+        ] {
+            let err = base.resolve(path).map(|u| u.to_string()).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::PermissionDenied, "{path}: {err}");
+        }
+        let bucket = StorageUri::parse("s3://bucket/lake").unwrap();
+        for path in ["..%2fother", "x\\..\\..", "s3://bucket/lake2", "s3://other/lake/t", "%2e%2e"] {
+            assert_eq!(bucket.resolve(path).unwrap_err().kind(), ErrorKind::PermissionDenied, "{path}");
+        }
+        assert_eq!(bucket.resolve("s3://bucket/lake/t").unwrap().as_str(), "s3://bucket/lake/t");
+    }
+
+    #[test]
+    fn uris_have_one_spelling() {
+        assert_eq!(StorageUri::parse("file:///srv//lake/").unwrap().as_str(), "file:///srv/lake");
+        assert_eq!(StorageUri::parse("file:///srv/a\\b").unwrap().as_str(), "file:///srv/a/b");
+        for bad in ["file:///srv/a%2fb", "s3://b/a%2Fb", "s3://b/a\\b", "s3://b/%5c", "file:///x/%00"] {
+            assert!(StorageUri::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn symbolic_links_do_not_lead_out_of_a_base() {
+        let dir = tempfile::tempdir().unwrap();
+        let (lake, secret) = (dir.path().join("lake"), dir.path().join("secret"));
+        std::fs::create_dir_all(lake.join("t")).unwrap();
+        std::fs::create_dir_all(secret.join("t")).unwrap();
+        std::os::unix::fs::symlink(&secret, lake.join("link")).unwrap();
+        let base = StorageUri::parse(&format!("file://{}", lake.display())).unwrap();
+        assert!(base.resolve("t").is_ok());
+        assert!(base.resolve("not/yet/created").is_ok(), "judged by the directory it would be created in");
+        for path in ["link", "link/t", "link/new/table"] {
+            assert_eq!(base.resolve(path).unwrap_err().kind(), ErrorKind::PermissionDenied, "{path}");
+        }
+        // A base that is itself reached through a link is judged by where it leads.
+        let via_link = StorageUri::parse(&format!("file://{}", lake.join("link").display())).unwrap();
+        assert!(via_link.resolve("t").is_ok());
     }
 
     #[test]

@@ -37,6 +37,9 @@ SELECT pg_temp.try($$CREATE USER MAPPING FOR PUBLIC SERVER cloud OPTIONS (passwo
 SELECT pg_temp.try($$CREATE FOREIGN TABLE t0 (id int) SERVER lake$$);
 SELECT pg_temp.try($$CREATE FOREIGN TABLE t0 (id int) SERVER lake OPTIONS (path 't', flavour 'x')$$);
 SELECT pg_temp.try($$CREATE FOREIGN TABLE t0 (id int) SERVER lake OPTIONS (path '../etc')$$);
+SELECT pg_temp.try($$CREATE FOREIGN TABLE t0 (id int) SERVER lake OPTIONS (path '%2e%2e/%2E%2e/etc')$$);
+SELECT pg_temp.try($$CREATE FOREIGN TABLE t0 (id int) SERVER lake OPTIONS (path 'x/..%2f..%2fetc')$$);
+SELECT pg_temp.try($$CREATE FOREIGN TABLE t0 (id int) SERVER lake OPTIONS (path 'x\..\..\etc')$$);
 SELECT pg_temp.try($$CREATE FOREIGN TABLE t0 (id int) SERVER lake OPTIONS (path 't', query_type 'streaming')$$);
 SELECT pg_temp.try($$CREATE FOREIGN TABLE t0 (id int) SERVER lake OPTIONS (path 't', as_of_instant 'yesterday')$$);
 SELECT pg_temp.try($$CREATE FOREIGN TABLE t0 (id int) SERVER lake OPTIONS (path 't', buckets '0')$$);
@@ -52,6 +55,8 @@ SELECT ftrelid::regclass, ftoptions FROM pg_foreign_table ORDER BY 1::text;
 
 -- reading a table that does not exist is a clear error, not a crash
 SELECT pg_temp.try($$SELECT * FROM customers$$);
+-- an absolute path outside the server's base_uri is refused when the table is opened
+SELECT pg_temp.try($$SELECT * FROM elsewhere$$);
 
 -- table_properties reads hoodie.properties; missing tables and bad URIs are clear errors
 SELECT pg_temp.try($$SELECT * FROM hudi.table_properties('file:///nonexistent/table')$$);

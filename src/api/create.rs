@@ -21,10 +21,12 @@ fn list(value: Option<&String>) -> Vec<String> {
 /// Creates the merge-on-read table (version 8, simple bucket index) that `table` declares
 /// with its columns and the options `primary_key`, `ordering_field`, `partition_by`,
 /// `buckets` and `merge_mode`; returns its location. An existing table with the same keys,
-/// partitioning, buckets and columns is accepted; a different one is an error.
+/// partitioning, buckets and columns is accepted; a different one is an error. Writing a
+/// table's `hoodie.properties` is for the foreign table's owner.
 #[pg_extern(volatile)]
 fn create_table(table: PgRelation) -> String {
     let relid = table.oid();
+    crate::api::require_owner(&table, "create its Hudi table");
     let foreign = ForeignHudiTable::for_function(relid);
     let name = table.name().to_owned();
     // SAFETY: the relation is open; its tuple descriptor lives as long as it.

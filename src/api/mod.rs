@@ -14,7 +14,9 @@ pub(crate) fn service_target(table: &PgRelation, to: &str) -> engine::storage::S
     crate::fdw::table::ForeignHudiTable::for_function(table.oid()).storage()
 }
 
-fn require_owner(table: &PgRelation, to: &str) {
+/// Raises 42501 unless the current role owns `table` (or is a superuser), naming what it wanted
+/// `to` do.
+pub(crate) fn require_owner(table: &PgRelation, to: &str) {
     // SAFETY: catalog lookup on the main thread for an open relation.
     let owner = unsafe { pg_sys::pg_class_ownercheck(table.oid(), pg_sys::GetUserId()) };
     if !owner {

@@ -189,14 +189,15 @@ fn validate_table(options: &[(String, String)]) {
     }
 }
 
-/// A table path is relative to the server's base (checked when the table is opened) or an
-/// absolute URI, which must be valid and allowed here.
+/// A table path is relative to the server's base or an absolute URI below it. The validator
+/// does not know the server, so that part is checked whenever the table is opened
+/// ([`crate::fdw::table::ForeignHudiTable::of_relation`]); here, what the path alone shows.
 fn validate_table_path(value: &str) {
     if value.contains("://") {
         let uri = StorageUri::parse(value).unwrap_or_else(|e| bad_value("path", value, e.message()));
         check_location_access(&uri);
-    } else if value.trim_matches('/').split('/').any(|s| s == ".." || s == ".") {
-        bad_value("path", value, "a relative path must stay below the server's base_uri");
+    } else if let Err(e) = storage::relative_path_segments(value) {
+        crate::error::report(e);
     }
 }
 
@@ -208,7 +209,9 @@ fn validate_instant(name: &str, value: &str) {
 }
 
 /// `file://` locations are open to superusers anywhere and to other roles only under
-/// `hudi.allowed_file_roots`: a file:// table reads and writes as the server's OS user.
+/// `hudi.allowed_file_roots` (also after following symbolic links): a file:// table reads and
+/// writes as the server's OS user. Checked when a location is named (server, table, function
+/// argument) and again whenever a table is opened, as the role that opens it.
 pub fn check_location_access(uri: &StorageUri) {
     if uri.scheme() != storage::Scheme::File || unsafe { pg_sys::superuser() } {
         return;
@@ -216,7 +219,7 @@ pub fn check_location_access(uri: &StorageUri) {
     let roots = guc::string_value(&guc::ALLOWED_FILE_ROOTS);
     let allowed = roots.split(',').map(str::trim).filter(|r| !r.is_empty()).any(|root| {
         let root = if root.contains("://") { root.to_owned() } else { format!("file://{root}") };
-        StorageUri::parse(&root).is_ok_and(|root| uri.is_within(&root))
+        StorageUri::parse(&root).is_ok_and(|root| uri.is_within_resolved(&root))
     });
     if !allowed {
         raise(

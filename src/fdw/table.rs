@@ -10,6 +10,7 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 
 use crate::error::OrReport;
+use crate::fdw::options::check_location_access;
 
 /// `DefElem` options of a catalog list as name → value.
 ///
@@ -84,7 +85,10 @@ impl ForeignHudiTable {
         Self::of_relation(relid)
     }
 
-    /// Resolves the foreign table `relid` (server `base_uri` + table `path`).
+    /// Resolves the foreign table `relid` (server `base_uri` + table `path`) for the current
+    /// role: the location must lie below the server's `base_uri` and be one the role may use
+    /// ([`check_location_access`]). Every read, write and function opens tables through here,
+    /// so a server or table whose options changed since they were validated is checked again.
     pub fn of_relation(relid: pg_sys::Oid) -> ForeignHudiTable {
         // SAFETY: catalog lookups for an existing foreign table, on the main thread.
         unsafe {
@@ -94,6 +98,7 @@ impl ForeignHudiTable {
             let options = options_of((*table).options);
             let base = StorageUri::parse(server_options.get("base_uri").map_or("", String::as_str)).or_report();
             let uri = base.resolve(options.get("path").map_or("", String::as_str)).or_report();
+            check_location_access(&uri);
             let credentials = match uri.scheme() {
                 Scheme::File | Scheme::Memory => BTreeMap::new(),
                 _ => credentials((*server).serverid),
