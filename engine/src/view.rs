@@ -9,7 +9,7 @@ use crate::table::files::{BaseFile, DataFile, LogFile};
 use crate::timeline::{ReadBound, Timeline};
 
 /// One version of a file group: a base file (absent for a slice made only of logs) and the
-/// log files written on top of it, oldest first.
+/// log files written on top of it, in the order they merge ([`LogFile::merge_order`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileSlice {
     /// Partition path relative to the table (`""` when not partitioned).
@@ -152,8 +152,8 @@ fn group_slices(
             slices.insert(base.instant.clone(), new_slice(base.instant.clone(), Some(base.clone())));
         }
     }
-    // Logs in the order they apply: by completion (layout 2) or name instant (layout 1),
-    // then version and write token.
+    // A log belongs to the slice of the latest base at or before its completion (layout 2)
+    // or of the base instant in its name (layout 1); within a slice logs merge in Hudi's order.
     let mut logs: Vec<(&str, &LogFile)> = Vec::new();
     for log in &files.logs {
         if timeline.layout() >= 2 {
@@ -168,7 +168,7 @@ fn group_slices(
             logs.push((log.instant.as_str(), log));
         }
     }
-    logs.sort_by(|a, b| (a.0, a.1.version_order_key()).cmp(&(b.0, b.1.version_order_key())));
+    logs.sort_by(|a, b| (a.0, a.1.merge_order()).cmp(&(b.0, b.1.merge_order())));
     for (order_time, log) in logs {
         let key = if timeline.layout() >= 2 { order_time } else { log.instant.as_str() };
         let slice_key = slices.range(..=key.to_owned()).next_back().map(|(k, _)| k.clone());
@@ -178,6 +178,9 @@ fn group_slices(
             .or_insert_with(|| new_slice(slice_key, None))
             .log_files
             .push(log.clone());
+    }
+    for slice in slices.values_mut() {
+        slice.log_files.sort_by(|a, b| a.merge_order().cmp(&b.merge_order()));
     }
     slices
 }
@@ -223,6 +226,28 @@ mod tests {
         assert_eq!(old[0].base_instant, "20251220210108078");
         assert_eq!(old[0].log_files.len(), 1);
         assert_eq!(old[0].base_path().unwrap(), format!("city=x/{fg}_0-1-1_20251220210108078.parquet"));
+    }
+
+    #[test]
+    fn logs_of_a_slice_merge_by_instant_whatever_order_they_completed_in() {
+        // Writer A started first and completed last: its log still merges before B's, so B
+        // wins ties (RFC-66, Java's LogFileComparator), as Spark reads the table.
+        let (a, b) = ("20250101000000003", "20250101000000005");
+        let t = timeline(2, &[
+            "20250101000000001_20250101000000002.deltacommit",
+            &format!("{a}_20250101000000009.deltacommit"),
+            &format!("{b}_20250101000000006.deltacommit"),
+        ]);
+        let fg = "00000000-0000-0000-0000-000000000000-0";
+        let view = FileSystemView::from_listing([
+            (format!("{fg}_0-1-1_20250101000000001.parquet"), 1),
+            (format!(".{fg}_{a}.log.2_0-1-1"), 1),
+            (format!(".{fg}_{b}.log.1_0-2-2"), 1),
+            (format!(".{fg}_{a}.log.1_0-1-1"), 1),
+        ]);
+        let latest = view.latest_slices(&t, &ReadBound::Latest, &HashSet::new());
+        let logs: Vec<_> = latest[0].log_files.iter().map(|l| l.name.as_str()).collect();
+        assert_eq!(logs, [format!(".{fg}_{a}.log.1_0-1-1"), format!(".{fg}_{a}.log.2_0-1-1"), format!(".{fg}_{b}.log.1_0-2-2")]);
     }
 
     #[test]

@@ -46,7 +46,7 @@ pub struct MergeOutput<'a> {
 }
 
 /// One version of a key, borrowing from the merged batches and delete records.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Version<'a> {
     /// `(batch, row)` of the row, or `None` when the key is deleted.
     row: Option<(usize, usize)>,
@@ -93,9 +93,10 @@ impl MergeRule {
         }
     }
 
-    /// The state of a key after all its `versions`, oldest first; with a change range, also
-    /// whether it was alive before the first version written inside the range. `batches` hold
-    /// the versions' rows (read by partial updates for NULLs).
+    /// The state of a key after all its `versions`, in merge order; with a change range, also
+    /// whether it was alive before the range: the fold of the versions written before it alone
+    /// (in merge order an instant of the range may come before one that completed before the
+    /// range started). `batches` hold the versions' rows (read by partial updates for NULLs).
     fn fold<'a>(
         &self,
         versions: impl IntoIterator<Item = Version<'a>>,
@@ -103,13 +104,20 @@ impl MergeRule {
         change_range: Option<&WritesInRange>,
     ) -> Option<KeyState<'a>> {
         let mut state: Option<KeyState<'a>> = None;
+        // Change reads: the winner among the versions written before the range, and whether
+        // the range wrote any.
+        let mut before_range: Option<Version<'a>> = None;
+        let mut range_wrote = false;
         for version in versions {
-            let in_range = change_range.is_some_and(|r| version.instant.is_some_and(|i| r.contains(i)));
+            if let Some(range) = change_range {
+                if version.instant.is_some_and(|i| range.contains(i)) {
+                    range_wrote = true;
+                } else if before_range.as_ref().is_none_or(|winner| self.replaces(winner, &version)) {
+                    before_range = Some(version.clone());
+                }
+            }
             match &mut state {
                 Some(state) => {
-                    if in_range && state.alive_before_range.is_none() {
-                        state.alive_before_range = Some(state.winner.row.is_some());
-                    }
                     let newer_wins = self.replaces(&state.winner, &version);
                     if self.mode == MergeMode::PartialUpdate && state.winner.row.is_some() && version.row.is_some() {
                         state.columns = Some(partial_update(batches, state.columns.take(), &state.winner, &version));
@@ -120,8 +128,11 @@ impl MergeRule {
                         state.winner = version;
                     }
                 }
-                None => state = Some(KeyState { winner: version, alive_before_range: in_range.then_some(false), columns: None }),
+                None => state = Some(KeyState { winner: version, alive_before_range: None, columns: None }),
             }
+        }
+        if let Some(state) = &mut state {
+            state.alive_before_range = range_wrote.then(|| before_range.is_some_and(|winner| winner.row.is_some()));
         }
         state
     }
@@ -905,6 +916,42 @@ mod tests {
             MergeRule { mode: MergeMode::CommitTimeOrdering, ordering_column: Some(5) },
         );
         assert_eq!(result(merged), [("a".to_owned(), "new".to_owned())]);
+    }
+
+    #[test]
+    fn a_key_alive_before_the_range_is_an_update_whatever_the_merge_order() {
+        // Writer A (instant 3) started before writer B (instant 5) but completed inside the
+        // range, after B completed before it: A merges first, yet B's row was what a reader of
+        // the range start saw.
+        let s = schema();
+        let in_range: WritesInRange = ["3"].into_iter().collect();
+        let merged = merge(
+            &s,
+            vec![rows_at(&s, Some("3"), &[("k", 9, "A")]), rows_at(&s, Some("5"), &[("k", 5, "B")])],
+            EVENT,
+            Some(&in_range),
+            MergeOutput::default(),
+        )
+        .unwrap();
+        assert_eq!(merged.alive_before_range, [true]);
+        assert_eq!(result(merged), pairs(&[("k", "A")]));
+        // B's delete before the range, A's row inside it: A re-inserts the key.
+        let merged = merge(
+            &s,
+            vec![
+                rows_at(&s, Some("3"), &[("k", 9, "A")]),
+                MergeSource::Deletes {
+                    records: vec![DeleteRecord { record_key: "k".into(), partition_path: None, ordering: OrderingValue::Int(5) }],
+                    instant: "5".into(),
+                    positions: None,
+                },
+            ],
+            EVENT,
+            Some(&in_range),
+            MergeOutput::default(),
+        )
+        .unwrap();
+        assert_eq!(merged.alive_before_range, [false]);
     }
 
     #[test]

@@ -327,7 +327,7 @@ fn planned_slice(op: &CompactionOperation) -> Result<FileSlice> {
         },
         None => None,
     };
-    let log_files: Vec<LogFile> = op
+    let mut log_files: Vec<LogFile> = op
         .log_files
         .iter()
         .map(|name| match DataFile::parse(name, 0) {
@@ -335,6 +335,8 @@ fn planned_slice(op: &CompactionOperation) -> Result<FileSlice> {
             _ => Err(corrupt(name)),
         })
         .collect::<Result<_>>()?;
+    // Plans written by other engines need not list them in merge order.
+    log_files.sort_by(|a, b| a.merge_order().cmp(&b.merge_order()));
     Ok(FileSlice {
         partition: op.partition.clone(),
         file_id: op.file_id.clone(),

@@ -102,9 +102,12 @@ impl LogFile {
         })
     }
 
-    /// Ordering of logs written under the same instant: version, then write token.
-    pub fn version_order_key(&self) -> (u32, &str) {
-        (self.version, &self.write_token)
+    /// Hudi's order of the log files of a file slice (RFC-66 "order by delta_commit_time,
+    /// version_number, write_token"; Java's `HoodieLogFile.LogFileComparator`): by the instant
+    /// in the name, then version, then write token. Versions of a record merge in this order,
+    /// so on equal ordering values the later one here wins, whichever write completed first.
+    pub fn merge_order(&self) -> (&str, u32, &str) {
+        (&self.instant, self.version, &self.write_token)
     }
 }
 
