@@ -30,8 +30,8 @@ unsafe fn strip(mut node: *mut pg_sys::Node) -> *mut pg_sys::Node {
     node
 }
 
-/// The field a plain column reference of relation `relid` names.
-unsafe fn column_of(node: *mut pg_sys::Node, relid: u32, fields: &FieldNames) -> Option<String> {
+/// The field a plain column reference of relation `relid` names, and the column's type.
+unsafe fn column_of(node: *mut pg_sys::Node, relid: u32, fields: &FieldNames) -> Option<(String, pg_sys::Oid)> {
     let node = strip(node);
     if node.is_null() || (*node).type_ != pg_sys::NodeTag::T_Var {
         return None;
@@ -40,25 +40,57 @@ unsafe fn column_of(node: *mut pg_sys::Node, relid: u32, fields: &FieldNames) ->
     if (*var).varno as u32 != relid || (*var).varlevelsup != 0 {
         return None;
     }
-    fields.get(&(*var).varattno).cloned()
+    Some((fields.get(&(*var).varattno)?.clone(), (*var).vartype))
+}
+
+/// Families of built-in types whose comparisons the engine evaluates exactly as PostgreSQL
+/// does, when both sides of an operator are of the same family (`date < timestamp` is not:
+/// its constant would need converting).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TypeFamily {
+    Bool,
+    Integer,
+    Float,
+    Numeric,
+    Text,
+    Date,
+    Timestamp,
+    TimestampTz,
+}
+
+fn family(type_oid: pg_sys::Oid) -> Option<TypeFamily> {
+    Some(match type_oid {
+        pg_sys::BOOLOID => TypeFamily::Bool,
+        pg_sys::INT2OID | pg_sys::INT4OID | pg_sys::INT8OID => TypeFamily::Integer,
+        pg_sys::FLOAT4OID | pg_sys::FLOAT8OID => TypeFamily::Float,
+        pg_sys::NUMERICOID => TypeFamily::Numeric,
+        pg_sys::TEXTOID | pg_sys::VARCHAROID => TypeFamily::Text,
+        pg_sys::DATEOID => TypeFamily::Date,
+        pg_sys::TIMESTAMPOID => TypeFamily::Timestamp,
+        pg_sys::TIMESTAMPTZOID => TypeFamily::TimestampTz,
+        _ => return None,
+    })
 }
 
 /// A datum of a type filters understand as a [`Scalar`].
 unsafe fn scalar_of(datum: pg_sys::Datum, type_oid: pg_sys::Oid) -> Option<Scalar> {
-    Some(match type_oid {
-        pg_sys::BOOLOID => Scalar::Bool(bool::from_datum(datum, false)?),
-        pg_sys::INT2OID => Scalar::Int(i64::from(i16::from_datum(datum, false)?)),
-        pg_sys::INT4OID => Scalar::Int(i64::from(i32::from_datum(datum, false)?)),
-        pg_sys::INT8OID => Scalar::Int(i64::from_datum(datum, false)?),
-        pg_sys::FLOAT4OID => Scalar::Float(f64::from(f32::from_datum(datum, false)?)),
-        pg_sys::FLOAT8OID => Scalar::Float(f64::from_datum(datum, false)?),
-        pg_sys::NUMERICOID => Scalar::Decimal(AnyNumeric::from_datum(datum, false)?.to_string()),
-        pg_sys::TEXTOID | pg_sys::VARCHAROID => Scalar::String(String::from_datum(datum, false)?),
-        pg_sys::DATEOID => Scalar::Date(i32::try_from(datum.value() as i32 as i64 + PG_EPOCH_DAYS).ok()?),
-        pg_sys::TIMESTAMPOID | pg_sys::TIMESTAMPTZOID => {
+    Some(match family(type_oid)? {
+        TypeFamily::Bool => Scalar::Bool(bool::from_datum(datum, false)?),
+        TypeFamily::Integer => Scalar::Int(match type_oid {
+            pg_sys::INT2OID => i64::from(i16::from_datum(datum, false)?),
+            pg_sys::INT4OID => i64::from(i32::from_datum(datum, false)?),
+            _ => i64::from_datum(datum, false)?,
+        }),
+        TypeFamily::Float => Scalar::Float(match type_oid {
+            pg_sys::FLOAT4OID => f64::from(f32::from_datum(datum, false)?),
+            _ => f64::from_datum(datum, false)?,
+        }),
+        TypeFamily::Numeric => Scalar::Decimal(AnyNumeric::from_datum(datum, false)?.to_string()),
+        TypeFamily::Text => Scalar::String(String::from_datum(datum, false)?),
+        TypeFamily::Date => Scalar::Date(i32::try_from(datum.value() as i32 as i64 + PG_EPOCH_DAYS).ok()?),
+        TypeFamily::Timestamp | TypeFamily::TimestampTz => {
             Scalar::TimestampMicros((datum.value() as i64).checked_add(PG_EPOCH_MICROS)?)
         }
-        _ => return None,
     })
 }
 
@@ -74,14 +106,27 @@ unsafe fn constant_of(node: *mut pg_sys::Node) -> Option<(pg_sys::Datum, pg_sys:
     Some(((*constant).constvalue, (*constant).consttype))
 }
 
-fn op_of(name: &str) -> Option<Op> {
-    Some(match name {
-        "=" => Op::Eq,
-        "<>" => Op::NotEq,
-        "<" => Op::Lt,
-        "<=" => Op::LtEq,
-        ">" => Op::Gt,
-        ">=" => Op::GtEq,
+/// The comparison an operator is, when the engine may evaluate it in PostgreSQL's place: a
+/// built-in operator (not a user-defined one that happens to be called `=`) whose function is
+/// immutable (so neither `TimeZone` nor other settings change its answer) under a
+/// deterministic collation (a nondeterministic one equates strings that differ in bytes).
+unsafe fn exact_comparison(opno: pg_sys::Oid, collation: pg_sys::Oid) -> Option<Op> {
+    if opno.to_u32() >= pg_sys::FirstGenbkiObjectId {
+        return None;
+    }
+    if pg_sys::func_volatile(pg_sys::get_opcode(opno)) != pg_sys::PROVOLATILE_IMMUTABLE as std::ffi::c_char {
+        return None;
+    }
+    if collation != pg_sys::InvalidOid && !pg_sys::get_collation_isdeterministic(collation) {
+        return None;
+    }
+    Some(match CStr::from_ptr(pg_sys::get_opname(opno)).to_bytes() {
+        b"=" => Op::Eq,
+        b"<>" => Op::NotEq,
+        b"<" => Op::Lt,
+        b"<=" => Op::LtEq,
+        b">" => Op::Gt,
+        b">=" => Op::GtEq,
         _ => return None,
     })
 }
@@ -98,12 +143,15 @@ unsafe fn predicate_of(clause: *mut pg_sys::Node, relid: u32, fields: &FieldName
             let expr = clause as *mut pg_sys::OpExpr;
             let args: Vec<*mut pg_sys::Node> = list_items((*expr).args);
             let [left, right] = args.as_slice() else { return None };
-            let op = op_of(&CStr::from_ptr(pg_sys::get_opname((*expr).opno)).to_string_lossy())?;
-            let (column, constant, op) = match (column_of(*left, relid, fields), column_of(*right, relid, fields)) {
+            let op = exact_comparison((*expr).opno, (*expr).inputcollid)?;
+            let ((column, column_type), constant, op) = match (column_of(*left, relid, fields), column_of(*right, relid, fields)) {
                 (Some(column), None) => (column, constant_of(*right)?, op),
                 (None, Some(column)) => (column, constant_of(*left)?, op.commuted()),
                 _ => return None,
             };
+            if family(column_type)? != family(constant.1)? {
+                return None;
+            }
             let value = scalar_of(constant.0, constant.1)?;
             pushable(op, &value).then_some(Predicate::Compare { column, op, value })
         }
@@ -111,14 +159,16 @@ unsafe fn predicate_of(clause: *mut pg_sys::Node, relid: u32, fields: &FieldName
             let expr = clause as *mut pg_sys::ScalarArrayOpExpr;
             let args: Vec<*mut pg_sys::Node> = list_items((*expr).args);
             let [left, right] = args.as_slice() else { return None };
-            let name = CStr::from_ptr(pg_sys::get_opname((*expr).opno)).to_string_lossy().into_owned();
-            if !(*expr).useOr || name != "=" {
+            if !(*expr).useOr || exact_comparison((*expr).opno, (*expr).inputcollid)? != Op::Eq {
                 return None;
             }
-            let column = column_of(*left, relid, fields)?;
+            let (column, column_type) = column_of(*left, relid, fields)?;
             let (array, _) = constant_of(*right)?;
             let array = pg_sys::pg_detoast_datum(array.cast_mut_ptr()) as *mut pg_sys::ArrayType;
             let element_type = (*array).elemtype;
+            if family(column_type)? != family(element_type)? {
+                return None;
+            }
             let (mut len, mut by_value, mut align) = (0i16, false, 0 as std::ffi::c_char);
             pg_sys::get_typlenbyvalalign(element_type, &mut len, &mut by_value, &mut align);
             let (mut items, mut nulls, mut count) = (std::ptr::null_mut(), std::ptr::null_mut(), 0);

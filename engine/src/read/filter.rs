@@ -3,7 +3,7 @@
 //! Parquet row groups whose statistics exclude the value); the caller still evaluates every
 //! filter on the rows it gets back.
 
-use std::collections::BTreeMap;
+use std::cmp::Ordering;
 
 use arrow::array::Array;
 use arrow::datatypes::{DataType, Schema, TimeUnit};
@@ -13,6 +13,7 @@ use parquet::schema::types::SchemaDescriptor;
 use serde::{Deserialize, Serialize};
 
 use crate::ordering::OrderingValue;
+use crate::table::keygen::partition_values;
 use crate::table::TableConfig;
 
 /// A comparison operator.
@@ -85,37 +86,156 @@ fn parse_decimal(text: &str) -> Option<OrderingValue> {
     Some(OrderingValue::Decimal(digits.parse().ok()?, i8::try_from(frac.len()).ok()?))
 }
 
+/// Exact comparison of a stored value with a constant; `None` when it cannot be exact (other
+/// kinds, NaN, a decimal too wide to align).
+fn compare_exactly(stored: &OrderingValue, constant: &OrderingValue) -> Option<Ordering> {
+    use OrderingValue::*;
+    let widen = |v: i128, from: i8, to: i8| v.checked_mul(10i128.checked_pow(u32::try_from(to - from).ok()?)?);
+    match (stored, constant) {
+        (Bool(a), Bool(b)) => Some(a.cmp(b)),
+        (Int(a), Int(b)) => Some(a.cmp(b)),
+        (Float(a), Float(b)) => a.partial_cmp(b),
+        (String(a), String(b)) => Some(a.cmp(b)),
+        (Decimal(..) | Int(_), Decimal(..) | Int(_)) => {
+            let as_decimal = |v: &OrderingValue| match v {
+                Int(i) => (i128::from(*i), 0),
+                Decimal(v, s) => (*v, *s),
+                _ => unreachable!("matched above"),
+            };
+            let ((a, sa), (b, sb)) = (as_decimal(stored), as_decimal(constant));
+            let scale = sa.max(sb);
+            Some(widen(a, sa, scale)?.cmp(&widen(b, sb, scale)?))
+        }
+        _ => None,
+    }
+}
+
+/// How PostgreSQL sees a stored integer-like value: a date (days) or timestamp (microseconds)
+/// stored in another unit reads as a converted value (the extension floors dates of
+/// milliseconds, multiplies coarser timestamp units and truncates nanoseconds). `threshold(c)` is the smallest
+/// stored value that reads as `c` or more: reading is monotone, so every comparison with `c`
+/// is a comparison of the stored value with `threshold(c)` or `threshold(c + 1)`, exactly.
+#[derive(Debug, Clone, Copy)]
+enum Reading {
+    /// The stored value is the value.
+    Same,
+    /// Read as `stored * factor`.
+    Times(i64),
+    /// Read as `floor(stored / divisor)`.
+    Floor(i64),
+    /// Read as `stored / divisor`, truncated toward zero.
+    Truncate(i64),
+}
+
+impl Reading {
+    fn threshold(self, c: i64) -> Option<i64> {
+        match self {
+            Reading::Same => Some(c),
+            // The least s with s * f >= c.
+            Reading::Times(f) => Some(c.div_euclid(f) + i64::from(c.rem_euclid(f) != 0)),
+            // The least s with floor(s / d) >= c.
+            Reading::Floor(d) => c.checked_mul(d),
+            // The least s with trunc(s / d) >= c: from c * d up when c > 0; below zero the
+            // values down to c * d - (d - 1) truncate up to c.
+            Reading::Truncate(d) => if c > 0 { c.checked_mul(d) } else { c.checked_mul(d)?.checked_sub(d - 1) },
+        }
+    }
+
+    /// Whether stored values in `[min, max]` may read as satisfying `value op c`.
+    fn may_match(self, op: Op, c: i64, min: i64, max: i64) -> bool {
+        let (Some(at), Some(above)) = (self.threshold(c), c.checked_add(1).and_then(|c1| self.threshold(c1))) else {
+            return true;
+        };
+        match op {
+            Op::Eq => at < above && max >= at && min < above,
+            Op::NotEq => !(min >= at && max < above),
+            Op::Lt => min < at,
+            Op::LtEq => min < above,
+            Op::Gt => max >= above,
+            Op::GtEq => max >= at,
+        }
+    }
+}
+
 impl Scalar {
-    /// The constant as a value comparable with values of `data_type` (units aligned).
-    pub fn as_ordering(&self, data_type: &DataType) -> Option<OrderingValue> {
+    /// The constant and how stored values of `data_type` read, when a stored value of that
+    /// type can be compared with it exactly as PostgreSQL compares what it reads; `None`
+    /// otherwise (the caller keeps the data).
+    fn comparable_with(&self, data_type: &DataType) -> Option<Comparable> {
+        use DataType as D;
         Some(match (self, data_type) {
-            (Scalar::Bool(b), _) => OrderingValue::Bool(*b),
-            (Scalar::Int(i), _) => OrderingValue::Int(*i),
-            (Scalar::Float(x), _) => OrderingValue::Float(*x),
-            (Scalar::Decimal(d), _) => parse_decimal(d)?,
-            (Scalar::String(s), _) => OrderingValue::String(s.clone()),
-            (Scalar::Date(d), DataType::Date32) => OrderingValue::Int(i64::from(*d)),
-            (Scalar::Date(d), DataType::Date64) => OrderingValue::Int(i64::from(*d) * 86_400_000),
-            (Scalar::TimestampMicros(t), DataType::Timestamp(unit, _)) => OrderingValue::Int(match unit {
-                TimeUnit::Second => t.div_euclid(1_000_000),
-                TimeUnit::Millisecond => t.div_euclid(1000),
-                TimeUnit::Microsecond => *t,
-                TimeUnit::Nanosecond => t.checked_mul(1000)?,
-            }),
+            (Scalar::Bool(b), D::Boolean) => Comparable::Value(OrderingValue::Bool(*b)),
+            (Scalar::Int(i), d) if d.is_integer() || matches!(d, D::Decimal128(..)) => Comparable::Value(OrderingValue::Int(*i)),
+            (Scalar::Decimal(text), d) if d.is_integer() || matches!(d, D::Decimal128(..)) => Comparable::Value(parse_decimal(text)?),
+            (Scalar::Float(x), D::Float32 | D::Float64) if !x.is_nan() => Comparable::Float(*x),
+            (Scalar::String(s), D::Utf8 | D::LargeUtf8 | D::Utf8View) => Comparable::Value(OrderingValue::String(s.clone())),
+            (Scalar::Date(d), D::Date32) => Comparable::Reading(Reading::Same, i64::from(*d)),
+            (Scalar::Date(d), D::Date64) => Comparable::Reading(Reading::Floor(86_400_000), i64::from(*d)),
+            (Scalar::TimestampMicros(t), D::Timestamp(unit, _)) => {
+                let reading = match unit {
+                    TimeUnit::Second => Reading::Times(1_000_000),
+                    TimeUnit::Millisecond => Reading::Times(1000),
+                    TimeUnit::Microsecond => Reading::Same,
+                    TimeUnit::Nanosecond => Reading::Truncate(1000),
+                };
+                Comparable::Reading(reading, *t)
+            }
             _ => return None,
         })
     }
 
-    /// The constant parsed from partition-path text as a value of `data_type`.
+    /// The value of partition-path text for a field of `data_type`, as stored values read.
     fn from_partition_text(text: &str, data_type: &DataType) -> Option<OrderingValue> {
         Some(match data_type {
             d if d.is_integer() => OrderingValue::Int(text.parse().ok()?),
-            d if d.is_floating() => OrderingValue::Float(text.parse().ok()?),
+            // Java writes a float as its shortest float text: read it back as a float.
+            DataType::Float32 => OrderingValue::Float(f64::from(text.parse::<f32>().ok()?)),
+            DataType::Float64 => OrderingValue::Float(text.parse().ok()?),
             DataType::Decimal128(..) => parse_decimal(text)?,
             DataType::Boolean => OrderingValue::Bool(text.parse().ok()?),
             DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => OrderingValue::String(text.to_owned()),
             _ => return None,
         })
+    }
+}
+
+/// A constant in the form its comparisons with stored values take.
+enum Comparable {
+    /// Compared as values ([`compare_exactly`]).
+    Value(OrderingValue),
+    /// A float: PostgreSQL sorts NaN above every number, and statistics may leave NaN out.
+    Float(f64),
+    /// An integer-like stored value that reads as another value ([`Reading`]).
+    Reading(Reading, i64),
+}
+
+impl Comparable {
+    /// Whether stored values in `[min, max]` (statistics, or one partition value) may satisfy
+    /// `stored op constant`; `true` whenever that cannot be decided exactly.
+    fn may_match(&self, op: Op, min: &OrderingValue, max: &OrderingValue, exact_bounds: bool) -> bool {
+        use Ordering::*;
+        let value_may_match = |constant: &OrderingValue| {
+            let (Some(lo), Some(hi)) = (compare_exactly(min, constant), compare_exactly(max, constant)) else { return true };
+            match op {
+                Op::Eq => lo != Greater && hi != Less,
+                Op::NotEq => !(lo == Equal && hi == Equal),
+                Op::Lt => lo == Less,
+                Op::LtEq => lo != Greater,
+                Op::Gt => hi == Greater,
+                Op::GtEq => hi != Less,
+            }
+        };
+        match self {
+            Comparable::Value(constant) => value_may_match(constant),
+            // A NaN satisfies `>`, `>=` and `<>` of every number; statistics that may leave NaN
+            // out cannot rule those out (a partition value is exact).
+            Comparable::Float(_) if !exact_bounds && matches!(op, Op::Gt | Op::GtEq | Op::NotEq) => true,
+            Comparable::Float(x) => value_may_match(&OrderingValue::Float(*x)),
+            Comparable::Reading(reading, c) => match (min, max) {
+                (OrderingValue::Int(min), OrderingValue::Int(max)) => reading.may_match(op, *c, *min, *max),
+                _ => true,
+            },
+        }
     }
 }
 
@@ -133,21 +253,14 @@ impl Predicate {
         }
     }
 
-    /// Whether a value (or a value range `[min, max]` of row-group statistics) can satisfy the
-    /// predicate. Incomparable values answer "maybe" (true).
-    fn may_match(&self, data_type: &DataType, min: &OrderingValue, max: &OrderingValue) -> bool {
-        use std::cmp::Ordering::*;
-        let test = |op: Op, value: &Scalar| -> bool {
-            let Some(v) = value.as_ordering(data_type) else { return true };
-            let (lo, hi) = (min.compare(&v), max.compare(&v));
-            match op {
-                Op::Eq => lo != Some(Greater) && hi != Some(Less),
-                Op::NotEq => !(lo == Some(Equal) && hi == Some(Equal)),
-                Op::Lt => lo != Some(Greater) && lo != Some(Equal),
-                Op::LtEq => lo != Some(Greater),
-                Op::Gt => hi != Some(Less) && hi != Some(Equal),
-                Op::GtEq => hi != Some(Less),
-            }
+    /// Whether stored values of `data_type` in `[min, max]` may satisfy the predicate as
+    /// PostgreSQL evaluates it on what it reads. `exact_bounds`: `min` and `max` are values
+    /// that occur (a partition value), not statistics. Anything not decidable exactly answers
+    /// "maybe" (true).
+    fn may_match(&self, data_type: &DataType, min: &OrderingValue, max: &OrderingValue, exact_bounds: bool) -> bool {
+        let test = |op: Op, value: &Scalar| match value.comparable_with(data_type) {
+            Some(constant) => constant.may_match(op, min, max, exact_bounds),
+            None => true,
         };
         match self {
             Predicate::Compare { op, value, .. } => test(*op, value),
@@ -174,33 +287,6 @@ pub struct ScanFilter {
     pub predicates: Vec<Predicate>,
 }
 
-/// The partition field values encoded in a partition path: hive style (`f=v/g=w`) or plain
-/// (`v/w`, one level per field). `None` when the path does not map one level per field (for
-/// example a date-formatted path of a timestamp key generator).
-pub fn partition_values(config: &TableConfig, partition_path: &str) -> Option<BTreeMap<String, String>> {
-    if config.partition_fields.is_empty() {
-        return None;
-    }
-    let levels: Vec<&str> = partition_path.split('/').collect();
-    if levels.len() != config.partition_fields.len() {
-        return None;
-    }
-    let mut values = BTreeMap::new();
-    for (field, level) in config.partition_fields.iter().zip(levels) {
-        let value = if config.hive_style_partitioning {
-            let (name, value) = level.split_once('=')?;
-            if name != field {
-                return None;
-            }
-            value
-        } else {
-            level
-        };
-        values.insert(field.clone(), value.to_owned());
-    }
-    Some(values)
-}
-
 impl ScanFilter {
     pub fn is_empty(&self) -> bool {
         self.predicates.is_empty()
@@ -210,21 +296,23 @@ impl ScanFilter {
     pub fn may_match_partition(&self, config: &TableConfig, schema: &Schema, partition_path: &str) -> bool {
         let Some(values) = partition_values(config, partition_path) else { return true };
         self.predicates.iter().all(|p| {
-            let Some(text) = values.get(p.column()) else { return true };
+            let Some(Some(text)) = values.get(p.column()) else { return true };
             let Ok(field) = schema.field_with_name(p.column()) else { return true };
-            if text == "__HIVE_DEFAULT_PARTITION__" {
-                return true;
-            }
             match Scalar::from_partition_text(text, field.data_type()) {
-                Some(v) => p.may_match(field.data_type(), &v, &v),
+                Some(v) => p.may_match(field.data_type(), &v, &v, true),
                 None => true,
             }
         })
     }
 
-    /// The single bucket that `record key = constant` selects, when the key has one field.
+    /// The single bucket that `record key = constant` selects, when the key has one field and
+    /// the bucket index hashes that field.
     pub fn bucket(&self, config: &TableConfig, buckets: u32) -> Option<u32> {
         let [key_field] = config.record_key_fields.as_slice() else { return None };
+        let hash_field = config.properties.get("hoodie.bucket.index.hash.field").unwrap_or(key_field);
+        if hash_field.trim() != key_field {
+            return None;
+        }
         self.predicates.iter().find_map(|p| match p {
             Predicate::Compare { column, op: Op::Eq, value } if column == key_field || column == "_hoodie_record_key" => {
                 let key = match value {
@@ -255,7 +343,7 @@ impl ScanFilter {
                     continue;
                 }
                 let (min, max) = (OrderingValue::from_array(&mins, i), OrderingValue::from_array(&maxes, i));
-                *keep = predicate.may_match(field.data_type(), &min, &max);
+                *keep = predicate.may_match(field.data_type(), &min, &max, false);
             }
         }
         keep.iter().enumerate().filter(|(_, k)| **k).map(|(i, _)| i).collect()
@@ -308,20 +396,101 @@ mod tests {
     fn ranges_answer_maybe_unless_excluded() {
         let t = DataType::Int64;
         let (lo, hi) = (OrderingValue::Int(10), OrderingValue::Int(20));
-        assert!(cmp("c", Op::Eq, Scalar::Int(15)).may_match(&t, &lo, &hi));
-        assert!(!cmp("c", Op::Eq, Scalar::Int(25)).may_match(&t, &lo, &hi));
-        assert!(!cmp("c", Op::Lt, Scalar::Int(10)).may_match(&t, &lo, &hi));
-        assert!(cmp("c", Op::LtEq, Scalar::Int(10)).may_match(&t, &lo, &hi));
-        assert!(!cmp("c", Op::Gt, Scalar::Int(20)).may_match(&t, &lo, &hi));
-        assert!(cmp("c", Op::NotEq, Scalar::Int(15)).may_match(&t, &lo, &hi));
+        assert!(cmp("c", Op::Eq, Scalar::Int(15)).may_match(&t, &lo, &hi, false));
+        assert!(!cmp("c", Op::Eq, Scalar::Int(25)).may_match(&t, &lo, &hi, false));
+        assert!(!cmp("c", Op::Lt, Scalar::Int(10)).may_match(&t, &lo, &hi, false));
+        assert!(cmp("c", Op::LtEq, Scalar::Int(10)).may_match(&t, &lo, &hi, false));
+        assert!(!cmp("c", Op::Gt, Scalar::Int(20)).may_match(&t, &lo, &hi, false));
+        assert!(cmp("c", Op::NotEq, Scalar::Int(15)).may_match(&t, &lo, &hi, false));
         let same = OrderingValue::Int(15);
-        assert!(!cmp("c", Op::NotEq, Scalar::Int(15)).may_match(&t, &same, &same));
+        assert!(!cmp("c", Op::NotEq, Scalar::Int(15)).may_match(&t, &same, &same, false));
         // Timestamps compare in the column's unit.
         let ms = DataType::Timestamp(TimeUnit::Millisecond, None);
         let v = OrderingValue::Int(1_000);
-        assert!(cmp("t", Op::Eq, Scalar::TimestampMicros(1_000_000)).may_match(&ms, &v, &v));
+        assert!(cmp("t", Op::Eq, Scalar::TimestampMicros(1_000_000)).may_match(&ms, &v, &v, false));
         // A string constant against an integer column cannot be compared: maybe.
-        assert!(cmp("c", Op::Eq, Scalar::String("x".into())).may_match(&t, &lo, &hi));
+        assert!(cmp("c", Op::Eq, Scalar::String("x".into())).may_match(&t, &lo, &hi, false));
+    }
+
+    /// Every comparison of every reading of integer-like stored values, against brute force:
+    /// a stored range may match exactly when one of its values reads as matching.
+    #[test]
+    fn readings_of_other_units_prune_exactly() {
+        let read = |reading: Reading, s: i64| match reading {
+            Reading::Same => s,
+            Reading::Times(f) => s * f,
+            Reading::Floor(d) => s.div_euclid(d),
+            Reading::Truncate(d) => s / d,
+        };
+        let holds = |op: Op, v: i64, c: i64| match op {
+            Op::Eq => v == c,
+            Op::NotEq => v != c,
+            Op::Lt => v < c,
+            Op::LtEq => v <= c,
+            Op::Gt => v > c,
+            Op::GtEq => v >= c,
+        };
+        for reading in [Reading::Same, Reading::Times(3), Reading::Floor(4), Reading::Truncate(4)] {
+            for op in [Op::Eq, Op::NotEq, Op::Lt, Op::LtEq, Op::Gt, Op::GtEq] {
+                for c in -14..=14 {
+                    for min in -12..=12 {
+                        for max in min..=(min + 6).min(12) {
+                            let truth = (min..=max).any(|s| holds(op, read(reading, s), c));
+                            assert_eq!(reading.may_match(op, c, min, max), truth, "{reading:?} {op:?} {c} in [{min}, {max}]");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn sub_unit_constants_keep_the_rows_they_match() {
+        let ms = DataType::Timestamp(TimeUnit::Millisecond, None);
+        let one_ms = OrderingValue::Int(1);
+        // A row at 1 ms (1000 µs) is below 1000.5 µs and differs from it.
+        assert!(cmp("t", Op::Lt, Scalar::TimestampMicros(1_001)).may_match(&ms, &one_ms, &one_ms, false));
+        assert!(cmp("t", Op::NotEq, Scalar::TimestampMicros(1_001)).may_match(&ms, &one_ms, &one_ms, false));
+        assert!(!cmp("t", Op::Eq, Scalar::TimestampMicros(1_001)).may_match(&ms, &one_ms, &one_ms, false));
+        assert!(!cmp("t", Op::GtEq, Scalar::TimestampMicros(1_001)).may_match(&ms, &one_ms, &one_ms, false));
+        let ns = DataType::Timestamp(TimeUnit::Nanosecond, None);
+        let v = OrderingValue::Int(1_500); // reads as 1 µs
+        assert!(cmp("t", Op::Eq, Scalar::TimestampMicros(1)).may_match(&ns, &v, &v, false));
+        assert!(!cmp("t", Op::Gt, Scalar::TimestampMicros(1)).may_match(&ns, &v, &v, false));
+        let days = DataType::Date64;
+        let noon = OrderingValue::Int(86_400_000 + 43_200_000); // day 1
+        assert!(cmp("d", Op::Eq, Scalar::Date(1)).may_match(&days, &noon, &noon, false));
+        assert!(!cmp("d", Op::Lt, Scalar::Date(1)).may_match(&days, &noon, &noon, false));
+    }
+
+    #[test]
+    fn floats_keep_what_nan_and_single_precision_could_match() {
+        let (lo, hi) = (OrderingValue::Float(1.0), OrderingValue::Float(2.0));
+        // Statistics may leave NaN out, and NaN is above every number in PostgreSQL.
+        assert!(cmp("f", Op::Gt, Scalar::Float(5.0)).may_match(&DataType::Float64, &lo, &hi, false));
+        assert!(cmp("f", Op::NotEq, Scalar::Float(1.5)).may_match(&DataType::Float64, &hi, &hi, false));
+        assert!(!cmp("f", Op::Lt, Scalar::Float(0.5)).may_match(&DataType::Float64, &lo, &hi, false));
+        assert!(!cmp("f", Op::Gt, Scalar::Float(5.0)).may_match(&DataType::Float64, &lo, &hi, true));
+        assert!(cmp("f", Op::Eq, Scalar::Float(f64::NAN)).may_match(&DataType::Float64, &lo, &hi, false));
+        // A real partition value "0.1" is the float 0.1, not the double.
+        let schema = Schema::new(vec![Field::new("r", DataType::Float32, true)]);
+        let filter = ScanFilter { predicates: vec![cmp("r", Op::Eq, Scalar::Float(f64::from(0.1f32)))] };
+        assert!(filter.may_match_partition(&config(true, "r"), &schema, "r=0.1"));
+        assert!(!filter.may_match_partition(&config(true, "r"), &schema, "r=0.2"));
+        // Integer columns are not compared with floats at all.
+        assert!(cmp("c", Op::Eq, Scalar::Float(99.0)).may_match(&DataType::Int64, &lo, &hi, false));
+    }
+
+    #[test]
+    fn decimals_compare_exactly_or_not_at_all() {
+        let d = DataType::Decimal128(38, 2);
+        let (lo, hi) = (OrderingValue::Decimal(1050, 2), OrderingValue::Decimal(2000, 2));
+        assert!(!cmp("n", Op::Lt, Scalar::Decimal("10.5".into())).may_match(&d, &lo, &hi, false));
+        assert!(cmp("n", Op::LtEq, Scalar::Decimal("10.500".into())).may_match(&d, &lo, &hi, false));
+        assert!(!cmp("n", Op::Gt, Scalar::Int(20)).may_match(&d, &lo, &hi, false));
+        // Too wide to align: kept.
+        let huge = OrderingValue::Decimal(i128::MAX / 10, 0);
+        assert!(cmp("n", Op::Gt, Scalar::Decimal("1.00000000000000000000000000000000000001".into())).may_match(&d, &huge, &huge, false));
     }
 
     #[test]

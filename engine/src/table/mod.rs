@@ -3,6 +3,7 @@
 pub mod bucket;
 pub mod config;
 pub mod files;
+pub mod keygen;
 pub mod properties;
 
 pub use config::{MergeMode, TableConfig, TableType, TimelineTimezone};

@@ -235,7 +235,7 @@ impl Transaction {
                     .zip(&columns)
                     .map(|(field, column)| {
                         let value = if column.is_null(row) || column.as_string::<i32>().value(row).is_empty() {
-                            "__HIVE_DEFAULT_PARTITION__"
+                            crate::table::keygen::DEFAULT_PARTITION
                         } else {
                             column.as_string::<i32>().value(row)
                         };

@@ -1,0 +1,120 @@
+//! Key generation (hudi-format.md §3): how a record's partition path is made from its fields,
+//! and so what a partition path says about the records in it.
+
+use std::collections::BTreeMap;
+
+use crate::table::TableConfig;
+
+/// The partition level of a NULL or empty value (Hive's convention, which Hudi follows).
+pub const DEFAULT_PARTITION: &str = "__HIVE_DEFAULT_PARTITION__";
+
+/// What older Hudi versions wrote for NULL or empty values, indistinguishable from the value
+/// "default" itself.
+const LEGACY_DEFAULT_PARTITION: &str = "default";
+
+/// Whether the table's key generator writes partition field values as they are, so that a path
+/// level can be read back as its field's value: the simple, complex and non-partitioned
+/// generators. Timestamp-based, custom and user-defined generators format or transform values
+/// (`yyyy/MM/dd` of a timestamp, `field:type` specs), and their levels are not the values.
+fn writes_values_verbatim(config: &TableConfig) -> bool {
+    let Some(generator) = config.key_generator.as_deref() else { return true };
+    let name = generator.rsplit('.').next().unwrap_or(generator).to_ascii_uppercase();
+    matches!(
+        name.as_str(),
+        "SIMPLE"
+            | "COMPLEX"
+            | "NON_PARTITION"
+            | "SIMPLEKEYGENERATOR"
+            | "SIMPLEAVROKEYGENERATOR"
+            | "COMPLEXKEYGENERATOR"
+            | "COMPLEXAVROKEYGENERATOR"
+            | "NONPARTITIONEDKEYGENERATOR"
+            | "NONPARTITIONEDAVROKEYGENERATOR"
+    )
+}
+
+/// The partition field values a partition path encodes: hive style (`f=v/g=w`) or plain
+/// (`v/w`), one level per field, URL-decoded when the table encodes them. A value is `None`
+/// when the level does not tell it (NULL, empty, or the legacy `default`). `None` altogether
+/// when the levels are not the fields' values: the path does not have one level per field, or
+/// the key generator formats values.
+pub fn partition_values(config: &TableConfig, partition_path: &str) -> Option<BTreeMap<String, Option<String>>> {
+    if config.partition_fields.is_empty() || !writes_values_verbatim(config) {
+        return None;
+    }
+    let levels: Vec<&str> = partition_path.split('/').collect();
+    if levels.len() != config.partition_fields.len() {
+        return None;
+    }
+    let mut values = BTreeMap::new();
+    for (field, level) in config.partition_fields.iter().zip(levels) {
+        let text = if config.hive_style_partitioning {
+            let (name, value) = level.split_once('=')?;
+            if name != field {
+                return None;
+            }
+            value
+        } else {
+            level
+        };
+        let value = if config.url_encode_partitions {
+            percent_encoding::percent_decode_str(text).decode_utf8().ok()?.into_owned()
+        } else {
+            text.to_owned()
+        };
+        let known = value != DEFAULT_PARTITION && value != LEGACY_DEFAULT_PARTITION;
+        values.insert(field.clone(), known.then_some(value));
+    }
+    Some(values)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::table::Properties;
+
+    fn config(extra: &[(&str, &str)]) -> TableConfig {
+        let mut p = Properties::new();
+        for (k, v) in [
+            ("hoodie.table.name", "t"),
+            ("hoodie.table.type", "MERGE_ON_READ"),
+            ("hoodie.table.version", "8"),
+            ("hoodie.table.recordkey.fields", "id"),
+            ("hoodie.table.partition.fields", "city"),
+        ]
+        .iter()
+        .chain(extra)
+        {
+            p.set(*k, *v);
+        }
+        TableConfig::from_properties(p, "t").unwrap()
+    }
+
+    fn value(config: &TableConfig, path: &str) -> Option<Option<String>> {
+        partition_values(config, path).map(|v| v["city"].clone())
+    }
+
+    #[test]
+    fn verbatim_generators_give_values_back() {
+        let plain = config(&[]);
+        assert_eq!(value(&plain, "paris"), Some(Some("paris".into())));
+        assert_eq!(value(&plain, DEFAULT_PARTITION), Some(None));
+        assert_eq!(value(&plain, "default"), Some(None));
+        assert_eq!(value(&plain, "a/b"), None, "one level per field");
+        let hive = config(&[("hoodie.datasource.write.hive_style_partitioning", "true"), ("hoodie.table.keygenerator.type", "SIMPLE")]);
+        assert_eq!(value(&hive, "city=a=b"), Some(Some("a=b".into())));
+        assert_eq!(value(&hive, "town=paris"), None);
+        let encoded = config(&[("hoodie.datasource.write.partitionpath.urlencode", "true")]);
+        assert_eq!(value(&encoded, "a%2Fb%25"), Some(Some("a/b%".into())));
+        let class = config(&[("hoodie.table.keygenerator.class", "org.apache.hudi.keygen.ComplexKeyGenerator")]);
+        assert_eq!(value(&class, "x"), Some(Some("x".into())));
+    }
+
+    #[test]
+    fn formatting_generators_tell_nothing() {
+        for generator in ["TIMESTAMP", "CUSTOM", "org.apache.hudi.keygen.TimestampBasedKeyGenerator", "com.example.MyKeyGen"] {
+            let c = config(&[("hoodie.table.keygenerator.type", generator)]);
+            assert_eq!(value(&c, "20240115"), None, "{generator}");
+        }
+    }
+}
