@@ -281,8 +281,8 @@ def test_a_writer_killed_between_completion_time_and_completed_instant(lake, clu
 
 def test_partial_update_lets_writers_fill_different_columns(cluster):
     """merge_mode 'partial_update': each column keeps the non-NULL value with the greatest
-    ordering value, so several sessions each fill some columns of the same keys, whatever
-    order they commit in; compaction keeps the merged rows."""
+    ordering value (ties: the later instant), so several sessions each fill some columns of the
+    same keys, whatever order they commit in; compaction keeps the merged rows."""
     with new_lake(cluster) as (conn, root):
         conn.execute("""CREATE FOREIGN TABLE profiles (id bigint, name text, email text, score integer, ts timestamptz)
                         SERVER lake OPTIONS (path 'profiles', primary_key 'id', ordering_field 'ts',
@@ -296,12 +296,14 @@ def test_partial_update_lets_writers_fill_different_columns(cluster):
             s.execute("BEGIN")
         sessions[0].execute("INSERT INTO profiles (id, name, ts) VALUES (1, 'ann', '2026-01-01'), (2, 'bob', '2026-01-01')")
         sessions[1].execute("INSERT INTO profiles (id, email, ts) VALUES (1, 'ann@x', '2026-01-02'), (3, 'cy@x', '2026-01-02')")
+        # a tie with session 0's name: the later instant wins, though it commits first
+        sessions[1].execute("INSERT INTO profiles (id, name, ts) VALUES (2, 'bobby', '2026-01-01')")
         # an older row fills only what is still NULL
         sessions[2].execute("INSERT INTO profiles (id, name, score, ts) VALUES (1, 'stale', 7, '2025-01-01')")
         for s in reversed(sessions):
             s.execute("COMMIT")
             s.close()
-        expected = [(1, "ann", "ann@x", 7), (2, "bob", None, None), (3, None, "cy@x", None)]
+        expected = [(1, "ann", "ann@x", 7), (2, "bobby", None, None), (3, None, "cy@x", None)]
         assert conn.execute("SELECT id, name, email, score FROM profiles ORDER BY id").fetchall() == expected
         assert conn.execute("SELECT count(*) FROM hudi.compact('profiles')").fetchone() == (1,)
         assert conn.execute("SELECT id, name, email, score FROM profiles ORDER BY id").fetchall() == expected
@@ -325,3 +327,27 @@ def test_numerics_round_trip_exactly(lake):
     assert ours == want
     theirs = sorted((r[0], r[3]) for r in reference_rows(path))
     assert theirs == want
+
+
+def test_commit_time_lets_the_later_instant_win(cluster):
+    """merge_mode 'commit_time': the later write in Hudi's log order wins whatever the ordering
+    values say, also when it commits first (the instant, not the completion, orders writes), as
+    the reference reader reads it; compaction keeps it."""
+    with new_lake(cluster) as (conn, root):
+        conn.execute("""CREATE FOREIGN TABLE latest (id bigint, name text, ts timestamptz)
+                        SERVER lake OPTIONS (path 'latest', primary_key 'id', ordering_field 'ts',
+                                             buckets '1', merge_mode 'commit_time')""")
+        conn.execute("SELECT hudi.create_table('latest')")
+        a, b = cluster.connect(), cluster.connect()
+        a.execute("BEGIN")
+        a.execute("INSERT INTO latest VALUES (1, 'A', '2026-01-09'), (2, 'A', '2026-01-01')")
+        b.execute("BEGIN")
+        b.execute("INSERT INTO latest VALUES (1, 'B', '2026-01-01'), (2, 'B', '2026-01-09')")
+        b.execute("COMMIT")
+        a.execute("COMMIT")
+        expected = [(1, "B"), (2, "B")]
+        assert conn.execute("SELECT id, name FROM latest ORDER BY id").fetchall() == expected
+        batches = HudiTableBuilder.from_base_uri(str(root / "latest")).build().read(HudiReadOptions())
+        assert sorted((r["id"], r["name"]) for r in pa.Table.from_batches(batches).to_pylist()) == expected
+        assert conn.execute("SELECT count(*) FROM hudi.compact('latest')").fetchone() == (1,)
+        assert conn.execute("SELECT id, name FROM latest ORDER BY id").fetchall() == expected
