@@ -353,22 +353,10 @@ impl ScanFilter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::table::Properties;
     use arrow::datatypes::Field;
 
     fn config(hive: bool, fields: &str) -> TableConfig {
-        let mut p = Properties::new();
-        for (k, v) in [
-            ("hoodie.table.name", "t"),
-            ("hoodie.table.type", "MERGE_ON_READ"),
-            ("hoodie.table.version", "8"),
-            ("hoodie.table.recordkey.fields", "id"),
-            ("hoodie.table.partition.fields", fields),
-            ("hoodie.datasource.write.hive_style_partitioning", if hive { "true" } else { "false" }),
-        ] {
-            p.set(k, v);
-        }
-        TableConfig::from_properties(p, "t").unwrap()
+        TableConfig::for_tests(fields, &[("hoodie.datasource.write.hive_style_partitioning", if hive { "true" } else { "false" })])
     }
 
     fn cmp(column: &str, op: Op, value: Scalar) -> Predicate {

@@ -245,6 +245,18 @@ impl TableConfig {
     pub fn is_partitioned(&self) -> bool {
         !self.partition_fields.is_empty()
     }
+
+    /// For unit tests: a version 8 merge-on-read table `t` keyed by `id`, partitioned by
+    /// `partition_fields`, with `extra` properties on top.
+    #[cfg(test)]
+    pub(crate) fn for_tests(partition_fields: &str, extra: &[(&str, &str)]) -> TableConfig {
+        let mut p = Properties::new();
+        let base = [(keys::NAME, "t"), (keys::TYPE, "MERGE_ON_READ"), (keys::VERSION, "8"), (keys::RECORD_KEY_FIELDS, "id")];
+        for (k, v) in base.iter().chain(&[(keys::PARTITION_FIELDS, partition_fields)]).chain(extra) {
+            p.set(*k, *v);
+        }
+        TableConfig::from_properties(p, "t").expect("a valid test configuration")
+    }
 }
 
 #[cfg(test)]

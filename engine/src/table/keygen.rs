@@ -71,23 +71,9 @@ pub fn partition_values(config: &TableConfig, partition_path: &str) -> Option<BT
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::table::Properties;
 
     fn config(extra: &[(&str, &str)]) -> TableConfig {
-        let mut p = Properties::new();
-        for (k, v) in [
-            ("hoodie.table.name", "t"),
-            ("hoodie.table.type", "MERGE_ON_READ"),
-            ("hoodie.table.version", "8"),
-            ("hoodie.table.recordkey.fields", "id"),
-            ("hoodie.table.partition.fields", "city"),
-        ]
-        .iter()
-        .chain(extra)
-        {
-            p.set(*k, *v);
-        }
-        TableConfig::from_properties(p, "t").unwrap()
+        TableConfig::for_tests("city", extra)
     }
 
     fn value(config: &TableConfig, path: &str) -> Option<Option<String>> {
