@@ -351,3 +351,20 @@ def test_commit_time_lets_the_later_instant_win(cluster):
         assert sorted((r["id"], r["name"]) for r in pa.Table.from_batches(batches).to_pylist()) == expected
         assert conn.execute("SELECT count(*) FROM hudi.compact('latest')").fetchone() == (1,)
         assert conn.execute("SELECT id, name FROM latest ORDER BY id").fetchall() == expected
+
+
+def test_smallint_columns_are_written_as_ints_and_read_back(cluster):
+    """Avro has no 16-bit integer: a smallint column is written as an int, reads back as
+    smallint, and a stored int outside smallint's range is an error, not a wrapped value."""
+    with new_lake(cluster) as (conn, root):
+        conn.execute("""CREATE FOREIGN TABLE small (id bigint, s smallint, i integer, ts timestamptz) SERVER lake
+                        OPTIONS (path 'small', primary_key 'id', ordering_field 'ts', buckets '1')""")
+        conn.execute("SELECT hudi.create_table('small')")
+        conn.execute("INSERT INTO small VALUES (1, 32767, 40000, now()), (2, -32768, 1, now())")
+        assert conn.execute("SELECT id, s FROM small ORDER BY id").fetchall() == [(1, 32767), (2, -32768)]
+        batches = HudiTableBuilder.from_base_uri(str(root / "small")).build().read(HudiReadOptions())
+        assert sorted((r["id"], r["s"]) for r in pa.Table.from_batches(batches).to_pylist()) == [(1, 32767), (2, -32768)]
+        conn.execute("CREATE FOREIGN TABLE narrow (id bigint, i smallint) SERVER lake OPTIONS (path 'small')")
+        with pytest.raises(psycopg.Error) as e:
+            conn.execute("SELECT i FROM narrow ORDER BY id").fetchall()
+        assert e.value.sqlstate == "HV004" and "value out of range for type smallint" in str(e.value), e.value

@@ -285,12 +285,17 @@ impl Storage {
         &self.uri
     }
 
-    /// The full object path of `relative` (slash-separated, relative to this location).
+    /// The full object path of `relative` (slash-separated, relative to this location). Names
+    /// are taken as they are, as listings return them (`city=São Paulo`, `50%`), so that what
+    /// is listed can be read and what is written is named as Spark names it; only `.`, `..` and
+    /// control characters, which no store may take as a name, are escaped.
     pub fn path(&self, relative: &str) -> ObjectPath {
-        relative
-            .split('/')
-            .filter(|p| !p.is_empty())
-            .fold(self.prefix.clone(), |path, part| path.child(part))
+        relative.split('/').filter(|p| !p.is_empty()).fold(self.prefix.clone(), |path, part| {
+            match object_store::path::PathPart::parse(part) {
+                Ok(name) => path.child(name),
+                Err(_) => path.child(part),
+            }
+        })
     }
 
     /// A Parquet reader of `relative` that fetches only the byte ranges it decodes: the
@@ -498,6 +503,30 @@ mod tests {
             storage.delete("a/lock").await.unwrap();
             assert!(storage.put_if_absent("a/lock", Bytes::from_static(b"3")).await.unwrap());
         }
+    }
+
+    #[tokio::test]
+    async fn names_are_stored_and_listed_as_they_are() {
+        let dir = tempfile::tempdir().unwrap();
+        let names = ["city=São Paulo/a", "city=50%/b", "city=100%25/c", "city=a b/d", "city=x=y/e", "city=[1]~#{}/f"];
+        for uri in [format!("file://{}", dir.path().display()), "memory:///names-as-they-are".to_owned()] {
+            let storage = Storage::open(&StorageUri::parse(&uri).unwrap(), &BTreeMap::new()).unwrap();
+            for name in names {
+                storage.put(name, Bytes::from(name)).await.unwrap();
+            }
+            let mut listed: Vec<String> = storage.list_recursive("").await.unwrap().into_iter().map(|(p, _)| p).collect();
+            listed.sort();
+            let mut want: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+            want.sort();
+            assert_eq!(listed, want, "{uri}");
+            for name in &listed {
+                assert_eq!(storage.get(name).await.unwrap(), Bytes::from(name.clone()), "{uri}");
+            }
+        }
+        // On disk, as Spark would name the directories.
+        let mut on_disk: Vec<String> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        on_disk.sort();
+        assert_eq!(on_disk, ["city=100%25", "city=50%", "city=São Paulo", "city=[1]~#{}", "city=a b", "city=x=y"]);
     }
 
     #[tokio::test]

@@ -81,10 +81,13 @@ unsafe fn scalar_of(datum: pg_sys::Datum, type_oid: pg_sys::Oid) -> Option<Scala
             pg_sys::INT4OID => i64::from(i32::from_datum(datum, false)?),
             _ => i64::from_datum(datum, false)?,
         }),
-        TypeFamily::Float => Scalar::Float(match type_oid {
+        // NaN and the infinities cannot travel in the plan's JSON: such constants stay with
+        // PostgreSQL alone.
+        TypeFamily::Float => Scalar::Float(Some(match type_oid {
             pg_sys::FLOAT4OID => f64::from(f32::from_datum(datum, false)?),
             _ => f64::from_datum(datum, false)?,
-        }),
+        })
+        .filter(|x| x.is_finite())?),
         TypeFamily::Numeric => Scalar::Decimal(AnyNumeric::from_datum(datum, false)?.to_string()),
         TypeFamily::Text => Scalar::String(String::from_datum(datum, false)?),
         TypeFamily::Date => Scalar::Date(i32::try_from(datum.value() as i32 as i64 + PG_EPOCH_DAYS).ok()?),
