@@ -285,6 +285,12 @@ impl Storage {
         &self.uri
     }
 
+    /// The same location through `layer` wrapped around the store: for tests that inject
+    /// delays or faults between the steps of what the engine does.
+    pub fn layered(&self, layer: impl FnOnce(Arc<dyn ObjectStore>) -> Arc<dyn ObjectStore>) -> Storage {
+        Storage { uri: self.uri.clone(), store: layer(self.store.clone()), prefix: self.prefix.clone() }
+    }
+
     /// The full object path of `relative` (slash-separated, relative to this location). Names
     /// are taken as they are, as listings return them (`city=São Paulo`, `50%`), so that what
     /// is listed can be read and what is written is named as Spark names it; only `.`, `..` and

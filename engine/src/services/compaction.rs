@@ -144,10 +144,7 @@ impl CompactionPlan {
 /// covers. Returns the plan's instant, or `None` when there is nothing to compact (then no
 /// timeline file is written).
 pub async fn schedule_compaction(storage: &Storage, writer: &WriterId, lock_options: &LockOptions) -> Result<Option<String>> {
-    let lock = TableLock::acquire(storage, &writer.owner(), lock_options).await?;
-    let instant = lock.next_time(lock_options).await;
-    lock.release().await?;
-    let instant = instant?;
+    let instant = TableLock::hold(storage, &writer.owner(), lock_options, async |lock| lock.next_time(lock_options).await).await?;
 
     // Listed after taking the instant: every write that completed before it is visible now.
     let reader = TableReader::open(storage.clone()).await?;
@@ -216,8 +213,7 @@ pub async fn run_compaction(
 /// Marks `instant` as being executed by this writer, unless another writer's heartbeat for it
 /// is still fresh. Checked and written under the table lock so two executors cannot both win.
 async fn claim(storage: &Storage, writer: &WriterId, instant: &str, lock_options: &LockOptions, expiry: Duration) -> Result<()> {
-    let lock = TableLock::acquire(storage, &writer.owner(), lock_options).await?;
-    let claimed = async {
+    TableLock::hold(storage, &writer.owner(), lock_options, async |lock| {
         let running = match storage.get(&format!("{}/{instant}", heartbeat::HEARTBEAT_DIR)).await {
             Ok(_) => !heartbeat::expired(storage, instant, expiry).await?,
             Err(e) if e.kind() == ErrorKind::NotFound => false,
@@ -229,11 +225,10 @@ async fn claim(storage: &Storage, writer: &WriterId, instant: &str, lock_options
                 format!("compaction {instant} is being executed by another writer (its heartbeat is fresh)"),
             ));
         }
+        lock.check().await?;
         heartbeat::beat(storage, instant).await
-    }
-    .await;
-    lock.release().await?;
-    claimed
+    })
+    .await
 }
 
 /// Writes the plan's base files with `reader` (opened after the plan's logs completed) and
@@ -297,8 +292,7 @@ async fn execute(
         });
     }
     let bytes = Bytes::from(metadata.to_avro()?);
-    let lock = TableLock::acquire(storage, &writer.owner(), lock_options).await?;
-    let completed = async {
+    let completion = TableLock::hold(storage, &writer.owner(), lock_options, async |lock| {
         let already = storage
             .list_dir(dir)
             .await?
@@ -310,10 +304,8 @@ async fn execute(
         let completion = lock.next_time(lock_options).await?;
         storage.put_if_absent(&format!("{dir}/{instant}_{completion}.commit"), bytes).await?;
         Ok(completion)
-    }
-    .await;
-    lock.release().await?;
-    let completion = completed?;
+    })
+    .await?;
     Ok(CompactionOutcome { instant: instant.to_owned(), completion, file_groups: plan.operations.len(), rows: rows_written })
 }
 

@@ -108,8 +108,7 @@ pub async fn rollback_failed_writes(
             }
         }
         let dir = &config.timeline_dir;
-        let lock = TableLock::acquire(storage, owner, lock_options).await?;
-        let recorded = async {
+        let rollback_instant = TableLock::hold(storage, owner, lock_options, async |lock| {
             let rollback = lock.next_time(lock_options).await?;
             storage.put_if_absent(&format!("{dir}/{rollback}.rollback.requested"), Bytes::new()).await?;
             storage.put_if_absent(&format!("{dir}/{rollback}.rollback.inflight"), Bytes::new()).await?;
@@ -119,10 +118,8 @@ pub async fn rollback_failed_writes(
             storage.delete(&format!("{dir}/{instant}.deltacommit.inflight")).await?;
             storage.delete(&format!("{dir}/{instant}.deltacommit.requested")).await?;
             Ok::<_, Error>(rollback)
-        }
-        .await;
-        lock.release().await?;
-        let rollback_instant = recorded?;
+        })
+        .await?;
         heartbeat::stop(storage, &instant).await?;
         out.push(RolledBack { instant, rollback_instant, files_deleted: deleted.values().map(Vec::len).sum() });
     }

@@ -1,8 +1,16 @@
 //! Instant times and the table lock (hudi-format.md §2.1; DESIGN invariant 2). Every writer of a
 //! table — in this process, other backends, other servers — takes instant and completion times
-//! under one lock object in the table's own storage, created with create-if-absent and held
-//! for a lease; a crashed holder's lease expires. Times are strictly increasing across all of
-//! them: each is later than the last one issued, which is recorded next to the lock.
+//! under one lock in the table's own storage. Times are strictly increasing across all of them.
+//!
+//! The lock is a sequence of epochs, `.hoodie/.locks/epochs/<n>`, each created with
+//! create-if-absent: the one writer whose create of epoch `n + 1` succeeds holds the lock. It
+//! holds it until it writes `<n>.released` or its lease runs out; nothing is ever deleted or
+//! overwritten to take the lock, so writers that break one expired lease at the same moment
+//! race on one create, and exactly one wins. A holder that stalled past its lease learns it
+//! has lost the lock before it issues a time or completes an instant ([`TableLock::check`]),
+//! and issues nothing after that. Each epoch records a floor: every time issued before it is
+//! at most the floor (the last time of a released epoch, or the lease end of an expired one,
+//! whose holder issued nothing later), and the holder issues times above it.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -13,10 +21,10 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, ErrorKind, Result};
 use crate::storage::Storage;
 
-/// The lock object, relative to the table's base path.
-pub const LOCK_PATH: &str = ".hoodie/.locks/table.lock";
-/// The last time issued under the lock.
-pub const LAST_TIME_PATH: &str = ".hoodie/.locks/last_instant";
+/// The folder of the lock's epochs, relative to the table's base path.
+pub const LOCK_DIR: &str = ".hoodie/.locks/epochs";
+/// Where earlier versions of this engine recorded the last time issued.
+const LEGACY_LAST_TIME_PATH: &str = ".hoodie/.locks/last_instant";
 
 /// How writers take the lock.
 #[derive(Debug, Clone)]
@@ -44,10 +52,21 @@ impl Default for LockOptions {
     }
 }
 
+impl LockOptions {
+    /// A holder acts only while at least this much of its lease is left, so that what it
+    /// starts finishes before others may break the lease.
+    fn margin(&self) -> u128 {
+        (self.lease.as_millis() / 4).max(1)
+    }
+}
+
+/// The content of an epoch.
 #[derive(Debug, Serialize, Deserialize, PartialEq)]
-struct LockContent {
+struct Epoch {
     owner: String,
     expires_at_ms: u128,
+    /// Every time issued before this epoch is at most this (ms since the epoch).
+    floor_ms: i64,
 }
 
 fn now_ms() -> u128 {
@@ -66,44 +85,134 @@ pub fn parse_instant(instant: &str) -> Option<i64> {
     Some(time.and_utc().timestamp_millis())
 }
 
-/// The table lock, held until [`TableLock::release`].
+fn epoch_name(epoch: u64) -> String {
+    format!("{LOCK_DIR}/{epoch:020}")
+}
+
+fn released_name(epoch: u64) -> String {
+    format!("{}.released", epoch_name(epoch))
+}
+
+/// The latest epoch in a listing of [`LOCK_DIR`], and whether it was released.
+fn latest_epoch(names: &[(String, u64)]) -> Option<(u64, bool)> {
+    let epoch_of = |name: &str| name.parse::<u64>().ok();
+    let latest = names.iter().filter_map(|(n, _)| epoch_of(n)).max()?;
+    let released = names.iter().any(|(n, _)| n.strip_suffix(".released").and_then(epoch_of) == Some(latest));
+    Some((latest, released))
+}
+
+/// The table lock: one epoch, held until [`TableLock::release`] or until its lease runs out.
+/// Take it through [`TableLock::hold`], which releases it on every path.
 pub struct TableLock<'a> {
     storage: &'a Storage,
-    content: Bytes,
+    epoch: u64,
+    expires_at_ms: u128,
+    margin_ms: u128,
+    /// The last time issued in this epoch, or the epoch's floor.
+    last_ms: std::cell::Cell<i64>,
 }
 
 impl<'a> TableLock<'a> {
-    /// Takes the lock for `owner`, breaking a lock whose lease expired.
-    pub async fn acquire(storage: &'a Storage, owner: &str, options: &LockOptions) -> Result<TableLock<'a>> {
+    /// Runs `body` holding the lock for `owner`, and releases the lock whatever `body`
+    /// returns. A future dropped midway leaves the lock to its lease.
+    pub async fn hold<T>(
+        storage: &'a Storage,
+        owner: &str,
+        options: &LockOptions,
+        body: impl AsyncFnOnce(&TableLock<'a>) -> Result<T>,
+    ) -> Result<T> {
+        let lock = TableLock::acquire(storage, owner, options).await?;
+        let result = body(&lock).await;
+        let released = lock.release().await;
+        let value = result?;
+        released?;
+        Ok(value)
+    }
+
+    /// Takes the lock for `owner`: creates the epoch after the latest one once that one is
+    /// released or its lease has run out.
+    async fn acquire(storage: &'a Storage, owner: &str, options: &LockOptions) -> Result<TableLock<'a>> {
         let deadline = std::time::Instant::now() + options.timeout;
-        let mut backoff = Duration::from_millis(2);
+        let mut backoff = Duration::from_millis(1);
         loop {
-            let content = LockContent { owner: owner.to_owned(), expires_at_ms: now_ms() + options.lease.as_millis() };
-            let bytes = Bytes::from(serde_json::to_vec(&content).unwrap_or_default());
-            if storage.put_if_absent(LOCK_PATH, bytes.clone()).await? {
-                return Ok(TableLock { storage, content: bytes });
-            }
-            // Someone holds it: break it only when its lease has run out.
-            match storage.get(LOCK_PATH).await {
-                Ok(held) => {
-                    let expired = serde_json::from_slice::<LockContent>(&held)
-                        .map_or(true, |h| h.expires_at_ms < now_ms());
-                    if expired && storage.get(LOCK_PATH).await.ok().as_ref() == Some(&held) {
-                        storage.delete(LOCK_PATH).await?;
-                        continue;
-                    }
+            match Self::try_acquire(storage, owner, options).await? {
+                Some(lock) => return Ok(lock),
+                None if std::time::Instant::now() >= deadline => {
+                    return Err(Error::new(
+                        ErrorKind::Storage,
+                        format!("timed out after {:?} waiting for the table lock {}/{LOCK_DIR}", options.timeout, storage.uri()),
+                    ));
                 }
-                Err(e) if e.kind() == ErrorKind::NotFound => continue,
+                None => {
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_millis(50));
+                }
+            }
+        }
+    }
+
+    /// One attempt: the lock, or `None` when it is held or another writer took it first.
+    async fn try_acquire(storage: &'a Storage, owner: &str, options: &LockOptions) -> Result<Option<TableLock<'a>>> {
+        let names = storage.list_dir(LOCK_DIR).await?;
+        let floor_ms = match latest_epoch(&names) {
+            None => match storage.get(LEGACY_LAST_TIME_PATH).await {
+                Ok(bytes) => String::from_utf8_lossy(&bytes).trim().parse::<i64>().unwrap_or(0),
+                Err(e) if e.kind() == ErrorKind::NotFound => 0,
                 Err(e) => return Err(e),
+            },
+            Some((epoch, released)) => {
+                let Some(held) = read_json::<Epoch>(storage, &epoch_name(epoch)).await? else { return Ok(None) };
+                if released {
+                    match read_json::<i64>(storage, &released_name(epoch)).await? {
+                        Some(last) => last.max(held.floor_ms),
+                        None => return Ok(None),
+                    }
+                } else if held.expires_at_ms + options.max_clock_skew.as_millis() < now_ms() {
+                    // Its holder issued nothing after its lease ended (by its own clock, which
+                    // may be behind ours by the allowed skew).
+                    (held.expires_at_ms as i64).max(held.floor_ms)
+                } else {
+                    return Ok(None);
+                }
             }
-            if std::time::Instant::now() >= deadline {
-                return Err(Error::new(
-                    ErrorKind::Storage,
-                    format!("timed out after {:?} waiting for the table lock {}/{LOCK_PATH}", options.timeout, storage.uri()),
-                ));
+        };
+        let epoch = latest_epoch(&names).map_or(1, |(n, _)| n + 1);
+        let expires_at_ms = now_ms() + options.lease.as_millis();
+        let content = Epoch { owner: owner.to_owned(), expires_at_ms, floor_ms };
+        let bytes = Bytes::from(serde_json::to_vec(&content).unwrap_or_default());
+        if !storage.put_if_absent(&epoch_name(epoch), bytes).await? {
+            return Ok(None);
+        }
+        // Epochs before the previous one are deleted (below), so a writer that listed long ago
+        // can create a number that was used and deleted since; the latest two epochs always
+        // remain, so a newer epoch is then in sight, and the stale one is not a lock.
+        if latest_epoch(&storage.list_dir(LOCK_DIR).await?).is_some_and(|(latest, _)| latest > epoch) {
+            return Ok(None);
+        }
+        for (name, _) in &names {
+            let number = name.split('.').next().and_then(|n| n.parse::<u64>().ok());
+            if number.is_some_and(|n| n + 1 < epoch) {
+                storage.delete(&format!("{LOCK_DIR}/{name}")).await?;
             }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_millis(100));
+        }
+        Ok(Some(TableLock { storage, epoch, expires_at_ms, margin_ms: options.margin(), last_ms: std::cell::Cell::new(floor_ms) }))
+    }
+
+    /// Fails unless this holder still holds the lock with enough lease left to act: called
+    /// before every time it issues and every instant it completes.
+    pub async fn check(&self) -> Result<()> {
+        let lost = |why: &str| {
+            Err(Error::new(
+                ErrorKind::InUse,
+                format!("lost the table lock {}/{LOCK_DIR} (epoch {}): {why}", self.storage.uri(), self.epoch),
+            ))
+        };
+        if now_ms() + self.margin_ms > self.expires_at_ms {
+            return lost("its lease ran out");
+        }
+        match latest_epoch(&self.storage.list_dir(LOCK_DIR).await?) {
+            Some((latest, _)) if latest > self.epoch => lost("another writer took it after the lease ran out"),
+            _ => Ok(()),
         }
     }
 
@@ -112,23 +221,29 @@ impl<'a> TableLock<'a> {
         if !options.max_clock_skew.is_zero() {
             tokio::time::sleep(options.max_clock_skew).await;
         }
-        let last = match self.storage.get(LAST_TIME_PATH).await {
-            Ok(bytes) => String::from_utf8_lossy(&bytes).trim().parse::<i64>().ok(),
-            Err(e) if e.kind() == ErrorKind::NotFound => None,
-            Err(e) => return Err(e),
-        };
-        let now = now_ms() as i64;
-        let time = last.map_or(now, |l| now.max(l + 1));
-        self.storage.put(LAST_TIME_PATH, Bytes::from(time.to_string())).await?;
+        self.check().await?;
+        let time = (now_ms() as i64).max(self.last_ms.get() + 1);
+        self.last_ms.set(time);
         Ok(format_instant(time))
     }
 
-    /// Releases the lock (only if it is still ours).
-    pub async fn release(self) -> Result<()> {
-        if self.storage.get(LOCK_PATH).await.ok().as_ref() == Some(&self.content) {
-            self.storage.delete(LOCK_PATH).await?;
-        }
-        Ok(())
+    /// Releases the lock, recording the last time issued for the next holder. Writing the
+    /// mark after the lease ran out is harmless: it holds the last time this holder issued,
+    /// and once a later epoch exists nobody reads it.
+    async fn release(self) -> Result<()> {
+        let last = Bytes::from(self.last_ms.get().to_string());
+        self.storage.put_if_absent(&released_name(self.epoch), last).await.map(|_| ())
+    }
+}
+
+/// The JSON object at `path`, or `None` when it is gone (cleaned up after a newer epoch).
+async fn read_json<T: serde::de::DeserializeOwned>(storage: &Storage, path: &str) -> Result<Option<T>> {
+    match storage.get(path).await {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| Error::new(ErrorKind::Corrupt, format!("{}/{path} is not a lock epoch", storage.uri())).with_source(e)),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
     }
 }
 

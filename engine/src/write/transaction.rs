@@ -151,10 +151,7 @@ impl Transaction {
             .get("hoodie.bucket.index.num.buckets")
             .and_then(|b| b.trim().parse().ok())
             .ok_or_else(|| Error::new(ErrorKind::Unsupported, "only tables with the simple bucket index can be written"))?;
-        let lock = TableLock::acquire(&storage, &writer.owner(), &lock_options).await?;
-        let instant = lock.next_time(&lock_options).await;
-        lock.release().await?;
-        let instant = instant?;
+        let instant = TableLock::hold(&storage, &writer.owner(), &lock_options, async |lock| lock.next_time(&lock_options).await).await?;
         let dir = &config.timeline_dir;
         storage.put_if_absent(&format!("{dir}/{instant}.deltacommit.requested"), Bytes::new()).await?;
         let planned = CommitMetadata { operation_type: "UPSERT".into(), ..Default::default() };
@@ -438,8 +435,7 @@ impl Transaction {
             }
         }
         let bytes = Bytes::from(metadata.to_avro()?);
-        let lock = TableLock::acquire(&self.storage, &self.writer.owner(), &self.lock_options).await?;
-        let result = async {
+        let completion = TableLock::hold(&self.storage, &self.writer.owner(), &self.lock_options, async |lock| {
             // A writer that went quiet for longer than the heartbeat expiry may have been
             // rolled back by someone else: then its files are gone and it must not commit.
             let inflight = format!("{}/{}.deltacommit.inflight", self.config.timeline_dir, self.instant);
@@ -458,14 +454,14 @@ impl Transaction {
                 tokio::time::sleep(self.lock_options.pause_before_completing).await;
             }
             let name = format!("{}/{}_{completion}.deltacommit", self.config.timeline_dir, self.instant);
+            // Still ours: no later completion time can be visible before this one.
+            lock.check().await?;
             if !self.storage.put_if_absent(&name, bytes).await? {
                 return Err(Error::new(ErrorKind::Internal, format!("{name} already exists")));
             }
             Ok(completion)
-        }
-        .await;
-        lock.release().await?;
-        let completion = result?;
+        })
+        .await?;
         crate::write::heartbeat::stop(&self.storage, &self.instant).await?;
         Ok(completion)
     }
