@@ -49,3 +49,24 @@ impl<T> OrReport<T> for engine::Result<T> {
         self.unwrap_or_else(|e| report(e))
     }
 }
+
+/// Makes a Rust panic reach the client as a plain ERROR (XX000 with the panic's message, as
+/// pgrx reports it) and its backtrace only the server log. pgrx attaches a captured backtrace
+/// to the error's DETAIL, whenever the server runs with `RUST_BACKTRACE` set; disabling
+/// library backtraces stops that capture, and the hook below writes a forced one to the
+/// server's stderr (its log) instead. Called once from `_PG_init`, before any thread starts.
+pub fn keep_panic_backtraces_in_the_server_log() {
+    // SAFETY (of the environment change): `_PG_init` runs before this process starts any
+    // thread, so nothing reads the environment concurrently.
+    std::env::set_var("RUST_LIB_BACKTRACE", "0");
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        // SAFETY: plain system calls. A backend's main thread is the one whose id is the pid;
+        // other threads' panics are printed by the default hook that `report` calls.
+        if unsafe { libc::gettid() == libc::getpid() } {
+            eprintln!("pg_hudi: {info}\n{}", std::backtrace::Backtrace::force_capture());
+        }
+        report(info);
+    }));
+}
+

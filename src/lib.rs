@@ -23,6 +23,7 @@ extension_sql_file!("../sql/consume.sql", name = "consume", requires = ["fdw", a
 /// Library load: GUCs always; the background worker only when loaded at server start.
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
+    error::keep_panic_backtraces_in_the_server_log();
     guc::register();
     // SAFETY: a plain global set by the postmaster while it loads preload libraries.
     if unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
@@ -82,6 +83,35 @@ mod tests {
 
     fn bytes_of(s: &'static str) -> engine::storage::Bytes {
         engine::storage::Bytes::from_static(s.as_bytes())
+    }
+
+    /// A panic for the test below: what a bug in the extension would do.
+    #[pg_extern]
+    fn panics_like_a_bug() {
+        let empty: Vec<i32> = Vec::new();
+        let _ = empty[std::hint::black_box(3)];
+    }
+
+    /// A panic becomes an ERROR with a one-line message and no backtrace for the client (the
+    /// server runs these tests with RUST_BACKTRACE=1, which used to put ~190 lines in DETAIL).
+    #[pg_test]
+    fn a_panic_is_a_plain_error_without_a_backtrace() {
+        let caught = PgTryBuilder::new(|| {
+            Spi::run("SELECT tests.panics_like_a_bug()").unwrap();
+            None
+        })
+        .catch_others(|e| match e {
+            pgrx::pg_sys::panic::CaughtError::PostgresError(report)
+            | pgrx::pg_sys::panic::CaughtError::ErrorReport(report)
+            | pgrx::pg_sys::panic::CaughtError::RustPanic { ereport: report, .. } => Some(report),
+        })
+        .execute()
+        .expect("the panic is an error");
+        assert_eq!(caught.sql_error_code(), PgSqlErrorCode::ERRCODE_INTERNAL_ERROR);
+        assert!(caught.message().contains("index out of bounds"), "{}", caught.message());
+        assert_eq!(caught.message().lines().count(), 1, "{}", caught.message());
+        let detail = caught.detail().unwrap_or_default();
+        assert!(!detail.contains("backtrace") && !detail.contains("rust_begin_unwind") && detail.lines().count() <= 1, "{detail}");
     }
 
     #[pg_test]
