@@ -5,6 +5,9 @@
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 
+use std::time::Duration;
+
+use engine::write::heartbeat::{HeartbeatKeeper, KeptHeartbeat};
 use engine::write::{BaseRow, Transaction};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -22,6 +25,8 @@ pub struct OpenWrite {
     pub transaction: Transaction,
     pub upserts: PendingRows,
     pub deletes: PendingRows,
+    /// The write's heartbeat, kept fresh while the transaction is open, busy or idle.
+    heartbeat: Option<KeptHeartbeat>,
 }
 
 /// Buffered rows, each with where an UPDATE or DELETE read it (see [`crate::fdw::positions`]).
@@ -55,7 +60,27 @@ impl PendingRows {
 impl OpenWrite {
     pub fn new(transaction: Transaction) -> OpenWrite {
         let schema = transaction.data_schema().clone();
-        OpenWrite { transaction, upserts: PendingRows::new(schema.clone()), deletes: PendingRows::new(schema) }
+        // A beat every quarter of the expiry (at least every minute) outlives a missed one or two.
+        let every = (crate::guc::heartbeat_expiry() / 4).clamp(Duration::from_millis(100), Duration::from_secs(60));
+        let heartbeat = KEEPER.with(|keeper| {
+            let keeper = keeper.get_or_init(HeartbeatKeeper::start);
+            keeper.as_ref().map(|k| k.keep(transaction.storage(), transaction.instant(), every))
+        });
+        OpenWrite { transaction, upserts: PendingRows::new(schema.clone()), deletes: PendingRows::new(schema), heartbeat }
+    }
+
+    /// Writes what is buffered and completes the deltacommit.
+    fn commit(mut self) -> engine::Result<()> {
+        self.flush()?;
+        // The commit ends the heartbeat itself: the keeper must not renew it after that.
+        drop(self.heartbeat.take());
+        block_on(self.transaction.commit()).map(|_| ())
+    }
+
+    /// Deletes what the write wrote.
+    fn abort(mut self) -> engine::Result<()> {
+        drop(self.heartbeat.take());
+        block_on(self.transaction.abort())
     }
 
     /// Writes the buffered rows as log files.
@@ -73,6 +98,8 @@ impl OpenWrite {
 }
 
 thread_local! {
+    /// The backend's heartbeat thread, started with its first write.
+    static KEEPER: std::cell::OnceCell<Option<HeartbeatKeeper>> = const { std::cell::OnceCell::new() };
     // Boxed: a write is taken out of the map and put back for every row.
     static OPEN: RefCell<BTreeMap<u32, Box<OpenWrite>>> = const { RefCell::new(BTreeMap::new()) };
     static REGISTERED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
@@ -118,12 +145,12 @@ unsafe extern "C-unwind" fn on_transaction_event(event: pg_sys::XactEvent::Type,
     match event {
         pg_sys::XactEvent::XACT_EVENT_PRE_COMMIT => {
             let mut failure = None;
-            for mut write in take_all() {
+            for write in take_all() {
                 if failure.is_some() {
-                    let _ = block_on(write.transaction.abort());
+                    let _ = write.abort();
                     continue;
                 }
-                let committed = write.flush().and_then(|_| block_on(write.transaction.commit()).map(|_| ()));
+                let committed = write.commit();
                 if let Err(e) = committed {
                     failure = Some(e);
                 }
@@ -148,7 +175,7 @@ unsafe extern "C-unwind" fn on_transaction_event(event: pg_sys::XactEvent::Type,
             crate::fdw::positions::forget_all();
             for write in take_all() {
                 let instant = write.transaction.instant().to_owned();
-                if let Err(e) = block_on(write.transaction.abort()) {
+                if let Err(e) = write.abort() {
                     // An abort must not fail; what is left is cleaned by hudi.rollback_failed_writes.
                     pgrx::warning!("pg_hudi could not remove the files of aborted write {instant}: {e}");
                 }

@@ -378,3 +378,28 @@ def test_smallint_columns_are_written_as_ints_and_read_back(cluster):
         with pytest.raises(psycopg.Error) as e:
             conn.execute("SELECT i FROM narrow ORDER BY id").fetchall()
         assert e.value.sqlstate == "HV004" and "value out of range for type smallint" in str(e.value), e.value
+
+
+def test_an_idle_transaction_keeps_its_heartbeat_and_commits(lake, cluster):
+    """A transaction that sits idle between statements for three times the heartbeat expiry
+    is alive: its backend beats for it meanwhile, so hudi.rollback_failed_writes (with the
+    same expiry) leaves it alone, and it commits."""
+    import time
+    conn, path = lake
+    conn.execute("ALTER SYSTEM SET hudi.heartbeat_expiry = 1")
+    conn.execute("SELECT pg_reload_conf()")
+    with cluster.connect() as writer, cluster.connect() as cleaner:
+        writer.execute("BEGIN")
+        writer.execute("INSERT INTO customers VALUES (1, 'idle', 'nl', 1, '2026-01-01')")
+        (instant,) = [p.name.split(".")[0] for p in (path / ".hoodie/timeline").glob("*.deltacommit.inflight")]
+        heartbeat = path / ".hoodie/.heartbeat" / instant
+        beats = set()
+        idle_until = time.monotonic() + 3.5  # three expiries and a half, without a statement
+        while time.monotonic() < idle_until:
+            beats.add(int(heartbeat.read_text() or 0))
+            assert cleaner.execute("SELECT * FROM hudi.rollback_failed_writes('customers')").fetchall() == []
+            time.sleep(0.1)
+        assert len(beats) >= 8, sorted(beats)  # a beat every quarter of the expiry
+        writer.execute("COMMIT")
+    assert our_rows(conn) == [(1, "idle", "nl", 1)]
+    assert not heartbeat.exists(), "a committed write's heartbeat is gone"

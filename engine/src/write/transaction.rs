@@ -180,6 +180,11 @@ impl Transaction {
         &self.instant
     }
 
+    /// Where the table being written lives.
+    pub fn storage(&self) -> &Storage {
+        &self.storage
+    }
+
     /// The configuration of the table being written.
     pub fn config(&self) -> &TableConfig {
         &self.config
