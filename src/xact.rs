@@ -69,9 +69,8 @@ impl OpenWrite {
         OpenWrite { transaction, upserts: PendingRows::new(schema.clone()), deletes: PendingRows::new(schema), heartbeat }
     }
 
-    /// Writes what is buffered and completes the deltacommit.
+    /// Completes the deltacommit of what was written (flush first).
     fn commit(mut self) -> engine::Result<()> {
-        self.flush()?;
         // The commit ends the heartbeat itself: the keeper must not renew it after that.
         drop(self.heartbeat.take());
         block_on(self.transaction.commit()).map(|_| ())
@@ -144,17 +143,27 @@ fn take_all() -> Vec<OpenWrite> {
 unsafe extern "C-unwind" fn on_transaction_event(event: pg_sys::XactEvent::Type, _arg: *mut std::ffi::c_void) {
     match event {
         pg_sys::XactEvent::XACT_EVENT_PRE_COMMIT => {
-            let mut failure = None;
-            for write in take_all() {
-                if failure.is_some() {
-                    let _ = write.abort();
-                    continue;
-                }
-                let committed = write.commit();
-                if let Err(e) = committed {
-                    failure = Some(e);
+            // Writing out what is buffered may take long, and may be cancelled; the writes stay
+            // open meanwhile, so that an ERROR's abort removes them all.
+            for key in OPEN.with(|open| open.borrow().keys().copied().collect::<Vec<_>>()) {
+                let flushed = with_open_write(key.into(), || unreachable!("the write is open"), OpenWrite::flush);
+                if let Err(e) = flushed {
+                    crate::error::report(e);
                 }
             }
+            let writes = take_all();
+            // Completing the deltacommits is not interrupted: a cancel that dropped it midway
+            // would leave the table lock to its lease, or abort a transaction whose write is
+            // already visible. Interrupts that arrive meanwhile are served after the callback.
+            pg_sys::InterruptHoldoffCount += 1;
+            let mut failure = None;
+            for write in writes {
+                match failure {
+                    Some(_) => drop(write.abort()),
+                    None => failure = write.commit().err(),
+                }
+            }
+            pg_sys::InterruptHoldoffCount -= 1;
             if let Some(e) = failure {
                 crate::error::report(e);
             }

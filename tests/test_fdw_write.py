@@ -403,3 +403,42 @@ def test_an_idle_transaction_keeps_its_heartbeat_and_commits(lake, cluster):
         writer.execute("COMMIT")
     assert our_rows(conn) == [(1, "idle", "nl", 1)]
     assert not heartbeat.exists(), "a committed write's heartbeat is gone"
+
+
+def test_a_cancel_during_commit_waits_for_the_commit(lake, cluster):
+    """A cancel that lands while COMMIT completes the deltacommit (here: holding the table
+    lock, the completion time taken) is served after it: PostgreSQL and the table agree (a heap
+    row of the same transaction and the Hudi row are both there), and the lock is released at
+    once, not left to its lease."""
+    import time
+    conn, path = lake
+    conn.execute("CREATE TABLE audit (id bigint)")
+    victim = cluster.connect()
+    pid = victim.execute("SELECT pg_backend_pid()").fetchone()[0]
+    victim.execute("SET hudi.debug_pause_before_complete = '1s'")
+    victim.execute("BEGIN")
+    victim.execute("INSERT INTO customers VALUES (1, 'committed', 'nl', 1, '2026-01-01')")
+    victim.execute("INSERT INTO audit VALUES (1)")
+    outcome = []
+    committing = threading.Thread(target=lambda: outcome.append(refused_or_none(victim, "COMMIT")))
+    committing.start()
+    deadline = time.monotonic() + 30
+    while not _lock_held(path) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _lock_held(path)
+    assert conn.execute("SELECT pg_cancel_backend(%s)", (pid,)).fetchone() == (True,)
+    committing.join(30)
+    assert outcome == [None], outcome
+    assert not _lock_held(path), "released by the commit"
+    assert conn.execute("SELECT count(*) FROM audit").fetchone() == (1,)
+    assert our_rows(conn) == [(1, "committed", "nl", 1)]
+    victim.close()
+
+
+def refused_or_none(conn, sql):
+    """The SQLSTATE `sql` fails with, or None."""
+    try:
+        conn.execute(sql)
+    except psycopg.Error as e:
+        return e.sqlstate
+    return None
