@@ -59,3 +59,30 @@ def test_a_query_cancelled_with_slices_in_flight_leaves_a_working_backend(lake):
         conn.execute("SELECT count(*) FROM customers a JOIN customers b ON a.name = b.name")
     conn.execute("RESET statement_timeout")
     assert conn.execute("SELECT count(*) FROM customers").fetchone() == expected
+
+
+def test_a_backend_has_a_bounded_pool_of_helpers(lake):
+    """However deep the read-ahead and however many scans a query runs, a backend decodes on
+    at most one helper thread per core, which it keeps for later scans."""
+    import os
+    conn, _ = lake
+    populate(conn)
+    conn.execute("SET hudi.read_ahead_slices = 8")
+    for setting in ("enable_hashjoin", "enable_mergejoin", "enable_material"):
+        conn.execute(f"SET {setting} = off")
+    pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+
+    def helpers():
+        names = []
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/comm") as comm:
+                names.append(comm.read().strip())
+        return names.count("hudi-helper")
+
+    query = "SELECT count(*) FROM (SELECT id FROM customers WHERE id <= 40) a JOIN customers b ON a.id = b.id"
+    assert conn.execute(query).fetchone() == (36,)
+    limit = min(os.cpu_count(), 8)
+    assert 1 <= helpers() <= limit
+    for _ in range(3):
+        assert conn.execute(query).fetchone() == (36,)
+        assert 1 <= helpers() <= limit, "kept, and never more"

@@ -34,13 +34,13 @@ impl Pending {
             return Pending::Waiting(Box::new(read));
         }
         let (sender, receiver) = oneshot::channel();
-        let job = move || {
-            let rows = catch_unwind(AssertUnwindSafe(|| read.run()))
-                .unwrap_or_else(|_| Err(Error::new(ErrorKind::Internal, "decoding a file slice panicked")));
-            // The scan may have ended (cancelled); then nobody wants the rows.
-            let _ = sender.send(rows);
-        };
-        if let Err(job) = crate::threads::spawn_without_signals("hudi-slice", job) {
+        // A scan that ended (finished early, cancelled) drops its receivers: slices it no
+        // longer wants are not decoded.
+        let job = crate::threads::answer(sender, move || {
+            catch_unwind(AssertUnwindSafe(|| read.run()))
+                .unwrap_or_else(|_| Err(Error::new(ErrorKind::Internal, "decoding a file slice panicked")))
+        });
+        if let Err(job) = crate::threads::HELPERS.submit(job) {
             // No thread to be had (resource limits): decode here instead.
             job();
         }
@@ -58,9 +58,9 @@ impl Pending {
     }
 }
 
-/// A scan of file slices in order, fetching and merging up to `depth` slices ahead, each on
-/// a helper thread of its own; with depth 0, each slice is decoded on the caller's thread
-/// when its rows are asked for.
+/// A scan of file slices in order, fetching and merging up to `depth` slices ahead on the
+/// process's helper threads ([`crate::threads::HELPERS`]); with depth 0, each slice is decoded
+/// on the caller's thread when its rows are asked for.
 pub struct SliceScan {
     reader: TableReader,
     query: SliceQuery,
