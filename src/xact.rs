@@ -4,7 +4,6 @@
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
-
 use std::time::Duration;
 
 use engine::write::heartbeat::{HeartbeatKeeper, KeptHeartbeat};
