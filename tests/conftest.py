@@ -117,3 +117,12 @@ def reference_rows(path):
 def our_rows(conn):
     """The rows pg_hudi reads from `customers`."""
     return sorted(conn.execute("SELECT id, name, country, balance FROM customers").fetchall())
+
+
+def refused(conn, sql, params=None):
+    """The SQLSTATE `sql` fails with, or None when it succeeds."""
+    try:
+        conn.execute(sql, params)
+    except psycopg.Error as e:
+        return e.sqlstate
+    return None

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 from hudi import HudiReadOptions, HudiTableBuilder
 
-from conftest import new_lake, our_rows, reference_rows
+from conftest import new_lake, our_rows, reference_rows, refused
 
 
 def test_inserts_upsert_by_key_and_read_back_everywhere(lake):
@@ -420,7 +420,7 @@ def test_a_cancel_during_commit_waits_for_the_commit(lake, cluster):
     victim.execute("INSERT INTO customers VALUES (1, 'committed', 'nl', 1, '2026-01-01')")
     victim.execute("INSERT INTO audit VALUES (1)")
     outcome = []
-    committing = threading.Thread(target=lambda: outcome.append(refused_or_none(victim, "COMMIT")))
+    committing = threading.Thread(target=lambda: outcome.append(refused(victim, "COMMIT")))
     committing.start()
     deadline = time.monotonic() + 30
     while not _lock_held(path) and time.monotonic() < deadline:
@@ -434,11 +434,3 @@ def test_a_cancel_during_commit_waits_for_the_commit(lake, cluster):
     assert our_rows(conn) == [(1, "committed", "nl", 1)]
     victim.close()
 
-
-def refused_or_none(conn, sql):
-    """The SQLSTATE `sql` fails with, or None."""
-    try:
-        conn.execute(sql)
-    except psycopg.Error as e:
-        return e.sqlstate
-    return None

@@ -8,7 +8,7 @@ import os
 import psycopg
 import pytest
 
-from conftest import give_to_postgres, new_lake
+from conftest import give_to_postgres, new_lake, refused
 
 COLUMNS = "id bigint, name text, ts timestamptz"
 KEYS = "primary_key 'id', ordering_field 'ts', buckets '2'"
@@ -16,15 +16,6 @@ KEYS = "primary_key 'id', ordering_field 'ts', buckets '2'"
 
 def as_role(cluster, role):
     return psycopg.connect(host="127.0.0.1", port=cluster.port, user=role, dbname="postgres", autocommit=True)
-
-
-def refused(conn, sql, params=None):
-    """The SQLSTATE `sql` fails with (None if it succeeds)."""
-    try:
-        conn.execute(sql, params)
-    except psycopg.Error as e:
-        return e.sqlstate
-    return None
 
 
 def files_below(path):
