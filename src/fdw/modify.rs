@@ -51,6 +51,49 @@ struct Targets {
     ctid: Option<(pg_sys::AttrNumber, String)>,
     /// Attribute indexes of the key and partition columns, which UPDATE must not change.
     identity: Vec<usize>,
+    /// Reset after every row: what PostgreSQL allocates for one row (detoasted old rows,
+    /// output texts) does not pile up over a statement of millions of rows.
+    row_memory: pg_sys::MemoryContext,
+}
+
+/// The modify state of a result relation: a [`Targets`] that lives in a memory context of its
+/// own, below the query's, and is dropped when that context goes, at the end of the statement
+/// or when an ERROR unwinds it, so nothing outlives a failed statement.
+unsafe fn install_targets(rinfo: *mut pg_sys::ResultRelInfo, mut targets: Targets) {
+    let state = pg_sys::AllocSetContextCreateExtended(
+        pg_sys::CurrentMemoryContext,
+        c"hudi modify".as_ptr(),
+        pg_sys::ALLOCSET_SMALL_MINSIZE as usize,
+        pg_sys::ALLOCSET_SMALL_INITSIZE as usize,
+        pg_sys::ALLOCSET_SMALL_MAXSIZE as usize,
+    );
+    targets.row_memory = pg_sys::AllocSetContextCreateExtended(
+        state,
+        c"hudi modify row".as_ptr(),
+        pg_sys::ALLOCSET_DEFAULT_MINSIZE as usize,
+        pg_sys::ALLOCSET_DEFAULT_INITSIZE as usize,
+        pg_sys::ALLOCSET_DEFAULT_MAXSIZE as usize,
+    );
+    let boxed = Box::into_raw(Box::new(targets));
+    let callback = pg_sys::MemoryContextAlloc(state, std::mem::size_of::<pg_sys::MemoryContextCallback>()) as *mut pg_sys::MemoryContextCallback;
+    (*callback).func = Some(drop_targets);
+    (*callback).arg = boxed as *mut std::ffi::c_void;
+    pg_sys::MemoryContextRegisterResetCallback(state, callback);
+    (*rinfo).ri_FdwState = boxed as *mut std::ffi::c_void;
+}
+
+unsafe extern "C-unwind" fn drop_targets(arg: *mut std::ffi::c_void) {
+    drop(Box::from_raw(arg as *mut Targets));
+}
+
+/// Runs one row's work in the per-row memory context, and resets it afterwards.
+unsafe fn per_row<R>(rinfo: *mut pg_sys::ResultRelInfo, work: impl FnOnce(&Targets) -> R) -> R {
+    let targets = &*((*rinfo).ri_FdwState as *const Targets);
+    let previous = pg_sys::MemoryContextSwitchTo(targets.row_memory);
+    let result = work(targets);
+    pg_sys::MemoryContextSwitchTo(previous);
+    pg_sys::MemoryContextReset(targets.row_memory);
+    result
 }
 
 unsafe fn targets(relation: pg_sys::Relation, data_schema: &arrow::datatypes::Schema, name: &str, config: &engine::table::TableConfig) -> Targets {
@@ -99,7 +142,7 @@ unsafe fn targets(relation: pg_sys::Relation, data_schema: &arrow::datatypes::Sc
             config.record_key_fields.iter().chain(&config.partition_fields).any(|k| k == field).then_some(i)
         })
         .collect();
-    Targets { columns, whole_row: None, ctid: None, identity }
+    Targets { columns, whole_row: None, ctid: None, identity, row_memory: std::ptr::null_mut() }
 }
 
 /// This backend as a writer: the server's system identifier and the backend pid.
@@ -137,7 +180,7 @@ unsafe fn begin(rinfo: *mut pg_sys::ResultRelInfo, plan_targets: *mut pg_sys::Li
                 let attno = pg_sys::ExecFindJunkAttributeInTlist(plan_targets, CTID.as_ptr());
                 targets.ctid = (attno > 0).then(|| (attno, table.uri.to_string()));
             }
-            (*rinfo).ri_FdwState = Box::into_raw(Box::new(targets)) as *mut std::ffi::c_void;
+            install_targets(rinfo, targets);
         },
     );
 }
@@ -219,8 +262,7 @@ enum Change {
     Delete,
 }
 
-unsafe fn buffer_row(rinfo: *mut pg_sys::ResultRelInfo, values: &[pg_sys::Datum], nulls: &[bool], change: Change, read_at: Option<BaseRow>) {
-    let targets = &*((*rinfo).ri_FdwState as *const Targets);
+unsafe fn buffer_row(rinfo: *mut pg_sys::ResultRelInfo, targets: &Targets, values: &[pg_sys::Datum], nulls: &[bool], change: Change, read_at: Option<BaseRow>) {
     let relid = (*(*rinfo).ri_RelationDesc).rd_id;
     xact::with_open_write(
         relid,
@@ -254,8 +296,10 @@ pub unsafe extern "C-unwind" fn exec_foreign_insert(
     slot: *mut pg_sys::TupleTableSlot,
     _plan_slot: *mut pg_sys::TupleTableSlot,
 ) -> *mut pg_sys::TupleTableSlot {
-    let (values, nulls) = slot_values(slot);
-    buffer_row(rinfo, values, nulls, Change::Upsert, None);
+    per_row(rinfo, |targets| {
+        let (values, nulls) = slot_values(slot);
+        buffer_row(rinfo, targets, values, nulls, Change::Upsert, None);
+    });
     slot
 }
 
@@ -274,24 +318,25 @@ pub unsafe extern "C-unwind" fn exec_foreign_update(
     slot: *mut pg_sys::TupleTableSlot,
     plan_slot: *mut pg_sys::TupleTableSlot,
 ) -> *mut pg_sys::TupleTableSlot {
-    let targets = &*((*rinfo).ri_FdwState as *const Targets);
-    let (old_values, old_nulls) = old_row(rinfo, targets, plan_slot);
-    let (values, nulls) = slot_values(slot);
-    let tupdesc = (*(*rinfo).ri_RelationDesc).rd_att;
-    let attributes = (*tupdesc).attrs.as_slice((*tupdesc).natts as usize);
-    for &i in &targets.identity {
-        let attr = &attributes[i];
-        let same = old_nulls[i] == nulls[i] && (nulls[i] || output_text(attr.atttypid, old_values[i]) == output_text(attr.atttypid, values[i]));
-        if !same {
-            let column = CStr::from_ptr(attr.attname.data.as_ptr()).to_string_lossy();
-            raise(
-                PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-                format!("UPDATE cannot change key or partition column \"{column}\" of a Hudi table"),
-                Some("DELETE the row and INSERT it with the new value.".into()),
-            );
+    per_row(rinfo, |targets| {
+        let (old_values, old_nulls) = old_row(rinfo, targets, plan_slot);
+        let (values, nulls) = slot_values(slot);
+        let tupdesc = (*(*rinfo).ri_RelationDesc).rd_att;
+        let attributes = (*tupdesc).attrs.as_slice((*tupdesc).natts as usize);
+        for &i in &targets.identity {
+            let attr = &attributes[i];
+            let same = old_nulls[i] == nulls[i] && (nulls[i] || output_text(attr.atttypid, old_values[i]) == output_text(attr.atttypid, values[i]));
+            if !same {
+                let column = CStr::from_ptr(attr.attname.data.as_ptr()).to_string_lossy();
+                raise(
+                    PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+                    format!("UPDATE cannot change key or partition column \"{column}\" of a Hudi table"),
+                    Some("DELETE the row and INSERT it with the new value.".into()),
+                );
+            }
         }
-    }
-    buffer_row(rinfo, values, nulls, Change::Upsert, read_at(targets, plan_slot));
+        buffer_row(rinfo, targets, values, nulls, Change::Upsert, read_at(targets, plan_slot));
+    });
     slot
 }
 
@@ -303,9 +348,10 @@ pub unsafe extern "C-unwind" fn exec_foreign_delete(
     slot: *mut pg_sys::TupleTableSlot,
     plan_slot: *mut pg_sys::TupleTableSlot,
 ) -> *mut pg_sys::TupleTableSlot {
-    let targets = &*((*rinfo).ri_FdwState as *const Targets);
-    let (old_values, old_nulls) = old_row(rinfo, targets, plan_slot);
-    buffer_row(rinfo, &old_values, &old_nulls, Change::Delete, read_at(targets, plan_slot));
+    per_row(rinfo, |targets| {
+        let (old_values, old_nulls) = old_row(rinfo, targets, plan_slot);
+        buffer_row(rinfo, targets, &old_values, &old_nulls, Change::Delete, read_at(targets, plan_slot));
+    });
     slot
 }
 
@@ -313,7 +359,8 @@ pub unsafe extern "C-unwind" fn exec_foreign_delete(
 pub unsafe extern "C-unwind" fn end_foreign_modify(_estate: *mut pg_sys::EState, rinfo: *mut pg_sys::ResultRelInfo) {
     let targets = (*rinfo).ri_FdwState as *mut Targets;
     if !targets.is_null() {
-        drop(Box::from_raw(targets));
+        // Deleting the state's context drops the targets (`drop_targets`).
+        pg_sys::MemoryContextDelete((*(*targets).row_memory).parent);
         (*rinfo).ri_FdwState = std::ptr::null_mut();
     }
 }
