@@ -5,7 +5,7 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
 BUILD=${BUILD:-$REPO/build}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/pg_hudi/target}
-export HUDI_FIXTURES=${HUDI_FIXTURES:-$(cd "$REPO/.." && pwd)/shared/fixtures/hudi}
+export HUDI_FIXTURES=${HUDI_FIXTURES:-$REPO/tests/fixtures/hudi}
 
 pg_bin() { echo "$("$PG_CONFIG" --bindir)/$1"; }
 

@@ -14,7 +14,7 @@ CLUSTER_SH = REPO / "scripts" / "cluster.sh"
 
 @pytest.fixture(scope="session")
 def fixtures_root():
-    root = pathlib.Path(os.environ.get("HUDI_FIXTURES", REPO.parent / "shared" / "fixtures" / "hudi"))
+    root = pathlib.Path(os.environ.get("HUDI_FIXTURES", REPO / "tests" / "fixtures" / "hudi"))
     assert root.is_dir(), f"fixtures not found at {root} (set HUDI_FIXTURES)"
     return root
 

@@ -8,11 +8,11 @@ pub mod expected;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-/// `../shared/fixtures/hudi` beside the repository, or `$HUDI_FIXTURES`.
+/// The repository's `tests/fixtures/hudi`, or `$HUDI_FIXTURES`.
 pub fn fixtures_root() -> PathBuf {
     let root = std::env::var_os("HUDI_FIXTURES")
         .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/hudi"));
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/hudi"));
     assert!(root.is_dir(), "fixtures not found at {} (set HUDI_FIXTURES)", root.display());
     root
 }
