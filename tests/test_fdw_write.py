@@ -246,27 +246,40 @@ def _lock_held(table):
     return bool(numbered) and f"{numbered[-1]}.released" not in names
 
 
+def _commit_pausing_in_the_lock(cluster, table, pause, statements):
+    """A session that runs `statements` in a transaction and COMMITs it on a thread, pausing
+    for `pause` while it holds the table lock (hudi.debug_pause_before_complete); returns once
+    the lock is held: (session, its pid, the committing thread, a list that receives COMMIT's
+    SQLSTATE or None)."""
+    import time
+    session = cluster.connect()
+    pid = session.execute("SELECT pg_backend_pid()").fetchone()[0]
+    session.execute(f"SET hudi.debug_pause_before_complete = '{pause}'")
+    session.execute("BEGIN")
+    for sql in statements:
+        session.execute(sql)
+    outcome = []
+    committing = threading.Thread(target=lambda: outcome.append(refused(session, "COMMIT")), daemon=True)
+    committing.start()
+    deadline = time.monotonic() + 30
+    while not _lock_held(table) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _lock_held(table), "the commit never took the table lock"
+    return session, pid, committing, outcome
+
+
 def test_a_writer_killed_between_completion_time_and_completed_instant(lake, cluster):
     """The worst moment: the completion time is taken, the table lock held, the completed
     instant not yet written. Committed data stays, the lock's lease runs out, writers go on,
     and the killed write is rolled back without orphans."""
-    import threading
     import time
     conn, path = lake
     conn.execute("INSERT INTO customers VALUES (1, 'kept', 'nl', 1, '2026-01-01')")
     conn.execute("ALTER SYSTEM SET hudi.lock_lease = 2")
     conn.execute("SELECT pg_reload_conf()")
-    victim = cluster.connect()
-    pid = victim.execute("SELECT pg_backend_pid()").fetchone()[0]
-    victim.execute("SET hudi.debug_pause_before_complete = '60s'")
-    victim.execute("BEGIN")
-    victim.execute("INSERT INTO customers SELECT g, 'lost', 'nl', 1, '2026-01-02' FROM generate_series(2, 100002) g")
-    committing = threading.Thread(target=lambda: pytest.raises(psycopg.Error, victim.execute, "COMMIT"), daemon=True)
-    committing.start()
+    victim, pid, committing, _ = _commit_pausing_in_the_lock(
+        cluster, path, "60s", ["INSERT INTO customers SELECT g, 'lost', 'nl', 1, '2026-01-02' FROM generate_series(2, 100002) g"])
     timeline = path / ".hoodie/timeline"
-    deadline = time.monotonic() + 30
-    while not _lock_held(path) and time.monotonic() < deadline:
-        time.sleep(0.05)
     time.sleep(0.5)  # past taking the completion time, inside the pause
     pending = {p.name.split(".")[0] for p in timeline.glob("*.deltacommit.inflight")}
     completed = {p.name.split("_")[0] for p in timeline.glob("*_*.deltacommit")}
@@ -410,22 +423,10 @@ def test_a_cancel_during_commit_waits_for_the_commit(lake, cluster):
     lock, the completion time taken) is served after it: PostgreSQL and the table agree (a heap
     row of the same transaction and the Hudi row are both there), and the lock is released at
     once, not left to its lease."""
-    import time
     conn, path = lake
     conn.execute("CREATE TABLE audit (id bigint)")
-    victim = cluster.connect()
-    pid = victim.execute("SELECT pg_backend_pid()").fetchone()[0]
-    victim.execute("SET hudi.debug_pause_before_complete = '1s'")
-    victim.execute("BEGIN")
-    victim.execute("INSERT INTO customers VALUES (1, 'committed', 'nl', 1, '2026-01-01')")
-    victim.execute("INSERT INTO audit VALUES (1)")
-    outcome = []
-    committing = threading.Thread(target=lambda: outcome.append(refused(victim, "COMMIT")))
-    committing.start()
-    deadline = time.monotonic() + 30
-    while not _lock_held(path) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert _lock_held(path)
+    victim, pid, committing, outcome = _commit_pausing_in_the_lock(
+        cluster, path, "1s", ["INSERT INTO customers VALUES (1, 'committed', 'nl', 1, '2026-01-01')", "INSERT INTO audit VALUES (1)"])
     assert conn.execute("SELECT pg_cancel_backend(%s)", (pid,)).fetchone() == (True,)
     committing.join(30)
     assert outcome == [None], outcome
