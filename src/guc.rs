@@ -36,6 +36,9 @@ pub static LOCK_LEASE: GucSetting<i32> = GucSetting::<i32>::new(60);
 /// writer waits this long between taking its completion time and creating the completed
 /// instant, so a test can kill it exactly there.
 pub static DEBUG_PAUSE_BEFORE_COMPLETE: GucSetting<i32> = GucSetting::<i32>::new(0);
+/// `hudi.debug_pause_before_commit`: a developer setting for crash tests; a committing
+/// transaction pauses after recording its commit intents, before PostgreSQL commits.
+pub static DEBUG_PAUSE_BEFORE_COMMIT: GucSetting<i32> = GucSetting::<i32>::new(0);
 
 /// `hudi.read_ahead_slices`: how many file slices a scan decodes and merges ahead, on helper
 /// threads, while the backend returns the rows of the current one (0: none, all on the
@@ -110,6 +113,16 @@ pub fn register() {
         c"Developer setting for crash tests: pause between a commit's completion time and its completed instant.",
         c"",
         &DEBUG_PAUSE_BEFORE_COMPLETE,
+        0,
+        600_000,
+        GucContext::Suset,
+        GucFlags::UNIT_MS | GucFlags::NO_SHOW_ALL,
+    );
+    GucRegistry::define_int_guc(
+        c"hudi.debug_pause_before_commit",
+        c"Developer setting for crash tests: pause after a transaction's commit intents are recorded, before PostgreSQL commits.",
+        c"",
+        &DEBUG_PAUSE_BEFORE_COMMIT,
         0,
         600_000,
         GucContext::Suset,

@@ -10,6 +10,7 @@ mod datum;
 mod error;
 mod fdw;
 mod guc;
+mod intents;
 mod runtime;
 mod worker;
 mod xact;
@@ -19,6 +20,7 @@ mod xact;
 // The wrapper itself: hand-written SQL, created after the validator function it names.
 extension_sql_file!("../sql/fdw.sql", name = "fdw", requires = [fdw::options::hudi_fdw_validator]);
 extension_sql_file!("../sql/consume.sql", name = "consume", requires = ["fdw", api::tables::latest_commit]);
+extension_sql_file!("../sql/commit_intents.sql", name = "commit_intents", requires = ["fdw"]);
 
 /// Library load: GUCs always; the background worker only when loaded at server start.
 #[pg_guard]

@@ -1,6 +1,9 @@
 //! Writes and PostgreSQL transactions: one Hudi deltacommit per table per PostgreSQL
-//! transaction. Rows are buffered per table and flushed to log files as they pile up; the
-//! deltacommit completes at PRE_COMMIT, and an abort deletes what the transaction wrote.
+//! transaction. Rows are buffered per table and flushed to log files as they pile up. At
+//! PRE_COMMIT the logs are flushed, the commit metadata prepared and one commit intent per table
+//! recorded in the transaction ([`crate::intents`]); once PostgreSQL has committed, the
+//! deltacommits complete. An abort, before or after PRE_COMMIT, deletes what the transaction
+//! wrote. So a Hudi write commits if and only if its PostgreSQL transaction does.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -12,6 +15,7 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 
 use crate::datum::{ConversionError, PgKind, RowBuffer};
+use crate::intents::Intent;
 use crate::runtime::block_on;
 
 /// Rows buffered per table before they are written as log blocks: bounds a backend's memory.
@@ -22,6 +26,11 @@ pub const FLUSH_ROWS: usize = 100_000;
 /// blocks keep statement order.
 pub struct OpenWrite {
     pub transaction: Transaction,
+    /// The written table's location and foreign table, and the role whose credentials it
+    /// was opened with.
+    location: String,
+    relation: pg_sys::Oid,
+    writer: pg_sys::Oid,
     pub upserts: PendingRows,
     pub deletes: PendingRows,
     /// The write's heartbeat, kept fresh while the transaction is open, busy or idle.
@@ -57,7 +66,7 @@ impl PendingRows {
 }
 
 impl OpenWrite {
-    pub fn new(transaction: Transaction) -> OpenWrite {
+    pub fn new(transaction: Transaction, location: String, relation: pg_sys::Oid) -> OpenWrite {
         let schema = transaction.data_schema().clone();
         // A beat every quarter of the expiry (at least every minute) outlives a missed one or two.
         let every = (crate::guc::heartbeat_expiry() / 4).clamp(Duration::from_millis(100), Duration::from_secs(60));
@@ -65,14 +74,17 @@ impl OpenWrite {
             let keeper = keeper.get_or_init(HeartbeatKeeper::start);
             keeper.as_ref().map(|k| k.keep(transaction.storage(), transaction.instant(), every))
         });
-        OpenWrite { transaction, upserts: PendingRows::new(schema.clone()), deletes: PendingRows::new(schema), heartbeat }
-    }
-
-    /// Completes the deltacommit of what was written (flush first).
-    fn commit(mut self) -> engine::Result<()> {
-        // The commit ends the heartbeat itself: the keeper must not renew it after that.
-        drop(self.heartbeat.take());
-        block_on(self.transaction.commit()).map(|_| ())
+        // SAFETY: a plain read of the backend's current user.
+        let writer = unsafe { pg_sys::GetUserId() };
+        OpenWrite {
+            transaction,
+            location,
+            relation,
+            writer,
+            upserts: PendingRows::new(schema.clone()),
+            deletes: PendingRows::new(schema),
+            heartbeat,
+        }
     }
 
     /// Deletes what the write wrote.
@@ -95,11 +107,41 @@ impl OpenWrite {
     }
 }
 
+/// A write whose PostgreSQL transaction is committing: flushed, its intent recorded, its
+/// heartbeat still kept until the completed instant exists.
+struct PreparedWrite {
+    write: OpenWrite,
+    intent: Intent,
+}
+
+impl PreparedWrite {
+    /// Creates the completed instant, after PostgreSQL committed: never raises an ERROR (the
+    /// transaction cannot abort any more). What fails stays in the intent, for a retry.
+    fn complete(self) {
+        let PreparedWrite { mut write, intent } = self;
+        let owner = crate::fdw::modify::writer_id().owner();
+        let storage = write.transaction.storage().clone();
+        // The completion ends the heartbeat itself: the keeper must not renew it after that.
+        // Its last beat is fresh; the completion or, failing that, the intent decides.
+        drop(write.heartbeat.take());
+        match block_on(intent.commit.complete(&storage, &owner, &crate::guc::lock_options())) {
+            Ok(_) => crate::intents::completed_after_commit(intent.location, intent.commit.instant),
+            Err(e) => pgrx::warning!(
+                "pg_hudi: the transaction committed, but its write {} to {} is not completed yet ({e}); it will be, see hudi.pending_commits",
+                intent.commit.instant,
+                intent.location
+            ),
+        }
+    }
+}
+
 thread_local! {
     /// The backend's heartbeat thread, started with its first write.
     static KEEPER: std::cell::OnceCell<Option<HeartbeatKeeper>> = const { std::cell::OnceCell::new() };
     // Boxed: a write is taken out of the map and put back for every row.
     static OPEN: RefCell<BTreeMap<u32, Box<OpenWrite>>> = const { RefCell::new(BTreeMap::new()) };
+    /// Writes prepared at PRE_COMMIT, completed at COMMIT or removed at ABORT.
+    static PREPARED: RefCell<Vec<PreparedWrite>> = const { RefCell::new(Vec::new()) };
     static REGISTERED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
@@ -126,6 +168,22 @@ pub fn with_open_write<R>(
     }
 }
 
+/// Prepares a read of the table at `location` in this transaction: writes out the rows its
+/// open writes buffered, and returns their instants, which the read must see (a transaction
+/// reads its own writes).
+pub fn own_writes_to(location: &str) -> Vec<String> {
+    let keys: Vec<u32> =
+        OPEN.with(|open| open.borrow().iter().filter(|(_, w)| w.location == location).map(|(k, _)| *k).collect());
+    keys.into_iter()
+        .map(|key| {
+            with_open_write(key.into(), || unreachable!("the write is open"), |write| {
+                write.flush().unwrap_or_else(|e| crate::error::report(e));
+                write.transaction.instant().to_owned()
+            })
+        })
+        .collect()
+}
+
 fn register_callbacks() {
     if REGISTERED.with(|r| r.replace(true)) {
         return;
@@ -138,35 +196,48 @@ fn take_all() -> Vec<OpenWrite> {
     OPEN.with(|open| std::mem::take(&mut *open.borrow_mut()).into_values().map(|w| *w).collect())
 }
 
+/// PRE_COMMIT: everything that may fail, and may be cancelled, happens here, while an ERROR
+/// still aborts the whole transaction (and with it every write): the logs are written out, the
+/// commit metadata prepared, each write marked prepared in its table's storage (for other
+/// servers' rollbacks) and its intent recorded in the transaction.
+unsafe fn prepare_writes() {
+    let keys = OPEN.with(|open| open.borrow().keys().copied().collect::<Vec<_>>());
+    if keys.is_empty() {
+        crate::intents::forget_completed();
+        return;
+    }
+    let transaction = crate::intents::current_transaction();
+    let mark = engine::write::prepared::PreparedMark { node: crate::fdw::modify::writer_id().node, transaction: transaction as u64 };
+    let mut intents = Vec::with_capacity(keys.len());
+    for key in keys {
+        let intent = with_open_write(key.into(), || unreachable!("the write is open"), |write| {
+            write.flush()?;
+            let commit = block_on(write.transaction.prepare())?;
+            block_on(engine::write::prepared::mark(write.transaction.storage(), &commit.instant, &mark))?;
+            Ok::<_, engine::Error>(Intent { location: write.location.clone(), relation: write.relation, writer: write.writer, transaction, commit })
+        });
+        intents.push(intent.unwrap_or_else(|e| crate::error::report(e)));
+    }
+    crate::intents::record(&intents);
+    let pause = crate::guc::DEBUG_PAUSE_BEFORE_COMMIT.get();
+    if pause > 0 {
+        // Made inside the runtime: a tokio timer needs its context.
+        block_on(async { tokio::time::sleep(Duration::from_millis(pause as u64)).await });
+    }
+    // From here on nothing in this callback can fail: the writes wait for the commit.
+    let mut writes: BTreeMap<String, OpenWrite> =
+        take_all().into_iter().map(|w| (w.transaction.instant().to_owned(), w)).collect();
+    let prepared = intents
+        .into_iter()
+        .filter_map(|intent| Some(PreparedWrite { write: writes.remove(&intent.commit.instant)?, intent }))
+        .collect();
+    PREPARED.with(|p| *p.borrow_mut() = prepared);
+}
+
 #[pg_guard]
 unsafe extern "C-unwind" fn on_transaction_event(event: pg_sys::XactEvent::Type, _arg: *mut std::ffi::c_void) {
     match event {
-        pg_sys::XactEvent::XACT_EVENT_PRE_COMMIT => {
-            // Writing out what is buffered may take long, and may be cancelled; the writes stay
-            // open meanwhile, so that an ERROR's abort removes them all.
-            for key in OPEN.with(|open| open.borrow().keys().copied().collect::<Vec<_>>()) {
-                let flushed = with_open_write(key.into(), || unreachable!("the write is open"), OpenWrite::flush);
-                if let Err(e) = flushed {
-                    crate::error::report(e);
-                }
-            }
-            let writes = take_all();
-            // Completing the deltacommits is not interrupted: a cancel that dropped it midway
-            // would leave the table lock to its lease, or abort a transaction whose write is
-            // already visible. Interrupts that arrive meanwhile are served after the callback.
-            pg_sys::InterruptHoldoffCount += 1;
-            let mut failure = None;
-            for write in writes {
-                match failure {
-                    Some(_) => drop(write.abort()),
-                    None => failure = write.commit().err(),
-                }
-            }
-            pg_sys::InterruptHoldoffCount -= 1;
-            if let Some(e) = failure {
-                crate::error::report(e);
-            }
-        }
+        pg_sys::XactEvent::XACT_EVENT_PRE_COMMIT => prepare_writes(),
         pg_sys::XactEvent::XACT_EVENT_PRE_PREPARE => {
             if OPEN.with(|open| !open.borrow().is_empty()) {
                 crate::error::raise(
@@ -178,10 +249,23 @@ unsafe extern "C-unwind" fn on_transaction_event(event: pg_sys::XactEvent::Type,
         }
         pg_sys::XactEvent::XACT_EVENT_COMMIT | pg_sys::XactEvent::XACT_EVENT_PARALLEL_COMMIT => {
             crate::fdw::positions::forget_all();
+            // PostgreSQL committed: the completions must happen, and must not be interrupted
+            // (a cancel would leave the table lock to its lease). Interrupts that arrive
+            // meanwhile are served afterwards; failures are warnings and stay in the intents.
+            let prepared = PREPARED.with(|p| std::mem::take(&mut *p.borrow_mut()));
+            pg_sys::InterruptHoldoffCount += 1;
+            for write in prepared {
+                let instant = write.intent.commit.instant.clone();
+                if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| write.complete())).is_err() {
+                    pgrx::warning!("pg_hudi: completing the committed write {instant} failed; it stays pending");
+                }
+            }
+            pg_sys::InterruptHoldoffCount -= 1;
         }
         pg_sys::XactEvent::XACT_EVENT_ABORT | pg_sys::XactEvent::XACT_EVENT_PARALLEL_ABORT => {
             crate::fdw::positions::forget_all();
-            for write in take_all() {
+            let prepared = PREPARED.with(|p| std::mem::take(&mut *p.borrow_mut()));
+            for write in take_all().into_iter().chain(prepared.into_iter().map(|p| p.write)) {
                 let instant = write.transaction.instant().to_owned();
                 if let Err(e) = write.abort() {
                     // An abort must not fail; what is left is cleaned by hudi.rollback_failed_writes.

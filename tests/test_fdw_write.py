@@ -268,40 +268,6 @@ def _commit_pausing_in_the_lock(cluster, table, pause, statements):
     return session, pid, committing, outcome
 
 
-def test_a_writer_killed_between_completion_time_and_completed_instant(lake, cluster):
-    """The worst moment: the completion time is taken, the table lock held, the completed
-    instant not yet written. Committed data stays, the lock's lease runs out, writers go on,
-    and the killed write is rolled back without orphans."""
-    import time
-    conn, path = lake
-    conn.execute("INSERT INTO customers VALUES (1, 'kept', 'nl', 1, '2026-01-01')")
-    conn.execute("ALTER SYSTEM SET hudi.lock_lease = 2")
-    conn.execute("SELECT pg_reload_conf()")
-    victim, pid, committing, _ = _commit_pausing_in_the_lock(
-        cluster, path, "60s", ["INSERT INTO customers SELECT g, 'lost', 'nl', 1, '2026-01-02' FROM generate_series(2, 100002) g"])
-    timeline = path / ".hoodie/timeline"
-    time.sleep(0.5)  # past taking the completion time, inside the pause
-    pending = {p.name.split(".")[0] for p in timeline.glob("*.deltacommit.inflight")}
-    completed = {p.name.split("_")[0] for p in timeline.glob("*_*.deltacommit")}
-    (instant,) = pending - completed
-    assert _lock_held(path), "the lock is held while the completed file is not written"
-    _kill_backend_and_wait(cluster, pid)
-    committing.join(10)
-    with cluster.connect() as c:
-        c.execute("SET timezone = 'UTC'")
-        assert c.execute("SELECT id, name FROM customers").fetchall() == [(1, "kept")]
-        # The dead writer's lease runs out: the next writer takes the lock and commits.
-        c.execute("INSERT INTO customers VALUES (3, 'after', 'be', 1, '2026-01-03')")
-        c.execute("SET hudi.heartbeat_expiry = 0")
-        rolled = c.execute("SELECT instant FROM hudi.rollback_failed_writes('customers')").fetchall()
-        assert rolled == [(instant,)]
-        assert not [p for p in path.rglob(f"*{instant}*")], "no orphan files"
-        assert sorted(c.execute("SELECT id, name FROM customers").fetchall()) == [(1, "kept"), (3, "after")]
-        completions = [p.name.split("_")[1].split(".")[0] for p in timeline.glob("*_*.deltacommit")]
-        assert len(completions) == len(set(completions)) == 2
-    assert sorted(r[1] for r in reference_rows(path)) == ["after", "kept"]
-
-
 def test_partial_update_lets_writers_fill_different_columns(cluster):
     """merge_mode 'partial_update': each column keeps the non-NULL value with the greatest
     ordering value (ties: the later instant), so several sessions each fill some columns of the

@@ -188,3 +188,72 @@ async fn failed_writes_are_rolled_back_after_their_heartbeat_expires() {
     assert!(err.to_string().contains("was rolled back after its heartbeat expired"), "{err}");
     assert_eq!(snapshot(&storage).await, before);
 }
+
+/// A prepared commit is completed by whoever holds it, after its writer is gone, exactly once
+/// however often it is retried. Before that, a reader told that the write is decided sees its
+/// rows; a rollback of failed writes leaves a write with a prepared mark to its deciding
+/// server, and one that rolls it back anyway makes a later completion fail.
+#[tokio::test]
+async fn prepared_commits_complete_once_and_decided_writes_are_read() {
+    use engine::services::rollback::{failed_writes, rollback_failed_writes, rollback_writes};
+    use engine::write::prepared::{self, PreparedMark};
+    use std::time::Duration;
+
+    let dir = tempfile::tempdir().unwrap();
+    let storage = Storage::open(&StorageUri::parse(&format!("file://{}", dir.path().display())).unwrap(), &BTreeMap::new()).unwrap();
+    let config = create_table(&storage, &spec()).await.unwrap();
+    let mut tx = Transaction::begin(storage.clone(), config.clone(), writer(1), LockOptions::default()).await.unwrap();
+    tx.upsert(&rows(&[(1, "kept", "nl", 1)])).await.unwrap();
+    tx.commit().await.unwrap();
+
+    let mut tx = Transaction::begin(storage.clone(), config.clone(), writer(2), LockOptions::default()).await.unwrap();
+    tx.upsert(&rows(&[(1, "decided", "nl", 2), (2, "new", "be", 2)])).await.unwrap();
+    let prepared = tx.prepare().await.unwrap();
+    let mark = PreparedMark { node: 7, transaction: 42 };
+    prepared::mark(&storage, tx.instant(), &mark).await.unwrap();
+    drop(tx); // the writer is gone; what is kept is the prepared commit
+    assert_eq!(snapshot(&storage).await, [(1, "kept".to_owned())]);
+
+    // A reader that knows the write is decided sees it merged on top.
+    let reader = TableReader::open(storage.clone()).await.unwrap().with_decided_writes([prepared.instant.as_str()]);
+    let mut seen: Vec<(i64, String)> = reader
+        .read_snapshot(None)
+        .await
+        .unwrap()
+        .iter()
+        .flat_map(|b| {
+            let id = b.column_by_name("id").unwrap().as_any().downcast_ref::<Int64Array>().unwrap().clone();
+            let name = b.column_by_name("name").unwrap().as_string::<i32>().clone();
+            (0..b.num_rows()).map(move |i| (id.value(i), name.value(i).to_owned())).collect::<Vec<_>>()
+        })
+        .collect();
+    seen.sort();
+    assert_eq!(seen, [(1, "decided".to_owned()), (2, "new".to_owned())]);
+
+    // Expired, but prepared: listed with its mark, and not rolled back blindly.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let failed = failed_writes(&storage, &config, Duration::from_millis(10)).await.unwrap();
+    assert_eq!(failed.len(), 1);
+    assert_eq!(failed[0].prepared, Some(mark));
+    assert!(rollback_failed_writes(&storage, &config, Duration::from_millis(10), "cleaner", &LockOptions::default()).await.unwrap().is_empty());
+
+    // Completed twice (a retry after a lost answer): one completed instant, the same time.
+    let first = prepared.complete(&storage, "finisher", &LockOptions::default()).await.unwrap();
+    let again = prepared.complete(&storage, "finisher", &LockOptions::default()).await.unwrap();
+    assert!(first.created && !again.created);
+    assert_eq!(first.completion, again.completion);
+    assert_eq!(snapshot(&storage).await, [(1, "decided".to_owned()), (2, "new".to_owned())]);
+    assert_eq!(prepared::read(&storage, &prepared.instant).await.unwrap(), None, "the mark goes with the completion");
+    // A completed write is not rolled back, even when named.
+    assert!(rollback_writes(&storage, &config, &[prepared.instant.clone()], "cleaner", &LockOptions::default()).await.unwrap().is_empty());
+
+    // One rolled back before it completes cannot complete afterwards.
+    let mut tx = Transaction::begin(storage.clone(), config.clone(), writer(3), LockOptions::default()).await.unwrap();
+    tx.upsert(&rows(&[(3, "late", "nl", 3)])).await.unwrap();
+    let late = tx.prepare().await.unwrap();
+    let rolled = rollback_writes(&storage, &config, &[late.instant.clone()], "cleaner", &LockOptions::default()).await.unwrap();
+    assert_eq!(rolled.len(), 1);
+    let err = late.complete(&storage, "finisher", &LockOptions::default()).await.unwrap_err();
+    assert!(err.to_string().contains("was rolled back"), "{err}");
+    assert_eq!(snapshot(&storage).await, [(1, "decided".to_owned()), (2, "new".to_owned())]);
+}

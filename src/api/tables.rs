@@ -86,21 +86,75 @@ fn latest_commit(table: PgRelation) -> Option<String> {
 /// `hudi.rollback_failed_writes(table)`: rolls back the table's pending writes whose writer's
 /// heartbeat is older than `hudi.heartbeat_expiry` (a crashed or killed backend): deletes their
 /// files and records a rollback instant. Returns what it rolled back.
+///
+/// A write prepared by a PostgreSQL transaction (see [`crate::intents`]) is decided by that
+/// transaction: on this server it is completed if the transaction committed, left alone while
+/// it runs, and rolled back if it aborted; a write prepared on another server is left to that
+/// server.
 #[pg_extern(volatile)]
 fn rollback_failed_writes(
     table: PgRelation,
 ) -> TableIterator<'static, (name!(instant, String), name!(rollback_instant, String), name!(files_deleted, i32))> {
     let storage = crate::api::service_target(&table, "roll back its writes");
+    let location = crate::fdw::table::ForeignHudiTable::of_relation(table.oid()).uri.to_string();
     let config = block_on(engine::table::load_config(&storage)).or_report();
+    let failed = block_on(engine::services::rollback::failed_writes(&storage, &config, crate::guc::heartbeat_expiry())).or_report();
+    let node = crate::fdw::modify::writer_id().node;
+    let mut to_roll_back = Vec::new();
+    for write in failed {
+        let Some(mark) = write.prepared else {
+            to_roll_back.push(write.instant);
+            continue;
+        };
+        if mark.node != node {
+            pgrx::notice!(
+                "write {} was prepared by a transaction of server {}; only that server decides it",
+                write.instant,
+                mark.node
+            );
+        } else if !crate::intents::committed(Some(&location), Some(std::slice::from_ref(&write.instant))).is_empty() {
+            // Its transaction committed: the write is finished, not rolled back (unless
+            // another finisher is at it already).
+            let instant = std::slice::from_ref(&write.instant);
+            if let Some(intent) = crate::intents::to_finish(Some(&location), Some(instant)).pop() {
+                if let crate::intents::Finished::Failed(e) = crate::intents::finish(&intent) {
+                    pgrx::warning!("the committed write {} is not completed yet: {e}", write.instant);
+                }
+            }
+        } else if !crate::intents::in_progress(mark.transaction as i64) {
+            to_roll_back.push(write.instant);
+        }
+    }
     // SAFETY: a plain read of the backend's pid.
     let owner = format!("rollback:{}", unsafe { pgrx::pg_sys::MyProcPid });
-    let rolled = block_on(engine::services::rollback::rollback_failed_writes(
+    let rolled = block_on(engine::services::rollback::rollback_writes(
         &storage,
         &config,
-        crate::guc::heartbeat_expiry(),
+        &to_roll_back,
         &owner,
         &crate::guc::lock_options(),
     ))
     .or_report();
     TableIterator::new(rolled.into_iter().map(|r| (r.instant, r.rollback_instant, r.files_deleted as i32)))
+}
+
+/// `hudi.finish_pending_commits()`: completes the writes whose PostgreSQL transaction committed
+/// but whose completed instant was not written (see `hudi.pending_commits`). Returns each with
+/// what happened: `completed` (with its completion time), `lost` (another server or Hudi writer
+/// rolled it back meanwhile) or `failed` (kept, tried again later; the error).
+#[pg_extern(volatile)]
+fn finish_pending_commits() -> TableIterator<
+    'static,
+    (name!(relation, pgrx::pg_sys::Oid), name!(instant, String), name!(outcome, String), name!(detail, Option<String>)),
+> {
+    use crate::intents::Finished;
+    let rows = crate::intents::finish_committed(None).into_iter().map(|(intent, outcome)| {
+        let (outcome, detail) = match outcome {
+            Finished::Completed { completion } => ("completed", Some(completion)),
+            Finished::Lost(e) => ("lost", Some(e)),
+            Finished::Failed(e) => ("failed", Some(e)),
+        };
+        (intent.relation, intent.commit.instant, outcome.to_owned(), detail)
+    });
+    TableIterator::new(rows.collect::<Vec<_>>())
 }

@@ -166,10 +166,11 @@ unsafe fn begin(rinfo: *mut pg_sys::ResultRelInfo, plan_targets: *mut pg_sys::Li
     xact::with_open_write(
         relid,
         || {
+            let location = table.uri.to_string();
             let storage = table.storage();
             let config = block_on(engine::table::load_config(&storage)).or_report();
             let transaction = block_on(Transaction::begin(storage, config, writer_id(), crate::guc::lock_options())).or_report();
-            OpenWrite::new(transaction)
+            OpenWrite::new(transaction, location, relid)
         },
         |write| {
             let transaction = &write.transaction;

@@ -202,6 +202,30 @@ impl ReadSpec {
     }
 }
 
+/// Opens the table for a read of `spec`. A snapshot of the latest state also sees the writes
+/// that are decided but not completed in storage: this transaction's own (its buffered rows
+/// written out first, so that every statement sees the transaction's earlier ones), and those
+/// whose PostgreSQL transaction committed ([`crate::intents`]). Time travel and change ranges
+/// are about completed instants only.
+fn open_for(table: &ForeignHudiTable, spec: &ReadSpec) -> TableReader {
+    if !matches!(spec, ReadSpec::Snapshot { bound: ReadBound::Latest, .. }) {
+        return table.open_reader();
+    }
+    let location = table.uri.to_string();
+    // Both before the listing, so that it holds every file of what they name: the buffered
+    // rows are written out now, and a committed intent was recorded after all its files were.
+    let mut decided = crate::xact::own_writes_to(&location);
+    let committed = crate::intents::committed_instants(&location);
+    let reader = table.open_reader();
+    let pending: std::collections::HashSet<&str> = reader.timeline().pending_writes().map(|i| i.timestamp.as_str()).collect();
+    decided.extend(committed);
+    decided.retain(|i| pending.contains(i.as_str()));
+    if decided.is_empty() {
+        return reader;
+    }
+    reader.with_decided_writes(decided.iter().map(String::as_str))
+}
+
 fn slices_to_read(reader: &TableReader, spec: &ReadSpec, options: &ScanOptions) -> (Vec<FileSlice>, ScanStats) {
     let (mut slices, stats) = block_on(reader.pruned_slices(&spec.bound(reader), options)).or_report();
     if let ReadSpec::Snapshot { read_optimized: true, .. } = spec {
@@ -227,7 +251,7 @@ pub unsafe extern "C-unwind" fn get_foreign_rel_size(
 ) {
     let table = ForeignHudiTable::of_relation(relid);
     let spec = read_spec(&table);
-    let reader = table.open_reader();
+    let reader = open_for(&table, &spec);
     let relation = pg_sys::RelationIdGetRelation(relid);
     let schema = spec.schema(&reader);
     let columns = bind_columns((*relation).rd_att, schema, &relation_name(relid), &table.uri.to_string());
@@ -361,7 +385,7 @@ pub unsafe extern "C-unwind" fn begin_foreign_scan(node: *mut pg_sys::ForeignSca
     let relid = (*relation).rd_id;
     let table = ForeignHudiTable::of_relation(relid);
     let spec = read_spec(&table);
-    let reader = table.open_reader();
+    let reader = open_for(&table, &spec);
     let schema = spec.schema(&reader);
     let columns = bind_columns((*relation).rd_att, schema, &relation_name(relid), &table.uri.to_string());
     // Deletes are reported only to scans that can show them.
@@ -558,7 +582,7 @@ pub unsafe extern "C-unwind" fn analyze_foreign_table(
     total_pages: *mut pg_sys::BlockNumber,
 ) -> bool {
     let table = ForeignHudiTable::of_relation((*relation).rd_id);
-    let reader = table.open_reader();
+    let reader = open_for(&table, &ReadSpec::Snapshot { bound: ReadBound::Latest, read_optimized: false });
     let slices = block_on(reader.slices(&ReadBound::Latest)).or_report();
     let bytes: u64 = slices
         .iter()
@@ -581,7 +605,7 @@ unsafe extern "C-unwind" fn acquire_sample_rows(
 ) -> i32 {
     let relid = (*relation).rd_id;
     let table = ForeignHudiTable::of_relation(relid);
-    let reader = table.open_reader();
+    let reader = open_for(&table, &ReadSpec::Snapshot { bound: ReadBound::Latest, read_optimized: false });
     let tupdesc = (*relation).rd_att;
     let columns = used_bindings(bind_columns(tupdesc, reader.schema(), &relation_name(relid), &table.uri.to_string()), None, reader.schema());
     let slices = block_on(reader.slices(&ReadBound::Latest)).or_report();

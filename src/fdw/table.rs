@@ -42,7 +42,12 @@ pub struct ForeignHudiTable {
 /// Credentials of the current user for `server`: its user mapping's options, or the PUBLIC
 /// mapping's, or none.
 pub unsafe fn credentials(server: pg_sys::Oid) -> BTreeMap<String, String> {
-    PgTryBuilder::new(|| options_of((*pg_sys::GetUserMapping(pg_sys::GetUserId(), server)).options))
+    credentials_of(pg_sys::GetUserId(), server)
+}
+
+/// Credentials of `role` for `server` (as [`credentials`]).
+pub unsafe fn credentials_of(role: pg_sys::Oid, server: pg_sys::Oid) -> BTreeMap<String, String> {
+    PgTryBuilder::new(|| options_of((*pg_sys::GetUserMapping(role, server)).options))
         .catch_others(|_| BTreeMap::new())
         .execute()
 }

@@ -1,6 +1,8 @@
 //! The `pg_hudi worker` background process. It will run table services (compaction, cleaning,
-//! rollback of failed writes) and lookup-cache refreshes; for now it starts, connects, waits on
-//! its latch and exits cleanly on SIGTERM or when the postmaster dies.
+//! rollback of failed writes) and lookup-cache refreshes; for now, in its database, it finishes
+//! the Hudi writes whose PostgreSQL transaction committed but whose completion did not happen
+//! (at start, which follows every crash restart, and then every round), and exits cleanly on
+//! SIGTERM or when the postmaster dies.
 
 use std::time::Duration;
 
@@ -36,7 +38,11 @@ pub extern "C-unwind" fn pg_hudi_worker_main(_argument: pg_sys::Datum) {
     BackgroundWorker::connect_worker_to_spi(Some(&database), None);
     log!("{WORKER_NAME} started (database \"{database}\")");
 
-    while BackgroundWorker::wait_latch(Some(NAP)) {
+    loop {
+        finish_pending_commits();
+        if !BackgroundWorker::wait_latch(Some(NAP)) {
+            break;
+        }
         if BackgroundWorker::sighup_received() {
             // SAFETY: called on the worker's main thread, outside any transaction.
             unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
@@ -45,4 +51,16 @@ pub extern "C-unwind" fn pg_hudi_worker_main(_argument: pg_sys::Datum) {
     // wait_latch returns false on SIGTERM or postmaster death; returning exits with status 0,
     // which tells the postmaster not to restart us.
     log!("{WORKER_NAME} exiting");
+}
+
+/// One round of finishing committed writes ([`crate::intents`]), in a transaction of its own.
+/// Failures are kept in the intents; none raises an ERROR.
+fn finish_pending_commits() {
+    BackgroundWorker::transaction(|| {
+        if crate::intents::table_exists() {
+            for (intent, outcome) in crate::intents::finish_committed(None) {
+                log!("{WORKER_NAME}: write {} to {}: {outcome:?}", intent.commit.instant, intent.location);
+            }
+        }
+    });
 }

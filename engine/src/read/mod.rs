@@ -147,6 +147,14 @@ impl TableReader {
         })
     }
 
+    /// Reads also see the pending deltacommits `instants` (see [`Timeline::with_decided_writes`]):
+    /// for snapshot reads of the latest state only, never for time travel or change ranges,
+    /// which are about completed instants.
+    pub fn with_decided_writes<'a>(mut self, instants: impl IntoIterator<Item = &'a str>) -> TableReader {
+        self.timeline.with_decided_writes(instants);
+        self
+    }
+
     pub fn config(&self) -> &TableConfig {
         &self.config
     }

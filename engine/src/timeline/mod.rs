@@ -97,6 +97,10 @@ impl<S: Into<String>> FromIterator<S> for WritesInRange {
     }
 }
 
+/// The completion time given to decided writes ([`Timeline::with_decided_writes`]): later than
+/// any real one.
+pub const DECIDED_COMPLETION: &str = "99999999999999999";
+
 /// All instants of a table, ordered by requested time.
 #[derive(Debug, Clone)]
 pub struct Timeline {
@@ -216,6 +220,28 @@ impl Timeline {
         self.completed_writes().next_back()
     }
 
+    /// Treats the pending deltacommits `instants` as completed after everything else: what a
+    /// read sees of writes that are decided but not yet completed in storage (the reader's own
+    /// open transaction, or one its server committed). Their logs join the latest slices.
+    /// Instants that are not pending deltacommits are left as they are.
+    pub fn with_decided_writes<'a>(&mut self, instants: impl IntoIterator<Item = &'a str>) {
+        for timestamp in instants {
+            if let Some(&i) = self.by_timestamp.get(timestamp) {
+                let instant = &mut self.instants[i];
+                if !instant.is_completed() && instant.requested_action == "deltacommit" {
+                    instant.state = State::Completed;
+                    instant.action = "deltacommit".into();
+                    instant.completion = Some(DECIDED_COMPLETION.into());
+                }
+            }
+        }
+    }
+
+    /// The pending deltacommits (requested or in flight), by requested time.
+    pub fn pending_writes(&self) -> impl Iterator<Item = &Instant> {
+        self.instants.iter().filter(|i| !i.is_completed() && i.requested_action == "deltacommit")
+    }
+
     /// Compactions requested or in flight, by requested time.
     pub fn pending_compactions(&self) -> impl Iterator<Item = &Instant> {
         self.instants.iter().filter(|i| !i.is_completed() && i.requested_action == "compaction")
@@ -262,6 +288,24 @@ mod tests {
         );
         assert_eq!(t.completion_time("20250126040823628"), Some("20250126040823628"));
         assert!(!t.is_completed("20250126040936578"));
+    }
+
+    #[test]
+    fn decided_writes_complete_after_everything_else() {
+        let mut t = timeline(&[
+            "20250101000000010_20250101000000020.deltacommit",
+            "20250101000000015.deltacommit.inflight",
+            "20250101000000016.deltacommit.requested",
+            "20250101000000018.compaction.requested",
+        ]);
+        t.with_decided_writes(["20250101000000015", "20250101000000018", "20250101000000099"]);
+        assert!(t.is_completed("20250101000000015"));
+        assert_eq!(t.completion_time("20250101000000015"), Some(DECIDED_COMPLETION));
+        assert!(!t.is_completed("20250101000000016"), "not named");
+        assert!(!t.is_completed("20250101000000018"), "not a write");
+        assert!(t.get("20250101000000099").is_none());
+        let pending: Vec<_> = t.pending_writes().map(|i| i.timestamp.as_str()).collect();
+        assert_eq!(pending, ["20250101000000016"]);
     }
 
     #[test]

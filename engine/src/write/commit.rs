@@ -6,7 +6,11 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use bytes::Bytes;
+
 use crate::error::{Error, ErrorKind, Result};
+use crate::storage::Storage;
+use crate::write::time::{LockOptions, TableLock};
 
 /// The writer schema of commit metadata, as Hudi 1.x writes it.
 pub const COMMIT_METADATA_SCHEMA: &str = include_str!("HoodieCommitMetadata.avsc");
@@ -82,6 +86,81 @@ impl CommitMetadata {
         let mut writer = apache_avro::Writer::new(schema(), Vec::new());
         writer.append(record).map_err(internal)?;
         writer.into_inner().map_err(internal)
+    }
+}
+
+/// A deltacommit whose log files are written and whose commit metadata is ready: what is
+/// left is creating `<instant>_<completion>.deltacommit`. It can be kept (PostgreSQL keeps it in
+/// a commit intent) and completed later, by another process, any number of times: only the
+/// first completion creates the instant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PreparedCommit {
+    /// The table's timeline directory (`TableConfig::timeline_dir`).
+    pub timeline_dir: String,
+    pub instant: String,
+    /// The completed instant's content: Avro `HoodieCommitMetadata`.
+    pub metadata: Bytes,
+}
+
+/// The completion time of the deltacommit `instant` among the timeline files `files`.
+fn completion_in(files: &[(String, u64)], instant: &str) -> Option<String> {
+    files.iter().find_map(|(name, _)| match crate::timeline::InstantFile::parse(name) {
+        Some(f) if f.timestamp == instant && f.action == "deltacommit" => f.completion,
+        _ => None,
+    })
+}
+
+/// How a [`PreparedCommit::complete`] ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Completed {
+    pub completion: String,
+    /// Whether this call created the completed instant (`false`: it existed already).
+    pub created: bool,
+}
+
+impl PreparedCommit {
+    /// The completion time of this deltacommit if it is completed already (one listing, no
+    /// lock): what a finisher checks first, since most writes it meets completed normally.
+    pub async fn completed(&self, storage: &Storage) -> Result<Option<String>> {
+        let files = storage.list_dir(&self.timeline_dir).await?;
+        Ok(completion_in(&files, &self.instant))
+    }
+
+    /// Completes the deltacommit under the table lock: takes a completion time and creates the
+    /// completed instant, unless it exists already; then ends the write's heartbeat and
+    /// prepared mark. An instant that is no longer pending (rolled back) is an error.
+    pub async fn complete(&self, storage: &Storage, owner: &str, lock_options: &LockOptions) -> Result<Completed> {
+        let dir = &self.timeline_dir;
+        let completed = TableLock::hold(storage, owner, lock_options, async |lock| {
+            // One listing says whether someone completed it already (a retry, another
+            // completer) or rolled it back (a writer silent past the heartbeat expiry).
+            let files = storage.list_dir(dir).await?;
+            if let Some(completion) = completion_in(&files, &self.instant) {
+                return Ok(Completed { completion, created: false });
+            }
+            let inflight = format!("{}.deltacommit.inflight", self.instant);
+            if !files.iter().any(|(n, _)| *n == inflight) {
+                return Err(Error::new(
+                    ErrorKind::NotFound,
+                    format!("write {} was rolled back after its heartbeat expired; nothing was committed", self.instant),
+                ));
+            }
+            let completion = lock.next_time(lock_options).await?;
+            if !lock_options.pause_before_completing.is_zero() {
+                tokio::time::sleep(lock_options.pause_before_completing).await;
+            }
+            let name = format!("{dir}/{}_{completion}.deltacommit", self.instant);
+            // Still ours: no later completion time can be visible before this one.
+            lock.check().await?;
+            if !storage.put_if_absent(&name, self.metadata.clone()).await? {
+                return Err(Error::new(ErrorKind::Internal, format!("{name} already exists")));
+            }
+            Ok(Completed { completion, created: true })
+        })
+        .await?;
+        crate::write::heartbeat::stop(storage, &self.instant).await?;
+        crate::write::prepared::clear(storage, &self.instant).await?;
+        Ok(completed)
     }
 }
 

@@ -3,12 +3,14 @@
 
 pub mod commit;
 pub mod heartbeat;
+pub mod prepared;
 pub mod schema;
 pub mod time;
 pub mod table;
 pub mod transaction;
 
 pub use table::{create_table, NewTable};
+pub use commit::{Completed, PreparedCommit};
 pub use transaction::{BaseFileRef, BaseRow, KeyToDelete, Transaction, WriterId};
 
 use arrow::array::Array;

@@ -22,7 +22,7 @@ use crate::read::schema::table_schema;
 use crate::storage::Storage;
 use crate::table::bucket::{bucket_of_key, file_id_of_bucket};
 use crate::table::TableConfig;
-use crate::write::commit::{CommitMetadata, WriteStat};
+use crate::write::commit::{CommitMetadata, PreparedCommit, WriteStat};
 use crate::write::schema::with_meta_fields;
 use crate::write::time::{LockOptions, TableLock};
 
@@ -43,7 +43,7 @@ impl WriterId {
     }
 
     /// Who holds the table lock, in the lock object.
-    pub(crate) fn owner(&self) -> String {
+    pub fn owner(&self) -> String {
         format!("{}:{}", self.node, self.process)
     }
 }
@@ -401,9 +401,17 @@ impl Transaction {
         self.delete_at(deletes).await
     }
 
-    /// Completes the deltacommit: under the table lock, takes a completion time and creates
-    /// `<instant>_<completion>.deltacommit`. Returns the completion time.
+    /// Completes the deltacommit at once ([`Self::prepare`], then [`PreparedCommit::complete`]).
+    /// Returns the completion time.
     pub async fn commit(self) -> Result<String> {
+        let prepared = self.prepare().await?;
+        Ok(prepared.complete(&self.storage, &self.writer.owner(), &self.lock_options).await?.completion)
+    }
+
+    /// Everything the deltacommit's completion needs, written or computed now: the partition
+    /// metadata of new partitions, and the commit metadata. Nothing becomes visible; the write
+    /// stays open and can still be aborted.
+    pub async fn prepare(&self) -> Result<PreparedCommit> {
         for partition in &self.new_partitions {
             if partition.is_empty() {
                 continue;
@@ -439,36 +447,11 @@ impl Transaction {
                 });
             }
         }
-        let bytes = Bytes::from(metadata.to_avro()?);
-        let completion = TableLock::hold(&self.storage, &self.writer.owner(), &self.lock_options, async |lock| {
-            // A writer that went quiet for longer than the heartbeat expiry may have been
-            // rolled back by someone else: then its files are gone and it must not commit.
-            let inflight = format!("{}/{}.deltacommit.inflight", self.config.timeline_dir, self.instant);
-            if let Err(e) = self.storage.get(&inflight).await {
-                return Err(if e.kind() == ErrorKind::NotFound {
-                    Error::new(
-                        ErrorKind::Storage,
-                        format!("write {} was rolled back after its heartbeat expired; nothing was committed", self.instant),
-                    )
-                } else {
-                    e
-                });
-            }
-            let completion = lock.next_time(&self.lock_options).await?;
-            if !self.lock_options.pause_before_completing.is_zero() {
-                tokio::time::sleep(self.lock_options.pause_before_completing).await;
-            }
-            let name = format!("{}/{}_{completion}.deltacommit", self.config.timeline_dir, self.instant);
-            // Still ours: no later completion time can be visible before this one.
-            lock.check().await?;
-            if !self.storage.put_if_absent(&name, bytes).await? {
-                return Err(Error::new(ErrorKind::Internal, format!("{name} already exists")));
-            }
-            Ok(completion)
+        Ok(PreparedCommit {
+            timeline_dir: self.config.timeline_dir.clone(),
+            instant: self.instant.clone(),
+            metadata: Bytes::from(metadata.to_avro()?),
         })
-        .await?;
-        crate::write::heartbeat::stop(&self.storage, &self.instant).await?;
-        Ok(completion)
     }
 
     /// Abandons the transaction: deletes its log files and its pending instant.
@@ -482,6 +465,7 @@ impl Transaction {
         let dir = &self.config.timeline_dir;
         self.storage.delete(&format!("{dir}/{}.deltacommit.inflight", self.instant)).await?;
         self.storage.delete(&format!("{dir}/{}.deltacommit.requested", self.instant)).await?;
+        crate::write::prepared::clear(&self.storage, &self.instant).await?;
         crate::write::heartbeat::stop(&self.storage, &self.instant).await
     }
 }

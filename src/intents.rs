@@ -1,0 +1,303 @@
+//! Commit intents (`hudi.commit_intents`, DESIGN.md "Commit protocol"): the PostgreSQL side of
+//! a Hudi write's commit. A transaction records one intent per written table at PRE_COMMIT, in
+//! the transaction itself, so the intent exists exactly when the transaction committed. The
+//! completed instant is created after PostgreSQL committed; an intent whose completion did not
+//! happen (the backend was killed, storage was down) is finished from its row by whoever meets
+//! it next: a writer or reader of the table, `hudi.rollback_failed_writes`,
+//! `hudi.finish_pending_commits()` or the background worker.
+
+use std::cell::RefCell;
+
+use engine::storage::{Storage, StorageUri};
+use engine::write::PreparedCommit;
+use pgrx::datum::DatumWithOid;
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+
+use crate::runtime::block_on;
+
+/// One committed (or committing) Hudi write, as its row holds it.
+#[derive(Debug, Clone)]
+pub struct Intent {
+    pub location: String,
+    pub relation: pg_sys::Oid,
+    /// The role whose user mapping opens the table's storage.
+    pub writer: pg_sys::Oid,
+    /// The writing transaction (PostgreSQL's full transaction id).
+    pub transaction: i64,
+    pub commit: PreparedCommit,
+}
+
+/// What finishing an intent did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Finished {
+    /// The completed instant exists now (this call created it or found it).
+    Completed { completion: String },
+    /// The write is gone from the timeline: it was rolled back by someone who could not know
+    /// that it committed (another server or a Hudi writer, past its heartbeat expiry).
+    Lost(String),
+    /// Not finished; tried again later.
+    Failed(String),
+}
+
+thread_local! {
+    /// Intents this backend completed after its transaction committed; their rows are deleted
+    /// by its next transaction that writes (a committed transaction can no longer change rows).
+    static COMPLETED: RefCell<Vec<(String, String)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` as the bootstrap superuser, with a snapshot: the intents table is closed to roles, so that no role
+/// can forge a commit of a table it cannot write. An ERROR inside `f` resets the user with the
+/// transaction's abort.
+fn as_pg_hudi<R>(f: impl FnOnce() -> R) -> R {
+    let (mut user, mut context) = (pg_sys::Oid::INVALID, 0);
+    // SAFETY: saving and restoring the backend's user, as SECURITY DEFINER functions do.
+    unsafe {
+        pg_sys::GetUserIdAndSecContext(&mut user, &mut context);
+        pg_sys::SetUserIdAndSecContext(
+            pg_sys::Oid::from(pg_sys::BOOTSTRAP_SUPERUSERID),
+            context | pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32 | pg_sys::SECURITY_RESTRICTED_OPERATION as i32,
+        );
+    }
+    // At PRE_COMMIT the statement's snapshot is gone already; SPI needs one.
+    // SAFETY: a snapshot of the running transaction, popped below.
+    let pushed = unsafe { !pg_sys::ActiveSnapshotSet() };
+    if pushed {
+        unsafe { pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot()) };
+    }
+    let out = f();
+    // SAFETY: as above.
+    unsafe {
+        if pushed {
+            pg_sys::PopActiveSnapshot();
+        }
+        pg_sys::SetUserIdAndSecContext(user, context);
+    }
+    out
+}
+
+fn spi_error(e: pgrx::spi::SpiError) -> ! {
+    crate::error::raise(pgrx::PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, format!("pg_hudi commit intents: {e}"), None)
+}
+
+/// The current transaction's full id, assigning one if it has none yet.
+pub fn current_transaction() -> i64 {
+    // SAFETY: called inside a transaction, on the main thread.
+    unsafe { pg_sys::GetTopFullTransactionId().value as i64 }
+}
+
+/// Records `intents` in the current transaction, and forgets the intents this backend
+/// completed before (one round trip for both).
+pub fn record(intents: &[Intent]) {
+    let completed = COMPLETED.with(|c| std::mem::take(&mut *c.borrow_mut()));
+    as_pg_hudi(|| {
+        Spi::connect_mut(|client| {
+            for intent in intents {
+                let args: Vec<DatumWithOid> = vec![
+                    intent.location.as_str().into(),
+                    intent.commit.instant.as_str().into(),
+                    intent.relation.into(),
+                    intent.writer.into(),
+                    intent.transaction.into(),
+                    intent.commit.timeline_dir.as_str().into(),
+                    intent.commit.metadata.as_ref().into(),
+                ];
+                client
+                    .update(
+                        "INSERT INTO hudi.commit_intents (location, instant, relation, writer, transaction, timeline_dir, metadata) \
+                         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                        None,
+                        &args,
+                    )
+                    .unwrap_or_else(|e| spi_error(e));
+            }
+            delete(client, &completed);
+        })
+    })
+}
+
+fn delete(client: &mut pgrx::spi::SpiClient<'_>, keys: &[(String, String)]) {
+    if keys.is_empty() {
+        return;
+    }
+    let (locations, instants): (Vec<String>, Vec<String>) = keys.iter().cloned().unzip();
+    let args: Vec<DatumWithOid> = vec![locations.into(), instants.into()];
+    // Rows a finisher has locked are its to delete.
+    client
+        .update(
+            "DELETE FROM hudi.commit_intents WHERE ctid IN (SELECT i.ctid FROM hudi.commit_intents i \
+             JOIN unnest($1::text[], $2::text[]) AS done(location, instant) USING (location, instant) \
+             FOR UPDATE OF i SKIP LOCKED)",
+            None,
+            &args,
+        )
+        .unwrap_or_else(|e| spi_error(e));
+}
+
+/// Remembers that this backend completed `(location, instant)`, to forget its intent later.
+pub fn completed_after_commit(location: String, instant: String) {
+    COMPLETED.with(|c| c.borrow_mut().push((location, instant)));
+}
+
+/// Forgets the intents this backend completed, if the current transaction may write (and the
+/// table is still there: this runs at the commit of any later transaction, DROP EXTENSION too).
+pub fn forget_completed() {
+    // SAFETY: plain reads of backend globals.
+    if unsafe { pg_sys::XactReadOnly || pg_sys::RecoveryInProgress() } || COMPLETED.with(|c| c.borrow().is_empty()) {
+        return;
+    }
+    let completed = COMPLETED.with(|c| std::mem::take(&mut *c.borrow_mut()));
+    if !table_exists() {
+        return;
+    }
+    as_pg_hudi(|| Spi::connect_mut(|client| delete(client, &completed)));
+}
+
+/// Committed intents of the table at `location` (all tables: `None`): all of them, or those
+/// of `instants`.
+pub fn committed(location: Option<&str>, instants: Option<&[String]>) -> Vec<Intent> {
+    select(location, instants, "")
+}
+
+/// The instants of the committed intents of the table at `location` (what reads need).
+pub fn committed_instants(location: &str) -> Vec<String> {
+    let args: Vec<DatumWithOid> = vec![location.into()];
+    as_pg_hudi(|| {
+        Spi::connect(|client| {
+            let rows = client
+                .select("SELECT instant FROM hudi.commit_intents WHERE location = $1", None, &args)
+                .unwrap_or_else(|e| spi_error(e));
+            rows.filter_map(|row| row.get::<String>(1).ok().flatten()).collect()
+        })
+    })
+}
+
+/// [`committed`] intents to finish: each locked until the end of the transaction, and those
+/// another finisher has locked left to it (so finishers never wait on, or deadlock with, each
+/// other or a backend forgetting its own).
+pub fn to_finish(location: Option<&str>, instants: Option<&[String]>) -> Vec<Intent> {
+    select(location, instants, " FOR UPDATE SKIP LOCKED")
+}
+
+fn select(location: Option<&str>, instants: Option<&[String]>, locking: &str) -> Vec<Intent> {
+    let query = format!(
+        "SELECT location, instant, relation, writer, transaction, timeline_dir, metadata FROM hudi.commit_intents \
+         WHERE ($1::text IS NULL OR location = $1) AND ($2::text[] IS NULL OR instant = ANY($2)) \
+         ORDER BY location, instant{locking}"
+    );
+    let args: Vec<DatumWithOid> = vec![location.into(), instants.map(|i| i.to_vec()).into()];
+    as_pg_hudi(|| {
+        Spi::connect_mut(|client| {
+            let rows = client.update(query.as_str(), None, &args).unwrap_or_else(|e| spi_error(e));
+            rows.map(|row| {
+                let text = |i| row.get::<String>(i).ok().flatten().unwrap_or_default();
+                Intent {
+                    location: text(1),
+                    relation: row.get::<pg_sys::Oid>(3).ok().flatten().unwrap_or(pg_sys::Oid::INVALID),
+                    writer: row.get::<pg_sys::Oid>(4).ok().flatten().unwrap_or(pg_sys::Oid::INVALID),
+                    transaction: row.get::<i64>(5).ok().flatten().unwrap_or_default(),
+                    commit: PreparedCommit {
+                        instant: text(2),
+                        timeline_dir: text(6),
+                        metadata: row.get::<Vec<u8>>(7).ok().flatten().unwrap_or_default().into(),
+                    },
+                }
+            })
+            .collect()
+        })
+    })
+}
+
+/// Whether the PostgreSQL transaction `transaction` is still running.
+pub fn in_progress(transaction: i64) -> bool {
+    let args: Vec<DatumWithOid> = vec![transaction.to_string().into()];
+    let status = Spi::get_one_with_args::<String>("SELECT pg_catalog.pg_xact_status($1::text::xid8)", &args)
+        .unwrap_or_else(|e| spi_error(e));
+    status.as_deref() == Some("in progress")
+}
+
+/// The storage of an intent's table, opened with its writer's credentials.
+fn storage_of(intent: &Intent) -> Result<Storage, String> {
+    // SAFETY: catalog lookups on the main thread; a dropped relation is reported, not read.
+    unsafe {
+        let exists = !pg_sys::get_rel_name(intent.relation).is_null()
+            && pg_sys::get_rel_relkind(intent.relation) == pg_sys::RELKIND_FOREIGN_TABLE as std::ffi::c_char;
+        if !exists {
+            return Err(format!("foreign table {} was dropped; its write cannot be opened", intent.relation.to_u32()));
+        }
+        let table = pg_sys::GetForeignTable(intent.relation);
+        let uri = StorageUri::parse(&intent.location).map_err(|e| e.to_string())?;
+        let credentials = match uri.scheme() {
+            engine::storage::Scheme::File | engine::storage::Scheme::Memory => Default::default(),
+            _ => crate::fdw::table::credentials_of(intent.writer, (*table).serverid),
+        };
+        Storage::open(&uri, &credentials).map_err(|e| e.to_string())
+    }
+}
+
+/// Completes `intent` (idempotent), without raising an ERROR: the answer says what happened.
+/// A completed or lost intent is forgotten, a failed one keeps its row with the error, when
+/// the current transaction may write.
+pub fn finish(intent: &Intent) -> Finished {
+    let owner = crate::fdw::modify::writer_id().owner();
+    let outcome = match storage_of(intent) {
+        Err(e) => Finished::Failed(e),
+        Ok(storage) => match block_on(async {
+            match intent.commit.completed(&storage).await? {
+                Some(completion) => Ok::<_, engine::Error>(completion),
+                None => Ok(intent.commit.complete(&storage, &owner, &crate::guc::lock_options()).await?.completion),
+            }
+        }) {
+            Ok(completion) => Finished::Completed { completion },
+            Err(e) if e.kind() == engine::ErrorKind::NotFound => Finished::Lost(e.to_string()),
+            Err(e) => Finished::Failed(e.to_string()),
+        },
+    };
+    // SAFETY: plain reads of backend globals.
+    if unsafe { pg_sys::XactReadOnly || pg_sys::RecoveryInProgress() } {
+        return outcome;
+    }
+    let key = [(intent.location.clone(), intent.commit.instant.clone())];
+    as_pg_hudi(|| {
+        Spi::connect_mut(|client| match &outcome {
+            Finished::Completed { .. } => delete(client, &key),
+            Finished::Lost(e) => {
+                pgrx::warning!(
+                    "pg_hudi: the committed write {} to {} was rolled back by another writer before it could complete: {e}",
+                    intent.commit.instant,
+                    intent.location
+                );
+                delete(client, &key)
+            }
+            Finished::Failed(e) => {
+                let args: Vec<DatumWithOid> = vec![key[0].0.as_str().into(), key[0].1.as_str().into(), e.as_str().into()];
+                client
+                    .update(
+                        "UPDATE hudi.commit_intents SET attempts = attempts + 1, last_error = $3 WHERE location = $1 AND instant = $2",
+                        None,
+                        &args,
+                    )
+                    .unwrap_or_else(|e| spi_error(e));
+            }
+        })
+    });
+    outcome
+}
+
+/// Finishes the committed intents of the table at `location` (all tables: `None`).
+pub fn finish_committed(location: Option<&str>) -> Vec<(Intent, Finished)> {
+    to_finish(location, None).into_iter().map(|intent| {
+        let outcome = finish(&intent);
+        (intent, outcome)
+    }).collect()
+}
+
+/// Whether this database has pg_hudi's intents table (the worker may run where it has not;
+/// DROP EXTENSION may have removed it), by catalog lookups without SQL.
+pub fn table_exists() -> bool {
+    // SAFETY: syscache lookups inside a transaction, on the main thread.
+    unsafe {
+        let schema = pg_sys::get_namespace_oid(c"hudi".as_ptr(), true);
+        schema != pg_sys::Oid::INVALID && pg_sys::get_relname_relid(c"commit_intents".as_ptr(), schema) != pg_sys::Oid::INVALID
+    }
+}

@@ -1,0 +1,372 @@
+"""Hudi writes with PostgreSQL's transaction semantics (DESIGN.md, "Commit protocol"): a
+transaction reads its own writes; a Hudi commit is visible if and only if its PostgreSQL
+transaction committed, under cancels, timeouts, kill -9, serialization failures and failures of
+a second table; consumers get every row once. Each fault is checked against a model: the
+heap rows written in the same transaction, and the reference reader."""
+
+import json
+import os
+import random
+import threading
+import time
+
+import psycopg
+import pytest
+
+from conftest import our_rows, reference_rows, refused
+
+
+def _pending_instants(table):
+    timeline = table / ".hoodie/timeline"
+    pending = {p.name.split(".")[0] for p in timeline.glob("*.deltacommit.inflight")}
+    return pending - {p.name.split("_")[0] for p in timeline.glob("*_*.deltacommit")}
+
+
+def _kill_and_wait(cluster, pid):
+    """SIGKILL one backend and wait until the server log says recovery is over."""
+    import signal
+    logged = len(cluster.log())
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        _, reset, after = cluster.log()[logged:].partition("reinitializing")
+        if reset and "ready to accept connections" in after:
+            return
+        time.sleep(0.1)
+    raise AssertionError("the cluster did not come back")
+
+
+def _wait_for(what, condition, timeout=30):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _audited(conn):
+    return sorted(r[0] for r in conn.execute("SELECT id FROM audit").fetchall())
+
+
+def _committing(cluster, setting, statements):
+    """A session that runs `statements` in a transaction and COMMITs it on a thread with the
+    debug pause `setting` (e.g. hudi.debug_pause_before_commit = '60s'): (session, pid, thread,
+    a list receiving COMMIT's SQLSTATE or None)."""
+    session = cluster.connect()
+    pid = session.execute("SELECT pg_backend_pid()").fetchone()[0]
+    session.execute(f"SET {setting}")
+    session.execute("BEGIN")
+    for sql in statements:
+        session.execute(sql)
+    outcome = []
+    thread = threading.Thread(target=lambda: outcome.append(refused(session, "COMMIT")), daemon=True)
+    thread.start()
+    return session, pid, thread, outcome
+
+
+def _prepared(table, instant):
+    mark = table / ".hoodie/.aux/pg_hudi/prepared" / instant
+    return json.loads(mark.read_text()) if mark.exists() else None
+
+
+WRITE = ["INSERT INTO customers VALUES (1, 'kept', 'nl', 1, '2026-01-01')",
+         "INSERT INTO customers SELECT g, 'new', 'nl', g, '2026-01-02' FROM generate_series(2, 50) g",
+         "INSERT INTO audit VALUES (2)"]
+
+
+@pytest.mark.parametrize("fault", ["cancel", "kill"])
+def test_a_fault_before_postgresql_commits_leaves_nothing(lake, cluster, fault):
+    """The intents are recorded and the write is marked prepared, PostgreSQL has not committed:
+    a cancel or kill -9 aborts the transaction, and the Hudi write with it."""
+    conn, path = lake
+    conn.execute("CREATE TABLE audit (id bigint)")
+    conn.execute("INSERT INTO customers VALUES (1, 'kept', 'nl', 1, '2026-01-01')")
+    conn.execute("INSERT INTO audit VALUES (1)")
+    session, pid, thread, outcome = _committing(cluster, "hudi.debug_pause_before_commit = '60s'", WRITE[1:])
+    (instant,) = _pending_instants(path)
+    _wait_for("the prepared mark", lambda: _prepared(path, instant) is not None)
+    assert _prepared(path, instant)["transaction"] > 0
+    if fault == "cancel":
+        assert conn.execute("SELECT pg_cancel_backend(%s)", (pid,)).fetchone() == (True,)
+    if fault == "kill":
+        _kill_and_wait(cluster, pid)
+        conn = cluster.connect()
+        conn.execute("SET timezone = 'UTC'")
+    thread.join(30)
+    if fault == "cancel":
+        assert outcome == ["57014"], outcome
+        assert not [p for p in path.rglob(f"*{instant}*")], "the abort removed the write"
+    assert our_rows(conn) == [(1, "kept", "nl", 1)]
+    assert _audited(conn) == [1]
+    assert conn.execute("SELECT count(*) FROM hudi.pending_commits").fetchone() == (0,)
+    if fault == "kill":
+        # Killed before PostgreSQL committed: this server knows the transaction aborted, so
+        # once its heartbeat expires the write is rolled back, mark and all.
+        conn.execute("SET hudi.heartbeat_expiry = 0")
+        assert [r[0] for r in conn.execute("SELECT instant FROM hudi.rollback_failed_writes('customers')")] == [instant]
+        assert not [p for p in path.rglob(f"*{instant}*")], "no orphan files"
+    conn.execute("INSERT INTO customers VALUES (3, 'after', 'be', 3, '2026-01-03')")
+    assert our_rows(conn) == [(1, "kept", "nl", 1), (3, "after", "be", 3)]
+    assert reference_rows(path) == our_rows(conn)
+    session.close()
+
+
+def test_statement_timeout_does_not_apply_to_commit(lake, cluster):
+    """PostgreSQL disarms statement_timeout before it commits (finish_xact_command), so a slow
+    PRE_COMMIT is not cut short by it: COMMIT succeeds, and PostgreSQL and the table agree."""
+    conn, path = lake
+    conn.execute("CREATE TABLE audit (id bigint)")
+    session, _, thread, outcome = _committing(
+        cluster, "hudi.debug_pause_before_commit = '1500ms'; SET statement_timeout = '300ms'", WRITE[1:])
+    thread.join(30)
+    assert outcome == [None], outcome
+    assert _audited(conn) == [2]
+    assert len(our_rows(conn)) == 49
+    assert reference_rows(path) == our_rows(conn)
+    session.close()
+
+
+def test_a_backend_killed_after_postgresql_committed_loses_nothing(lake, cluster):
+    """The worst moment: PostgreSQL committed (the heap row is durable), the table lock is held,
+    the completed instant not yet written, and the backend is killed. The write is visible at
+    once after the restart, and completed by the worker or the next finisher; the lock's lease
+    runs out; other servers' rollbacks leave the prepared write alone."""
+    conn, path = lake
+    conn.execute("CREATE TABLE audit (id bigint)")
+    conn.execute("ALTER SYSTEM SET hudi.lock_lease = 2")
+    conn.execute("SELECT pg_reload_conf()")
+    conn.execute("INSERT INTO customers VALUES (1, 'kept', 'nl', 1, '2026-01-01')")
+    conn.execute("INSERT INTO audit VALUES (1)")
+    session, pid, thread, _ = _committing(cluster, "hudi.debug_pause_before_complete = '60s'", WRITE[1:])
+    (instant,) = _pending_instants(path)
+    # Committed in PostgreSQL: another session sees the heap row while the Hudi one waits.
+    _wait_for("PostgreSQL's commit", lambda: _audited(conn) == [1, 2])
+    assert conn.execute("SELECT instant, attempts FROM hudi.pending_commits").fetchall() == [(instant, 0)]
+    # A reader on this server sees the committed write already.
+    assert len(our_rows(conn)) == 50
+    _kill_and_wait(cluster, pid)
+    thread.join(10)
+    conn = cluster.connect()
+    conn.execute("SET timezone = 'UTC'")
+    assert _audited(conn) == [1, 2]
+    assert len(our_rows(conn)) == 50, "visible right after the restart"
+    # Another server would not roll it back: only the deciding server may.
+    mark = _prepared(path, instant)
+    if mark is not None:  # the worker may have completed it already
+        other = dict(mark, node=mark["node"] + 1)
+        (path / ".hoodie/.aux/pg_hudi/prepared" / instant).write_text(json.dumps(other))
+        with cluster.connect() as c:
+            c.execute("SET hudi.heartbeat_expiry = 0")
+            assert c.execute("SELECT * FROM hudi.rollback_failed_writes('customers')").fetchall() == []
+        (path / ".hoodie/.aux/pg_hudi/prepared" / instant).write_text(json.dumps(mark))
+    # The worker finishes it (at start and every round); or this call does.
+    conn.execute("SELECT * FROM hudi.finish_pending_commits()")
+    _wait_for("the completion", lambda: conn.execute("SELECT count(*) FROM hudi.pending_commits").fetchone() == (0,))
+    assert not _pending_instants(path)
+    assert not (path / ".hoodie/.aux/pg_hudi/prepared" / instant).exists()
+    assert len(our_rows(conn)) == 50
+    assert reference_rows(path) == our_rows(conn)
+    conn.execute("INSERT INTO customers VALUES (60, 'after', 'be', 3, '2026-01-03')")
+    assert len(our_rows(conn)) == 51
+    session.close()
+
+
+def test_storage_failing_after_postgresql_committed_is_retried(lake, cluster):
+    """Completion fails after PostgreSQL committed (the timeline cannot be written): COMMIT
+    succeeds with a warning, the write stays readable on this server, hudi.pending_commits says
+    why, and it completes once storage works again."""
+    conn, path = lake
+    conn.execute("CREATE TABLE audit (id bigint)")
+    conn.execute("INSERT INTO customers VALUES (1, 'kept', 'nl', 1, '2026-01-01')")
+    session, pid, thread, outcome = _committing(cluster, "hudi.debug_pause_before_complete = '2s'", WRITE[1:])
+    _wait_for("PostgreSQL's commit", lambda: _audited(conn) == [2])
+    timeline = path / ".hoodie/timeline"
+    timeline.chmod(0o555)
+    try:
+        thread.join(30)
+        assert outcome == [None], "COMMIT succeeded"
+        (row,) = conn.execute("SELECT instant, last_error FROM hudi.pending_commits").fetchall()
+        assert row[1] is None
+        assert len(our_rows(conn)) == 50, "readable, with the committed write"
+        # (The worker may be trying at the same moment: then this call skips the row.)
+        finished = conn.execute("SELECT outcome, detail FROM hudi.finish_pending_commits()").fetchall()
+        assert all(outcome == "failed" for outcome, _ in finished), finished
+        _wait_for("a failed attempt", lambda: conn.execute("SELECT attempts FROM hudi.pending_commits").fetchone()[0] >= 1)
+        (error,) = conn.execute("SELECT last_error FROM hudi.pending_commits").fetchone()
+        assert "timeline" in error, error
+    finally:
+        timeline.chmod(0o755)
+    assert conn.execute("SELECT outcome FROM hudi.finish_pending_commits()").fetchall() in ([("completed",)], [])
+    assert conn.execute("SELECT count(*) FROM hudi.pending_commits").fetchone() == (0,)
+    assert reference_rows(path) == our_rows(conn)
+    session.close()
+
+
+def test_a_serialization_failure_at_commit_removes_the_hudi_write(lake, cluster):
+    """Write skew between two SERIALIZABLE transactions: the one that also wrote the Hudi table
+    commits second and fails with 40001 at COMMIT, after pg_hudi's PRE_COMMIT ran."""
+    conn, path = lake
+    conn.execute("CREATE TABLE x (v int); CREATE TABLE y (v int); INSERT INTO x VALUES (1); INSERT INTO y VALUES (1)")
+    with cluster.connect() as a, cluster.connect() as b:
+        for s in (a, b):
+            s.execute("BEGIN ISOLATION LEVEL SERIALIZABLE")
+        a.execute("SELECT sum(v) FROM x")
+        b.execute("SELECT sum(v) FROM y")
+        a.execute("INSERT INTO y VALUES (2)")
+        a.execute("INSERT INTO customers VALUES (7, 'skewed', 'nl', 1, '2026-01-01')")
+        b.execute("INSERT INTO x VALUES (2)")
+        b.execute("COMMIT")
+        (instant,) = _pending_instants(path)
+        assert refused(a, "COMMIT") == "40001"
+    assert our_rows(conn) == []
+    assert not [p for p in path.rglob(f"*{instant}*")]
+    assert conn.execute("SELECT count(*) FROM hudi.pending_commits").fetchone() == (0,)
+    assert reference_rows(path) == []
+
+
+def test_two_tables_in_one_transaction_commit_all_or_nothing(lake):
+    conn, path = lake
+    conn.execute("""CREATE FOREIGN TABLE orders (id bigint, customer bigint, ts timestamptz) SERVER lake
+                    OPTIONS (path 'orders', primary_key 'id', ordering_field 'ts', buckets '2')""")
+    conn.execute("SELECT hudi.create_table('orders')")
+    orders = path.parent / "orders"
+    with conn.transaction():
+        conn.execute("INSERT INTO customers VALUES (1, 'ann', 'nl', 1, '2026-01-01')")
+        conn.execute("INSERT INTO orders VALUES (10, 1, '2026-01-01')")
+    assert our_rows(conn) == [(1, "ann", "nl", 1)]
+    assert conn.execute("SELECT id, customer FROM orders").fetchall() == [(10, 1)]
+    # The second table cannot be prepared (its prepared-mark folder is a file): the whole
+    # transaction fails, and the first table's write, prepared already, is removed too.
+    (orders / ".hoodie/.aux/pg_hudi/prepared").rmdir()  # empty: every mark went with its commit
+    (orders / ".hoodie/.aux/pg_hudi/prepared").write_text("in the way")
+    conn.execute("BEGIN")
+    conn.execute("INSERT INTO customers VALUES (2, 'bob', 'be', 2, '2026-01-02')")
+    conn.execute("INSERT INTO orders VALUES (11, 2, '2026-01-02')")
+    pending = _pending_instants(path)
+    assert refused(conn, "COMMIT") is not None
+    assert our_rows(conn) == [(1, "ann", "nl", 1)]
+    assert conn.execute("SELECT id, customer FROM orders").fetchall() == [(10, 1)]
+    assert not _pending_instants(path) and not _pending_instants(orders)
+    assert not [p for i in pending for p in path.rglob(f"*{i}*")]
+    assert reference_rows(path) == our_rows(conn)
+
+
+# -- a transaction reads its own writes ---------------------------------------------------------
+
+def _statement(rng, step):
+    """One random statement of a script: (SQL for the Hudi table, SQL for the heap table) or a
+    COPY of rows. Ordering values grow with the step, so a later write always wins, as in a
+    heap table; the partition column follows the key (it cannot be updated)."""
+    ts = f"'2026-01-01'::timestamptz + {step} * interval '1 minute'"
+    kind = rng.choice(["insert", "insert", "update", "update", "delete", "copy"])
+    lo = rng.randrange(1, 300)
+    hi = lo + rng.randrange(1, 120)
+    m, r = rng.randrange(2, 7), rng.randrange(0, 2)
+    country = "(ARRAY['nl','be','fr'])[g % 3 + 1]"
+    if kind == "insert":
+        select = f"SELECT g, 's{step}-' || g, {country}, g * {step}, {ts} FROM generate_series({lo}, {hi}) g"
+        return (f"INSERT INTO customers {select}",
+                f"INSERT INTO heap {select} ON CONFLICT (id) DO UPDATE SET name = excluded.name, "
+                "balance = excluded.balance, ts = excluded.ts")
+    if kind == "update":
+        where = f"WHERE id % {m} = {r} AND id BETWEEN {lo} AND {hi}"
+        sets = f"SET name = name || '+{step}', balance = balance + {step}, ts = {ts}"
+        return f"UPDATE customers {sets} {where}", f"UPDATE heap {sets} {where}"
+    if kind == "delete":
+        where = f"WHERE id % {m} = {r} AND id BETWEEN {lo} AND {hi}"
+        return f"DELETE FROM customers {where}", f"DELETE FROM heap {where}"
+    rows = [(i, f"c{step}-{i}", ["nl", "be", "fr"][i % 3], i + step) for i in range(lo, hi, 3)]
+    return ("copy", rows, step)
+
+
+def _run(conn, statement, table):
+    if statement[0] != "copy":
+        conn.execute(statement[0] if table == "customers" else statement[1])
+        return
+    _, rows, step = statement
+    ts = f"2026-01-01 00:{step:02d}:00+00"
+    if table == "customers":
+        with conn.cursor().copy("COPY customers (id, name, country, balance, ts) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row((*row, ts))
+    else:
+        conn.execute("CREATE TEMP TABLE IF NOT EXISTS staged (LIKE heap)")
+        conn.execute("TRUNCATE staged")
+        with conn.cursor().copy("COPY staged (id, name, country, balance, ts) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row((*row, ts))
+        conn.execute("INSERT INTO heap SELECT * FROM staged ON CONFLICT (id) DO UPDATE SET name = excluded.name, "
+                     "balance = excluded.balance, ts = excluded.ts")
+
+
+CHECKS = ["SELECT id, name, country, balance FROM {t} ORDER BY id",
+          "SELECT count(*), sum(balance), count(DISTINCT name) FROM {t}",
+          "SELECT country, count(*), max(id) FROM {t} WHERE id % 5 = 1 GROUP BY country ORDER BY country"]
+
+
+def test_a_transaction_reads_its_own_writes_as_a_heap_table_does(lake):
+    """Seeded random scripts of INSERT / UPDATE / DELETE / COPY / SELECT in one transaction (some
+    committed, some rolled back), run against the Hudi table and a heap table: every check after
+    every statement, and the committed state, agree."""
+    conn, path = lake
+    conn.execute("CREATE TABLE heap (id bigint PRIMARY KEY, name text, country text, balance numeric(12, 2), ts timestamptz)")
+    seed = int(os.environ.get("PG_HUDI_SEED", random.randrange(1 << 30)))
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    step = 0
+    for script in range(5):
+        commit = script != 2
+        statements = []
+        for _ in range(rng.randrange(4, 8)):
+            step += 1
+            statements.append(_statement(rng, step))
+        conn.execute("BEGIN")
+        for i, statement in enumerate(statements):
+            _run(conn, statement, "customers")
+            _run(conn, statement, "heap")
+            for check in CHECKS:
+                ours, theirs = (conn.execute(check.format(t=t)).fetchall() for t in ("customers", "heap"))
+                assert ours == theirs, f"seed {seed}, script {script}, statement {i}: {statement[0][:80]}; {check}"
+        conn.execute("COMMIT" if commit else "ROLLBACK")
+        ours, theirs = (conn.execute(CHECKS[0].format(t=t)).fetchall() for t in ("customers", "heap"))
+        assert ours == theirs, f"seed {seed}, after script {script}"
+    assert reference_rows(path) == sorted(r for r in conn.execute(CHECKS[0].format(t="heap")).fetchall())
+
+
+def test_a_plpgsql_function_reads_its_own_writes(lake):
+    conn, _ = lake
+    conn.execute("""CREATE FUNCTION etl() RETURNS TABLE (stage text, n bigint, total numeric) LANGUAGE plpgsql AS $$
+        BEGIN
+            INSERT INTO customers SELECT g, 'n' || g, (ARRAY['nl','be','fr'])[g % 3 + 1], g, '2026-01-01'
+              FROM generate_series(1, 1000) g;
+            RETURN QUERY SELECT 'inserted', count(*), sum(balance) FROM customers;
+            UPDATE customers SET balance = balance * 2, ts = '2026-01-02' WHERE id % 10 = 3;
+            RETURN QUERY SELECT 'updated', count(*), sum(balance) FROM customers;
+            DELETE FROM customers WHERE id % 10 = 7;
+            RETURN QUERY SELECT 'deleted', count(*), sum(balance) FROM customers;
+        END $$""")
+    got = conn.execute("SELECT * FROM etl()").fetchall()
+    total = sum(range(1, 1001))
+    threes = sum(i for i in range(1, 1001) if i % 10 == 3)
+    sevens = sum(i for i in range(1, 1001) if i % 10 == 7)
+    assert got == [("inserted", 1000, total), ("updated", 1000, total + threes), ("deleted", 900, total + threes - sevens)]
+    assert conn.execute("SELECT count(*), sum(balance) FROM customers").fetchone() == (900, total + threes - sevens)
+
+
+def test_consume_delivers_every_row_once_when_writers_commit_out_of_order(lake, cluster):
+    """A starts, B commits, consume, A commits, consume: every row exactly once."""
+    conn, _ = lake
+    conn.execute("CREATE FOREIGN TABLE customer_changes (_hoodie_record_key text, name text) "
+                 "SERVER lake OPTIONS (path 'customers', query_type 'incremental')")
+    consume = "SELECT _hoodie_record_key::int, name FROM hudi.consume(NULL::customer_changes, 'etl') ORDER BY 1"
+    with cluster.connect() as a, cluster.connect() as b:
+        a.execute("BEGIN")
+        a.execute("INSERT INTO customers SELECT g, 'a', 'nl', g, '2026-01-01' FROM generate_series(1, 20) g")
+        b.execute("INSERT INTO customers SELECT g, 'b', 'be', g, '2026-01-01' FROM generate_series(21, 30) g")
+        first = conn.execute(consume).fetchall()
+        a.execute("COMMIT")
+        second = conn.execute(consume).fetchall()
+    assert first == [(i, "b") for i in range(21, 31)]
+    assert second == [(i, "a") for i in range(1, 21)]
+    assert conn.execute(consume).fetchall() == []
