@@ -21,9 +21,12 @@ CREATE TABLE hudi.commit_intents (
 );
 REVOKE ALL ON hudi.commit_intents FROM PUBLIC;
 
+-- A role sees the pending writes of the tables it may read (locations and storage errors are
+-- not for everyone).
 CREATE VIEW hudi.pending_commits AS
 SELECT i.relation::regclass AS relation, i.location, i.instant, i.committed_at, i.attempts, i.last_error
-  FROM hudi.commit_intents i;
+  FROM hudi.commit_intents i
+ WHERE pg_catalog.has_table_privilege(i.relation, 'SELECT');
 COMMENT ON VIEW hudi.pending_commits IS
   'Hudi writes whose PostgreSQL transaction committed and whose completed instant is not yet known to be written';
 GRANT SELECT ON hudi.pending_commits TO PUBLIC;

@@ -46,31 +46,46 @@ thread_local! {
     static COMPLETED: RefCell<Vec<(String, String)>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Runs `f` as the bootstrap superuser, with a snapshot: the intents table is closed to roles, so that no role
-/// can forge a commit of a table it cannot write. An ERROR inside `f` resets the user with the
-/// transaction's abort.
+/// Runs `f` as the bootstrap superuser with `search_path = pg_catalog, pg_temp` and a
+/// snapshot, as a SECURITY DEFINER function with a pinned path would: the intents table is
+/// closed to roles (so that no role can forge a commit of a table it cannot write), and no
+/// role's function or operator may stand in for the ones these queries name. An ERROR inside
+/// `f` resets user and setting with the (sub)transaction's abort.
 fn as_pg_hudi<R>(f: impl FnOnce() -> R) -> R {
     let (mut user, mut context) = (pg_sys::Oid::INVALID, 0);
-    // SAFETY: saving and restoring the backend's user, as SECURITY DEFINER functions do.
-    unsafe {
+    // SAFETY: saving and restoring the backend's user and settings, as fmgr_security_definer
+    // does, on the main thread inside a transaction.
+    let (level, pushed) = unsafe {
         pg_sys::GetUserIdAndSecContext(&mut user, &mut context);
         pg_sys::SetUserIdAndSecContext(
             pg_sys::Oid::from(pg_sys::BOOTSTRAP_SUPERUSERID),
             context | pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32 | pg_sys::SECURITY_RESTRICTED_OPERATION as i32,
         );
-    }
-    // At PRE_COMMIT the statement's snapshot is gone already; SPI needs one.
-    // SAFETY: a snapshot of the running transaction, popped below.
-    let pushed = unsafe { !pg_sys::ActiveSnapshotSet() };
-    if pushed {
-        unsafe { pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot()) };
-    }
+        let level = pg_sys::NewGUCNestLevel();
+        pg_sys::set_config_option(
+            c"search_path".as_ptr(),
+            c"pg_catalog, pg_temp".as_ptr(),
+            pg_sys::GucContext::PGC_USERSET,
+            pg_sys::GucSource::PGC_S_SESSION,
+            pg_sys::GucAction::GUC_ACTION_SAVE,
+            true,
+            0,
+            false,
+        );
+        // At PRE_COMMIT the statement's snapshot is gone already; SPI needs one.
+        let pushed = !pg_sys::ActiveSnapshotSet();
+        if pushed {
+            pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
+        }
+        (level, pushed)
+    };
     let out = f();
     // SAFETY: as above.
     unsafe {
         if pushed {
             pg_sys::PopActiveSnapshot();
         }
+        pg_sys::AtEOXact_GUC(true, level);
         pg_sys::SetUserIdAndSecContext(user, context);
     }
     out
@@ -89,7 +104,7 @@ pub fn current_transaction() -> i64 {
 /// Records `intents` in the current transaction, and forgets the intents this backend
 /// completed before (one round trip for both).
 pub fn record(intents: &[Intent]) {
-    let completed = COMPLETED.with(|c| std::mem::take(&mut *c.borrow_mut()));
+    let completed = if may_forget() { COMPLETED.with(|c| std::mem::take(&mut *c.borrow_mut())) } else { Vec::new() };
     as_pg_hudi(|| {
         Spi::connect_mut(|client| {
             for intent in intents {
@@ -139,11 +154,19 @@ pub fn completed_after_commit(location: String, instant: String) {
     COMPLETED.with(|c| c.borrow_mut().push((location, instant)));
 }
 
-/// Forgets the intents this backend completed, if the current transaction may write (and the
-/// table is still there: this runs at the commit of any later transaction, DROP EXTENSION too).
-pub fn forget_completed() {
+/// Whether the current transaction may delete intents: it may write, and reads committed
+/// data (under REPEATABLE READ and SERIALIZABLE, deleting a row a finisher deleted after the
+/// snapshot fails the user's transaction with 40001; the finishers delete those rows then).
+fn may_forget() -> bool {
     // SAFETY: plain reads of backend globals.
-    if unsafe { pg_sys::XactReadOnly || pg_sys::RecoveryInProgress() } || COMPLETED.with(|c| c.borrow().is_empty()) {
+    unsafe { !pg_sys::XactReadOnly && !pg_sys::RecoveryInProgress() && pg_sys::XactIsoLevel == pg_sys::XACT_READ_COMMITTED as i32 }
+}
+
+/// Forgets the intents this backend completed, if the current transaction may ([`may_forget`];
+/// and the table is still there: this runs at the commit of any later transaction, DROP
+/// EXTENSION too).
+pub fn forget_completed() {
+    if !may_forget() || COMPLETED.with(|c| c.borrow().is_empty()) {
         return;
     }
     let completed = COMPLETED.with(|c| std::mem::take(&mut *c.borrow_mut()));
@@ -151,12 +174,6 @@ pub fn forget_completed() {
         return;
     }
     as_pg_hudi(|| Spi::connect_mut(|client| delete(client, &completed)));
-}
-
-/// Committed intents of the table at `location` (all tables: `None`): all of them, or those
-/// of `instants`.
-pub fn committed(location: Option<&str>, instants: Option<&[String]>) -> Vec<Intent> {
-    select(location, instants, "")
 }
 
 /// The instants of the committed intents of the table at `location` (what reads need).
@@ -172,11 +189,14 @@ pub fn committed_instants(location: &str) -> Vec<String> {
     })
 }
 
-/// [`committed`] intents to finish: each locked until the end of the transaction, and those
+/// Committed intents to finish, of the table at `location` (all tables: `None`), all of them
+/// or those of `instants`: each locked until the end of the transaction, and those
 /// another finisher has locked left to it (so finishers never wait on, or deadlock with, each
 /// other or a backend forgetting its own).
 pub fn to_finish(location: Option<&str>, instants: Option<&[String]>) -> Vec<Intent> {
-    select(location, instants, " FOR UPDATE SKIP LOCKED")
+    // Locking a row a finisher deleted after the snapshot would fail a REPEATABLE READ or
+    // SERIALIZABLE transaction; there the rows are only read (and not changed, see `finish`).
+    select(location, instants, if may_forget() { " FOR UPDATE SKIP LOCKED" } else { "" })
 }
 
 fn select(location: Option<&str>, instants: Option<&[String]>, locking: &str) -> Vec<Intent> {
@@ -208,12 +228,13 @@ fn select(location: Option<&str>, instants: Option<&[String]>, locking: &str) ->
     })
 }
 
-/// Whether the PostgreSQL transaction `transaction` is still running.
-pub fn in_progress(transaction: i64) -> bool {
+/// What PostgreSQL knows of the transaction `transaction` of this cluster: `in progress`,
+/// `committed` or `aborted` (a crashed one counts as aborted); `None` when it is too old to
+/// tell.
+pub fn transaction_status(transaction: i64) -> Option<String> {
     let args: Vec<DatumWithOid> = vec![transaction.to_string().into()];
-    let status = Spi::get_one_with_args::<String>("SELECT pg_catalog.pg_xact_status($1::text::xid8)", &args)
-        .unwrap_or_else(|e| spi_error(e));
-    status.as_deref() == Some("in progress")
+    Spi::get_one_with_args::<String>("SELECT pg_catalog.pg_xact_status($1::pg_catalog.text::pg_catalog.xid8)", &args)
+        .unwrap_or_else(|e| spi_error(e))
 }
 
 /// The storage of an intent's table, opened with its writer's credentials.
@@ -244,7 +265,11 @@ pub fn finish(intent: &Intent) -> Finished {
         Err(e) => Finished::Failed(e),
         Ok(storage) => match block_on(async {
             match intent.commit.completed(&storage).await? {
-                Some(completion) => Ok::<_, engine::Error>(completion),
+                Some(completion) => {
+                    // Completed by its writer, whose cleanup may not have happened.
+                    let _ = engine::write::prepared::clear(&storage, &intent.commit.instant).await;
+                    Ok::<_, engine::Error>(completion)
+                }
                 None => Ok(intent.commit.complete(&storage, &owner, &crate::guc::lock_options()).await?.completion),
             }
         }) {
@@ -253,8 +278,7 @@ pub fn finish(intent: &Intent) -> Finished {
             Err(e) => Finished::Failed(e.to_string()),
         },
     };
-    // SAFETY: plain reads of backend globals.
-    if unsafe { pg_sys::XactReadOnly || pg_sys::RecoveryInProgress() } {
+    if !may_forget() {
         return outcome;
     }
     let key = [(intent.location.clone(), intent.commit.instant.clone())];
@@ -284,12 +308,18 @@ pub fn finish(intent: &Intent) -> Finished {
     outcome
 }
 
-/// Finishes the committed intents of the table at `location` (all tables: `None`).
-pub fn finish_committed(location: Option<&str>) -> Vec<(Intent, Finished)> {
-    to_finish(location, None).into_iter().map(|intent| {
-        let outcome = finish(&intent);
-        (intent, outcome)
-    }).collect()
+/// Finishes the committed intents of the table at `location` (all tables: `None`), of the
+/// tables the current role owns only when `owned_only`.
+pub fn finish_committed(location: Option<&str>, owned_only: bool) -> Vec<(Intent, Finished)> {
+    to_finish(location, None)
+        .into_iter()
+        // SAFETY: a catalog lookup on the main thread (false for a dropped relation).
+        .filter(|intent| !owned_only || unsafe { pg_sys::pg_class_ownercheck(intent.relation, pg_sys::GetUserId()) })
+        .map(|intent| {
+            let outcome = finish(&intent);
+            (intent, outcome)
+        })
+        .collect()
 }
 
 /// Whether this database has pg_hudi's intents table (the worker may run where it has not;

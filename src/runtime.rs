@@ -38,7 +38,9 @@ fn block_all_signals() {
 }
 
 /// Runs `future` to completion on this backend's runtime, answering query cancel and
-/// termination requests while it waits (the future is dropped when one arrives).
+/// termination requests while it waits (the future is dropped when one arrives) — except while
+/// it holds a table lock: that section is bounded by the lock's lease, and is let finish, so
+/// that the lock is released and no storage write of it lands after the lock has passed on.
 pub fn block_on<F: Future>(future: F) -> F::Output {
     RUNTIME.with(|cell| {
         let runtime = cell.get_or_init(build_runtime);
@@ -48,7 +50,9 @@ pub fn block_on<F: Future>(future: F) -> F::Output {
                 tokio::select! {
                     output = &mut future => return output,
                     _ = tokio::time::sleep(INTERRUPT_CHECK_INTERVAL) => {
-                        pgrx::check_for_interrupts!();
+                        if !engine::write::time::holding_a_lock() {
+                            pgrx::check_for_interrupts!();
+                        }
                     }
                 }
             }

@@ -35,6 +35,8 @@ pub struct OpenWrite {
     pub deletes: PendingRows,
     /// The write's heartbeat, kept fresh while the transaction is open, busy or idle.
     heartbeat: Option<KeptHeartbeat>,
+    /// Why a flush failed: rows may be lost, so the write cannot commit any more.
+    broken: Option<String>,
 }
 
 /// Buffered rows, each with where an UPDATE or DELETE read it (see [`crate::fdw::positions`]).
@@ -84,6 +86,7 @@ impl OpenWrite {
             upserts: PendingRows::new(schema.clone()),
             deletes: PendingRows::new(schema),
             heartbeat,
+            broken: None,
         }
     }
 
@@ -93,8 +96,25 @@ impl OpenWrite {
         block_on(self.transaction.abort())
     }
 
-    /// Writes the buffered rows as log files.
+    /// Writes the buffered rows as log files. A flush that fails or is cancelled midway has
+    /// taken rows out of the buffer and may have written part of them, so the write is broken
+    /// for good: every later flush fails and the transaction cannot commit — even if the ERROR
+    /// was caught (a read inside a savepoint flushes too).
     pub fn flush(&mut self) -> engine::Result<()> {
+        if let Some(why) = &self.broken {
+            crate::error::raise(
+                pgrx::PgSqlErrorCode::ERRCODE_INVALID_TRANSACTION_STATE,
+                format!("an earlier write to this Hudi table failed in this transaction ({why})"),
+                Some("Roll the transaction back.".into()),
+            );
+        }
+        self.broken = Some("it was interrupted".into());
+        let written = self.write_buffered();
+        self.broken = written.as_ref().err().map(ToString::to_string);
+        written
+    }
+
+    fn write_buffered(&mut self) -> engine::Result<()> {
         if self.upserts.len() > 0 {
             let (batch, read_at) = self.upserts.take();
             block_on(self.transaction.upsert_with_positions(&batch, &read_at))?;
@@ -121,16 +141,26 @@ impl PreparedWrite {
         let PreparedWrite { mut write, intent } = self;
         let owner = crate::fdw::modify::writer_id().owner();
         let storage = write.transaction.storage().clone();
-        // The completion ends the heartbeat itself: the keeper must not renew it after that.
-        // Its last beat is fresh; the completion or, failing that, the intent decides.
-        drop(write.heartbeat.take());
         match block_on(intent.commit.complete(&storage, &owner, &crate::guc::lock_options())) {
-            Ok(_) => crate::intents::completed_after_commit(intent.location, intent.commit.instant),
-            Err(e) => pgrx::warning!(
-                "pg_hudi: the transaction committed, but its write {} to {} is not completed yet ({e}); it will be, see hudi.pending_commits",
-                intent.commit.instant,
-                intent.location
-            ),
+            Ok(_) => {
+                // The keeper may have beaten once more meanwhile: the heartbeat goes after it.
+                drop(write.heartbeat.take());
+                let _ = block_on(engine::write::heartbeat::stop(&storage, &intent.commit.instant));
+                crate::intents::completed_after_commit(intent.location, intent.commit.instant);
+            }
+            Err(e) => {
+                // Still alive as far as other writers can tell, for as long as this backend
+                // lives: a Hudi writer that rolls back writes with expired heartbeats (and
+                // knows nothing of prepared marks) must not take this committed one.
+                if let Some(heartbeat) = write.heartbeat.take() {
+                    UNFINISHED.with(|u| u.borrow_mut().push(heartbeat));
+                }
+                pgrx::warning!(
+                    "pg_hudi: the transaction committed, but its write {} to {} is not completed yet ({e}); it will be, see hudi.pending_commits",
+                    intent.commit.instant,
+                    intent.location
+                )
+            }
         }
     }
 }
@@ -142,6 +172,8 @@ thread_local! {
     static OPEN: RefCell<BTreeMap<u32, Box<OpenWrite>>> = const { RefCell::new(BTreeMap::new()) };
     /// Writes prepared at PRE_COMMIT, completed at COMMIT or removed at ABORT.
     static PREPARED: RefCell<Vec<PreparedWrite>> = const { RefCell::new(Vec::new()) };
+    /// Heartbeats of committed writes whose completion failed here (a finisher completes them).
+    static UNFINISHED: RefCell<Vec<KeptHeartbeat>> = const { RefCell::new(Vec::new()) };
     static REGISTERED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
@@ -198,8 +230,8 @@ fn take_all() -> Vec<OpenWrite> {
 
 /// PRE_COMMIT: everything that may fail, and may be cancelled, happens here, while an ERROR
 /// still aborts the whole transaction (and with it every write): the logs are written out, the
-/// commit metadata prepared, each write marked prepared in its table's storage (for other
-/// servers' rollbacks) and its intent recorded in the transaction.
+/// commit metadata prepared, the intents recorded in the transaction, and each write marked
+/// prepared in its table's storage (for other servers' rollbacks).
 unsafe fn prepare_writes() {
     let keys = OPEN.with(|open| open.borrow().keys().copied().collect::<Vec<_>>());
     if keys.is_empty() {
@@ -207,31 +239,40 @@ unsafe fn prepare_writes() {
         return;
     }
     let transaction = crate::intents::current_transaction();
-    let mark = engine::write::prepared::PreparedMark { node: crate::fdw::modify::writer_id().node, transaction: transaction as u64 };
-    let mut intents = Vec::with_capacity(keys.len());
     for key in keys {
         let intent = with_open_write(key.into(), || unreachable!("the write is open"), |write| {
             write.flush()?;
             let commit = block_on(write.transaction.prepare())?;
-            block_on(engine::write::prepared::mark(write.transaction.storage(), &commit.instant, &mark))?;
             Ok::<_, engine::Error>(Intent { location: write.location.clone(), relation: write.relation, writer: write.writer, transaction, commit })
-        });
-        intents.push(intent.unwrap_or_else(|e| crate::error::report(e)));
+        })
+        .unwrap_or_else(|e| crate::error::report(e));
+        // Moved at once, so that an ERROR of a later table aborts this one too (ABORT takes
+        // both lists); paired by table, never by instant (two tables may share one).
+        let write = OPEN.with(|open| open.borrow_mut().remove(&key)).expect("prepared above");
+        PREPARED.with(|p| p.borrow_mut().push(PreparedWrite { write: *write, intent }));
     }
+    let intents: Vec<Intent> = PREPARED.with(|p| p.borrow().iter().map(|p| p.intent.clone()).collect());
     crate::intents::record(&intents);
+    // The marks name this transaction's id: it must be on disk before them, or after a crash
+    // that lost it the id could be handed out again, to a transaction that commits.
+    pg_sys::XLogFlush(pg_sys::XactLastRecEnd);
+    let mark = engine::write::prepared::PreparedMark { node: crate::fdw::modify::writer_id().node, transaction: transaction as u64 };
+    for intent in &intents {
+        let storage = PREPARED.with(|p| {
+            p.borrow().iter().find(|w| w.intent.relation == intent.relation).map(|w| w.write.transaction.storage().clone())
+        });
+        if let Some(storage) = storage {
+            block_on(engine::write::prepared::mark(&storage, &intent.commit.instant, &mark)).unwrap_or_else(|e| crate::error::report(e));
+        }
+    }
+    // The completions follow PostgreSQL's commit record: it must be on disk first, even under
+    // synchronous_commit = off, or a crash could keep the Hudi commit and lose the transaction.
+    pg_sys::ForceSyncCommit();
     let pause = crate::guc::DEBUG_PAUSE_BEFORE_COMMIT.get();
     if pause > 0 {
         // Made inside the runtime: a tokio timer needs its context.
         block_on(async { tokio::time::sleep(Duration::from_millis(pause as u64)).await });
     }
-    // From here on nothing in this callback can fail: the writes wait for the commit.
-    let mut writes: BTreeMap<String, OpenWrite> =
-        take_all().into_iter().map(|w| (w.transaction.instant().to_owned(), w)).collect();
-    let prepared = intents
-        .into_iter()
-        .filter_map(|intent| Some(PreparedWrite { write: writes.remove(&intent.commit.instant)?, intent }))
-        .collect();
-    PREPARED.with(|p| *p.borrow_mut() = prepared);
 }
 
 #[pg_guard]
@@ -253,6 +294,8 @@ unsafe extern "C-unwind" fn on_transaction_event(event: pg_sys::XactEvent::Type,
             // (a cancel would leave the table lock to its lease). Interrupts that arrive
             // meanwhile are served afterwards; failures are warnings and stay in the intents.
             let prepared = PREPARED.with(|p| std::mem::take(&mut *p.borrow_mut()));
+            // Saved and restored, not counted down: a PostgreSQL error caught below resets it.
+            let holdoff = pg_sys::InterruptHoldoffCount;
             pg_sys::InterruptHoldoffCount += 1;
             for write in prepared {
                 let instant = write.intent.commit.instant.clone();
@@ -260,7 +303,7 @@ unsafe extern "C-unwind" fn on_transaction_event(event: pg_sys::XactEvent::Type,
                     pgrx::warning!("pg_hudi: completing the committed write {instant} failed; it stays pending");
                 }
             }
-            pg_sys::InterruptHoldoffCount -= 1;
+            pg_sys::InterruptHoldoffCount = holdoff;
         }
         pg_sys::XactEvent::XACT_EVENT_ABORT | pg_sys::XactEvent::XACT_EVENT_PARALLEL_ABORT => {
             crate::fdw::positions::forget_all();

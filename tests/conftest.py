@@ -126,3 +126,53 @@ def refused(conn, sql, params=None):
     except psycopg.Error as e:
         return e.sqlstate
     return None
+
+
+def wait_for(what, condition, timeout=30):
+    """Polls `condition` until it holds (an observable event: a file, a row, a log line)."""
+    import time
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def kill_backend_and_wait(cluster, pid):
+    """SIGKILL one backend: the postmaster resets every session and recovers; waits until the
+    server log says recovery is over (a connection right after the kill may still reach the
+    old server, before the reset starts)."""
+    import signal
+    logged = len(cluster.log())
+    os.kill(pid, signal.SIGKILL)
+
+    def recovered():
+        _, reset, after_reset = cluster.log()[logged:].partition("reinitializing")
+        return bool(reset) and "ready to accept connections" in after_reset
+    wait_for("the cluster to come back", recovered, timeout=60)
+
+
+def lock_held(table):
+    """Whether the table lock's latest epoch is not released (it may have expired)."""
+    epochs = table / ".hoodie/.locks/epochs"
+    names = {p.name for p in epochs.iterdir()} if epochs.exists() else set()
+    numbered = sorted(n for n in names if n.isdigit())
+    return bool(numbered) and f"{numbered[-1]}.released" not in names
+
+
+def commit_on_a_thread(cluster, settings, statements):
+    """A session that applies `settings` (e.g. a debug pause), runs `statements` in a
+    transaction and COMMITs it on a thread: (session, its pid, the thread, a list that
+    receives COMMIT's SQLSTATE or None)."""
+    import threading
+    session = cluster.connect()
+    pid = session.execute("SELECT pg_backend_pid()").fetchone()[0]
+    session.execute(f"SET {settings}")
+    session.execute("BEGIN")
+    for sql in statements:
+        session.execute(sql)
+    outcome = []
+    thread = threading.Thread(target=lambda: outcome.append(refused(session, "COMMIT")), daemon=True)
+    thread.start()
+    return session, pid, thread, outcome

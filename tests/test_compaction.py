@@ -125,3 +125,32 @@ def test_a_consumer_sees_updates_and_deletes_that_a_compaction_folded_away(lake)
         (1, "before", "U"), (2, "after", "U"), (3, None, "D"), (4, None, "D"),
         (5, "after", "U"), (6, None, "D"), (31, "new", "I")]
     assert conn.execute(consume).fetchall() == []
+
+
+def test_a_cancel_waits_for_the_compactions_locked_section(lake, cluster):
+    """A cancel that lands while a compaction holds the table lock (its completion time taken)
+    is served after the locked section: the lock is released at once, not left to its lease,
+    and the compaction either completed or left nothing visible; the rows stay the same."""
+    import threading
+    from conftest import lock_held, refused, wait_for
+    conn, path = lake
+    populate(conn)
+    before = our_rows(conn)
+    with cluster.connect() as compactor:
+        pid = compactor.execute("SELECT pg_backend_pid()").fetchone()[0]
+        compactor.execute("SET hudi.debug_pause_before_complete = '2s'")
+        outcome = []
+        thread = threading.Thread(target=lambda: outcome.append(refused(compactor, "SELECT * FROM hudi.compact('customers')")))
+        thread.start()
+        # The plan is written before the completion's lock is taken.
+        wait_for("the plan", lambda: list((path / ".hoodie/timeline").glob("*.compaction.requested")))
+        wait_for("the completion to take the lock", lambda: lock_held(path))
+        assert conn.execute("SELECT pg_cancel_backend(%s)", (pid,)).fetchone() == (True,)
+        thread.join(30)
+        assert outcome in ([None], ["57014"]), outcome
+        assert not lock_held(path), "released, not left to the lease"
+    commits = conn.execute("SELECT count(*) FROM hudi.timeline('customers') WHERE action = 'commit'").fetchone()[0]
+    assert commits == (1 if outcome == [None] else commits)
+    assert our_rows(conn) == before == reference_rows(path)
+    conn.execute("INSERT INTO customers VALUES (1000, 'after', 'nl', 1, '2026-03-01')")
+    assert our_rows(conn) == sorted(before + [(1000, "after", "nl", 1)])

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 from hudi import HudiReadOptions, HudiTableBuilder
 
-from conftest import new_lake, our_rows, reference_rows, refused
+from conftest import commit_on_a_thread, kill_backend_and_wait, lock_held, new_lake, our_rows, reference_rows, wait_for
 
 
 def test_inserts_upsert_by_key_and_read_back_everywhere(lake):
@@ -185,27 +185,6 @@ def test_update_and_delete(lake):
     assert ours == theirs
 
 
-def _kill_backend_and_wait(cluster, pid):
-    """SIGKILL one backend: the postmaster resets every session and recovers; wait until the
-    server log says recovery is over (a connection right after the kill may still reach the
-    old server, before the reset starts)."""
-    import os
-    import signal
-    import time
-    logged = len(cluster.log())
-    os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        after_kill = cluster.log()[logged:]
-        _, reset, after_reset = after_kill.partition("reinitializing")
-        if reset and "ready to accept connections" in after_reset:
-            with cluster.connect() as c:
-                c.execute("SELECT 1")
-            return
-        time.sleep(0.2)
-    raise AssertionError("the cluster did not come back")
-
-
 @pytest.mark.parametrize("rows", [1, 100_001])  # buffered only / with log files written
 def test_a_killed_writer_is_rolled_back_and_nothing_is_lost(lake, cluster, rows):
     conn, path = lake
@@ -220,7 +199,7 @@ def test_a_killed_writer_is_rolled_back_and_nothing_is_lost(lake, cluster, rows)
     instant = [i for i in pending if i not in completed][0]
     logs_before = [p for p in path.rglob(f"*_{instant}.log.*")]
     assert bool(logs_before) == (rows > 1)
-    _kill_backend_and_wait(cluster, pid)
+    kill_backend_and_wait(cluster, pid)
     with cluster.connect() as c:
         assert c.execute("SELECT id, name FROM customers").fetchall() == [(1, "kept")]
         assert c.execute("SELECT * FROM hudi.rollback_failed_writes('customers')").fetchall() == []  # not yet expired
@@ -238,34 +217,12 @@ def test_a_killed_writer_is_rolled_back_and_nothing_is_lost(lake, cluster, rows)
     assert sorted(r["name"] for r in pa.Table.from_batches(batches).to_pylist()) == ["after", "kept"]
 
 
-def _lock_held(table):
-    """Whether the table lock's latest epoch is not released (it may have expired)."""
-    epochs = table / ".hoodie/.locks/epochs"
-    names = {p.name for p in epochs.iterdir()} if epochs.exists() else set()
-    numbered = sorted(n for n in names if n.isdigit())
-    return bool(numbered) and f"{numbered[-1]}.released" not in names
-
-
 def _commit_pausing_in_the_lock(cluster, table, pause, statements):
-    """A session that runs `statements` in a transaction and COMMITs it on a thread, pausing
-    for `pause` while it holds the table lock (hudi.debug_pause_before_complete); returns once
-    the lock is held: (session, its pid, the committing thread, a list that receives COMMIT's
-    SQLSTATE or None)."""
-    import time
-    session = cluster.connect()
-    pid = session.execute("SELECT pg_backend_pid()").fetchone()[0]
-    session.execute(f"SET hudi.debug_pause_before_complete = '{pause}'")
-    session.execute("BEGIN")
-    for sql in statements:
-        session.execute(sql)
-    outcome = []
-    committing = threading.Thread(target=lambda: outcome.append(refused(session, "COMMIT")), daemon=True)
-    committing.start()
-    deadline = time.monotonic() + 30
-    while not _lock_held(table) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert _lock_held(table), "the commit never took the table lock"
-    return session, pid, committing, outcome
+    """commit_on_a_thread, pausing for `pause` while COMMIT holds the table lock
+    (hudi.debug_pause_before_complete); returns once the lock is held."""
+    committing = commit_on_a_thread(cluster, f"hudi.debug_pause_before_complete = '{pause}'", statements)
+    wait_for("the commit to take the table lock", lambda: lock_held(table))
+    return committing
 
 
 def test_partial_update_lets_writers_fill_different_columns(cluster):
@@ -396,7 +353,7 @@ def test_a_cancel_during_commit_waits_for_the_commit(lake, cluster):
     assert conn.execute("SELECT pg_cancel_backend(%s)", (pid,)).fetchone() == (True,)
     committing.join(30)
     assert outcome == [None], outcome
-    assert not _lock_held(path), "released by the commit"
+    assert not lock_held(path), "released by the commit"
     assert conn.execute("SELECT count(*) FROM audit").fetchone() == (1,)
     assert our_rows(conn) == [(1, "committed", "nl", 1)]
     victim.close()

@@ -7,13 +7,10 @@ heap rows written in the same transaction, and the reference reader."""
 import json
 import os
 import random
-import threading
-import time
 
-import psycopg
 import pytest
 
-from conftest import our_rows, reference_rows, refused
+from conftest import commit_on_a_thread, kill_backend_and_wait, our_rows, reference_rows, refused, wait_for
 
 
 def _pending_instants(table):
@@ -22,47 +19,8 @@ def _pending_instants(table):
     return pending - {p.name.split("_")[0] for p in timeline.glob("*_*.deltacommit")}
 
 
-def _kill_and_wait(cluster, pid):
-    """SIGKILL one backend and wait until the server log says recovery is over."""
-    import signal
-    logged = len(cluster.log())
-    os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        _, reset, after = cluster.log()[logged:].partition("reinitializing")
-        if reset and "ready to accept connections" in after:
-            return
-        time.sleep(0.1)
-    raise AssertionError("the cluster did not come back")
-
-
-def _wait_for(what, condition, timeout=30):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def _audited(conn):
     return sorted(r[0] for r in conn.execute("SELECT id FROM audit").fetchall())
-
-
-def _committing(cluster, setting, statements):
-    """A session that runs `statements` in a transaction and COMMITs it on a thread with the
-    debug pause `setting` (e.g. hudi.debug_pause_before_commit = '60s'): (session, pid, thread,
-    a list receiving COMMIT's SQLSTATE or None)."""
-    session = cluster.connect()
-    pid = session.execute("SELECT pg_backend_pid()").fetchone()[0]
-    session.execute(f"SET {setting}")
-    session.execute("BEGIN")
-    for sql in statements:
-        session.execute(sql)
-    outcome = []
-    thread = threading.Thread(target=lambda: outcome.append(refused(session, "COMMIT")), daemon=True)
-    thread.start()
-    return session, pid, thread, outcome
 
 
 def _prepared(table, instant):
@@ -83,14 +41,14 @@ def test_a_fault_before_postgresql_commits_leaves_nothing(lake, cluster, fault):
     conn.execute("CREATE TABLE audit (id bigint)")
     conn.execute("INSERT INTO customers VALUES (1, 'kept', 'nl', 1, '2026-01-01')")
     conn.execute("INSERT INTO audit VALUES (1)")
-    session, pid, thread, outcome = _committing(cluster, "hudi.debug_pause_before_commit = '60s'", WRITE[1:])
+    session, pid, thread, outcome = commit_on_a_thread(cluster, "hudi.debug_pause_before_commit = '60s'", WRITE[1:])
     (instant,) = _pending_instants(path)
-    _wait_for("the prepared mark", lambda: _prepared(path, instant) is not None)
+    wait_for("the prepared mark", lambda: _prepared(path, instant) is not None)
     assert _prepared(path, instant)["transaction"] > 0
     if fault == "cancel":
         assert conn.execute("SELECT pg_cancel_backend(%s)", (pid,)).fetchone() == (True,)
     if fault == "kill":
-        _kill_and_wait(cluster, pid)
+        kill_backend_and_wait(cluster, pid)
         conn = cluster.connect()
         conn.execute("SET timezone = 'UTC'")
     thread.join(30)
@@ -117,8 +75,8 @@ def test_statement_timeout_does_not_apply_to_commit(lake, cluster):
     PRE_COMMIT is not cut short by it: COMMIT succeeds, and PostgreSQL and the table agree."""
     conn, path = lake
     conn.execute("CREATE TABLE audit (id bigint)")
-    session, _, thread, outcome = _committing(
-        cluster, "hudi.debug_pause_before_commit = '1500ms'; SET statement_timeout = '300ms'", WRITE[1:])
+    session, _, thread, outcome = commit_on_a_thread(
+        cluster, "hudi.debug_pause_before_commit = '1500ms'", WRITE[1:] + ["SET LOCAL statement_timeout = '300ms'"])
     thread.join(30)
     assert outcome == [None], outcome
     assert _audited(conn) == [2]
@@ -130,41 +88,44 @@ def test_statement_timeout_does_not_apply_to_commit(lake, cluster):
 def test_a_backend_killed_after_postgresql_committed_loses_nothing(lake, cluster):
     """The worst moment: PostgreSQL committed (the heap row is durable), the table lock is held,
     the completed instant not yet written, and the backend is killed. The write is visible at
-    once after the restart, and completed by the worker or the next finisher; the lock's lease
-    runs out; other servers' rollbacks leave the prepared write alone."""
+    once after the restart, and completed by the worker or the next finisher once the lock's
+    lease runs out; other servers' rollbacks leave the prepared write alone."""
     conn, path = lake
     conn.execute("CREATE TABLE audit (id bigint)")
-    conn.execute("ALTER SYSTEM SET hudi.lock_lease = 2")
+    # Long enough that nobody breaks the paused holder's lease before the kill.
+    conn.execute("ALTER SYSTEM SET hudi.lock_lease = 5")
     conn.execute("SELECT pg_reload_conf()")
     conn.execute("INSERT INTO customers VALUES (1, 'kept', 'nl', 1, '2026-01-01')")
     conn.execute("INSERT INTO audit VALUES (1)")
-    session, pid, thread, _ = _committing(cluster, "hudi.debug_pause_before_complete = '60s'", WRITE[1:])
+    session, pid, thread, _ = commit_on_a_thread(cluster, "hudi.debug_pause_before_complete = '60s'", WRITE[1:])
     (instant,) = _pending_instants(path)
     # Committed in PostgreSQL: another session sees the heap row while the Hudi one waits.
-    _wait_for("PostgreSQL's commit", lambda: _audited(conn) == [1, 2])
-    assert conn.execute("SELECT instant, attempts FROM hudi.pending_commits").fetchall() == [(instant, 0)]
+    wait_for("PostgreSQL's commit", lambda: _audited(conn) == [1, 2])
+    assert [r[0] for r in conn.execute("SELECT instant FROM hudi.pending_commits")] == [instant]
     # A reader on this server sees the committed write already.
     assert len(our_rows(conn)) == 50
-    _kill_and_wait(cluster, pid)
+    # Another server would not roll it back, heartbeat or not: only the deciding one may.
+    mark_file = path / ".hoodie/.aux/pg_hudi/prepared" / instant
+    mark = _prepared(path, instant)
+    mark_file.write_text(json.dumps(dict(mark, node=mark["node"] + 1)))
+    with cluster.connect() as other:
+        other.execute("SET hudi.heartbeat_expiry = 0")
+        notices = []
+        other.add_notice_handler(lambda n: notices.append(n.message_primary))
+        assert other.execute("SELECT * FROM hudi.rollback_failed_writes('customers')").fetchall() == []
+        assert any("only that server decides it" in n for n in notices), notices
+    mark_file.write_text(json.dumps(mark))
+    kill_backend_and_wait(cluster, pid)
     thread.join(10)
     conn = cluster.connect()
     conn.execute("SET timezone = 'UTC'")
     assert _audited(conn) == [1, 2]
     assert len(our_rows(conn)) == 50, "visible right after the restart"
-    # Another server would not roll it back: only the deciding server may.
-    mark = _prepared(path, instant)
-    if mark is not None:  # the worker may have completed it already
-        other = dict(mark, node=mark["node"] + 1)
-        (path / ".hoodie/.aux/pg_hudi/prepared" / instant).write_text(json.dumps(other))
-        with cluster.connect() as c:
-            c.execute("SET hudi.heartbeat_expiry = 0")
-            assert c.execute("SELECT * FROM hudi.rollback_failed_writes('customers')").fetchall() == []
-        (path / ".hoodie/.aux/pg_hudi/prepared" / instant).write_text(json.dumps(mark))
-    # The worker finishes it (at start and every round); or this call does.
+    # The worker finishes it (at start and every round), or this call does.
     conn.execute("SELECT * FROM hudi.finish_pending_commits()")
-    _wait_for("the completion", lambda: conn.execute("SELECT count(*) FROM hudi.pending_commits").fetchone() == (0,))
-    assert not _pending_instants(path)
-    assert not (path / ".hoodie/.aux/pg_hudi/prepared" / instant).exists()
+    wait_for("the completion", lambda: not _pending_instants(path), timeout=60)
+    wait_for("the intent to go", lambda: conn.execute("SELECT count(*) FROM hudi.pending_commits").fetchone() == (0,))
+    assert not mark_file.exists()
     assert len(our_rows(conn)) == 50
     assert reference_rows(path) == our_rows(conn)
     conn.execute("INSERT INTO customers VALUES (60, 'after', 'be', 3, '2026-01-03')")
@@ -179,26 +140,35 @@ def test_storage_failing_after_postgresql_committed_is_retried(lake, cluster):
     conn, path = lake
     conn.execute("CREATE TABLE audit (id bigint)")
     conn.execute("INSERT INTO customers VALUES (1, 'kept', 'nl', 1, '2026-01-01')")
-    session, pid, thread, outcome = _committing(cluster, "hudi.debug_pause_before_complete = '2s'", WRITE[1:])
-    _wait_for("PostgreSQL's commit", lambda: _audited(conn) == [2])
+    session = cluster.connect()
+    warnings = []
+    session.add_notice_handler(lambda n: warnings.append((n.severity_nonlocalized, n.message_primary)))
+    session.execute("SET hudi.debug_pause_before_complete = '2s'")
+    session.execute("BEGIN")
+    for sql in WRITE[1:]:
+        session.execute(sql)
+    done = []
+    import threading
+    thread = threading.Thread(target=lambda: done.append(refused(session, "COMMIT")))
+    thread.start()
+    wait_for("PostgreSQL's commit", lambda: _audited(conn) == [2])
     timeline = path / ".hoodie/timeline"
     timeline.chmod(0o555)
     try:
         thread.join(30)
-        assert outcome == [None], "COMMIT succeeded"
-        (row,) = conn.execute("SELECT instant, last_error FROM hudi.pending_commits").fetchall()
-        assert row[1] is None
+        assert done == [None], "COMMIT succeeded"
+        assert [w for w in warnings if w[0] == "WARNING" and "not completed yet" in w[1]], warnings
         assert len(our_rows(conn)) == 50, "readable, with the committed write"
-        # (The worker may be trying at the same moment: then this call skips the row.)
-        finished = conn.execute("SELECT outcome, detail FROM hudi.finish_pending_commits()").fetchall()
-        assert all(outcome == "failed" for outcome, _ in finished), finished
-        _wait_for("a failed attempt", lambda: conn.execute("SELECT attempts FROM hudi.pending_commits").fetchone()[0] >= 1)
+        conn.execute("SELECT * FROM hudi.finish_pending_commits()")
+        wait_for("a failed attempt", lambda: conn.execute("SELECT attempts FROM hudi.pending_commits").fetchone()[0] >= 1)
         (error,) = conn.execute("SELECT last_error FROM hudi.pending_commits").fetchone()
-        assert "timeline" in error, error
+        assert "timeline" in error and "Permission denied" in error, error
+        assert len(our_rows(conn)) == 50
     finally:
         timeline.chmod(0o755)
-    assert conn.execute("SELECT outcome FROM hudi.finish_pending_commits()").fetchall() in ([("completed",)], [])
-    assert conn.execute("SELECT count(*) FROM hudi.pending_commits").fetchone() == (0,)
+    conn.execute("SELECT * FROM hudi.finish_pending_commits()")
+    wait_for("the completion", lambda: conn.execute("SELECT count(*) FROM hudi.pending_commits").fetchone() == (0,))
+    assert not _pending_instants(path)
     assert reference_rows(path) == our_rows(conn)
     session.close()
 
@@ -370,3 +340,50 @@ def test_consume_delivers_every_row_once_when_writers_commit_out_of_order(lake, 
     assert first == [(i, "b") for i in range(21, 31)]
     assert second == [(i, "a") for i in range(1, 21)]
     assert conn.execute(consume).fetchall() == []
+
+
+def test_a_failed_flush_in_a_savepoint_cannot_be_committed(lake):
+    """A read inside a savepoint writes out the rows buffered before it; when that fails
+    (here: the partition folder is read-only) and the savepoint is rolled back, the write has
+    lost rows, so COMMIT fails instead of committing the rest."""
+    conn, path = lake
+    conn.execute("INSERT INTO customers VALUES (1, 'kept', 'nl', 1, '2026-01-01')")
+    partition = path / "country=nl"
+    conn.execute("BEGIN")
+    conn.execute("INSERT INTO customers VALUES (2, 'buffered', 'nl', 2, '2026-01-02')")
+    conn.execute("SAVEPOINT s")
+    partition.chmod(0o555)
+    try:
+        assert refused(conn, "SELECT count(*) FROM customers") is not None
+    finally:
+        partition.chmod(0o755)
+    conn.execute("ROLLBACK TO SAVEPOINT s")
+    assert refused(conn, "COMMIT") == "25000"
+    assert our_rows(conn) == [(1, "kept", "nl", 1)]
+    assert reference_rows(path) == our_rows(conn)
+
+
+def test_a_role_cannot_hijack_the_commit_bookkeeping(lake):
+    """The intents are written and read as a superuser: a role's own unnest() and = on its
+    search_path must never run there."""
+    conn, path = lake
+    conn.execute("CREATE ROLE mallory")
+    conn.execute("GRANT INSERT, SELECT, UPDATE, DELETE ON customers TO mallory")
+    conn.execute("CREATE SCHEMA evil AUTHORIZATION mallory")
+    conn.execute("CREATE TABLE public.hijacked (who text)")
+    conn.execute("GRANT INSERT ON public.hijacked TO mallory")
+    conn.execute(f"SET hudi.allowed_file_roots = '{path.parent}'")
+    conn.execute("SET ROLE mallory")
+    conn.execute("""CREATE FUNCTION evil.unnest(text[], text[]) RETURNS TABLE (location text, instant text)
+                    LANGUAGE sql AS $$ INSERT INTO public.hijacked VALUES (current_user) RETURNING 'x', 'y' $$""")
+    conn.execute("""CREATE FUNCTION evil.text_eq(text, text) RETURNS boolean
+                    LANGUAGE sql AS $$ INSERT INTO public.hijacked VALUES (current_user) RETURNING true $$""")
+    conn.execute("CREATE OPERATOR evil.= (LEFTARG = text, RIGHTARG = text, FUNCTION = evil.text_eq)")
+    conn.execute("SET search_path = evil, pg_catalog, public")
+    for i in range(3):  # the second and third commit also forget the first's intents
+        conn.execute("INSERT INTO customers VALUES (%s, 'm', 'nl', 1, '2026-01-01')", (i,))
+        assert len(conn.execute("SELECT * FROM customers").fetchall()) == i + 1
+    conn.execute("RESET search_path")
+    conn.execute("RESET ROLE")
+    assert conn.execute("SELECT count(*) FROM public.hijacked").fetchone() == (0,)
+    assert refused(conn, "SET ROLE mallory; SELECT * FROM hudi.commit_intents") == "42501"

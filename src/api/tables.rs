@@ -112,17 +112,31 @@ fn rollback_failed_writes(
                 write.instant,
                 mark.node
             );
-        } else if !crate::intents::committed(Some(&location), Some(std::slice::from_ref(&write.instant))).is_empty() {
-            // Its transaction committed: the write is finished, not rolled back (unless
-            // another finisher is at it already).
-            let instant = std::slice::from_ref(&write.instant);
-            if let Some(intent) = crate::intents::to_finish(Some(&location), Some(instant)).pop() {
-                if let crate::intents::Finished::Failed(e) = crate::intents::finish(&intent) {
-                    pgrx::warning!("the committed write {} is not completed yet: {e}", write.instant);
+        } else {
+            // This server decided it: by its transaction's fate, never by what this snapshot
+            // happens to see of the intents (a REPEATABLE READ snapshot, another database).
+            match crate::intents::transaction_status(mark.transaction as i64).as_deref() {
+                Some("aborted") => to_roll_back.push(write.instant),
+                Some("committed") => {
+                    let instant = std::slice::from_ref(&write.instant);
+                    match crate::intents::to_finish(Some(&location), Some(instant)).pop() {
+                        Some(intent) => {
+                            if let crate::intents::Finished::Failed(e) = crate::intents::finish(&intent) {
+                                pgrx::warning!("the committed write {} is not completed yet: {e}", write.instant);
+                            }
+                        }
+                        None => pgrx::notice!(
+                            "write {} was committed; it is completed from its intent in the database that wrote it",
+                            write.instant
+                        ),
+                    }
                 }
+                Some(_) => {} // in progress: alive
+                None => pgrx::warning!(
+                    "write {} was prepared by a transaction too old to know the fate of; it is left alone",
+                    write.instant
+                ),
             }
-        } else if !crate::intents::in_progress(mark.transaction as i64) {
-            to_roll_back.push(write.instant);
         }
     }
     // SAFETY: a plain read of the backend's pid.
@@ -139,16 +153,17 @@ fn rollback_failed_writes(
 }
 
 /// `hudi.finish_pending_commits()`: completes the writes whose PostgreSQL transaction committed
-/// but whose completed instant was not written (see `hudi.pending_commits`). Returns each with
-/// what happened: `completed` (with its completion time), `lost` (another server or Hudi writer
-/// rolled it back meanwhile) or `failed` (kept, tried again later; the error).
+/// but whose completed instant was not written (see `hudi.pending_commits`), of the foreign
+/// tables the caller owns (a superuser: all). Returns each with what happened: `completed`
+/// (with its completion time), `lost` (another server or Hudi writer rolled it back meanwhile)
+/// or `failed` (kept, tried again later; the error).
 #[pg_extern(volatile)]
 fn finish_pending_commits() -> TableIterator<
     'static,
     (name!(relation, pgrx::pg_sys::Oid), name!(instant, String), name!(outcome, String), name!(detail, Option<String>)),
 > {
     use crate::intents::Finished;
-    let rows = crate::intents::finish_committed(None).into_iter().map(|(intent, outcome)| {
+    let rows = crate::intents::finish_committed(None, true).into_iter().map(|(intent, outcome)| {
         let (outcome, detail) = match outcome {
             Finished::Completed { completion } => ("completed", Some(completion)),
             Finished::Lost(e) => ("lost", Some(e)),

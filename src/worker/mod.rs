@@ -58,7 +58,7 @@ pub extern "C-unwind" fn pg_hudi_worker_main(_argument: pg_sys::Datum) {
 fn finish_pending_commits() {
     BackgroundWorker::transaction(|| {
         if crate::intents::table_exists() {
-            for (intent, outcome) in crate::intents::finish_committed(None) {
+            for (intent, outcome) in crate::intents::finish_committed(None, false) {
                 log!("{WORKER_NAME}: write {} to {}: {outcome:?}", intent.commit.instant, intent.location);
             }
         }

@@ -302,6 +302,11 @@ async fn execute(
             return Err(Error::new(ErrorKind::InUse, format!("compaction {instant} was completed by another writer")));
         }
         let completion = lock.next_time(lock_options).await?;
+        if !lock_options.pause_before_completing.is_zero() {
+            tokio::time::sleep(lock_options.pause_before_completing).await;
+        }
+        // Still ours: no later completion time can be visible before this one.
+        lock.check().await?;
         storage.put_if_absent(&format!("{dir}/{instant}_{completion}.commit"), bytes).await?;
         Ok(completion)
     })

@@ -128,7 +128,8 @@ impl PreparedCommit {
 
     /// Completes the deltacommit under the table lock: takes a completion time and creates the
     /// completed instant, unless it exists already; then ends the write's heartbeat and
-    /// prepared mark. An instant that is no longer pending (rolled back) is an error.
+    /// prepared mark. An instant that is no longer pending (rolled back) is a `NotFound`
+    /// error; an empty timeline (the table cannot be seen) a `Storage` one.
     pub async fn complete(&self, storage: &Storage, owner: &str, lock_options: &LockOptions) -> Result<Completed> {
         let dir = &self.timeline_dir;
         let completed = TableLock::hold(storage, owner, lock_options, async |lock| {
@@ -139,6 +140,11 @@ impl PreparedCommit {
                 return Ok(Completed { completion, created: false });
             }
             let inflight = format!("{}.deltacommit.inflight", self.instant);
+            if files.is_empty() {
+                // Not a table that lost this write, but one that cannot be seen (a missing
+                // bucket, a wrong location): nothing can be concluded, try again later.
+                return Err(Error::new(ErrorKind::Storage, format!("the timeline {}/{dir} is empty or cannot be listed", storage.uri())));
+            }
             if !files.iter().any(|(n, _)| *n == inflight) {
                 return Err(Error::new(
                     ErrorKind::NotFound,
@@ -158,8 +164,10 @@ impl PreparedCommit {
             Ok(Completed { completion, created: true })
         })
         .await?;
-        crate::write::heartbeat::stop(storage, &self.instant).await?;
-        crate::write::prepared::clear(storage, &self.instant).await?;
+        // The write is committed now, whatever happens to its bookkeeping: a heartbeat or
+        // mark left behind is harmless (a completed instant is never rolled back).
+        let _ = crate::write::heartbeat::stop(storage, &self.instant).await;
+        let _ = crate::write::prepared::clear(storage, &self.instant).await;
         Ok(completed)
     }
 }

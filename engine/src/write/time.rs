@@ -114,7 +114,8 @@ pub struct TableLock<'a> {
 
 impl<'a> TableLock<'a> {
     /// Runs `body` holding the lock for `owner`, and releases the lock whatever `body`
-    /// returns. A future dropped midway leaves the lock to its lease.
+    /// returns. A future dropped midway leaves the lock to its lease; callers that answer
+    /// cancels by dropping futures wait while [`holding_a_lock`].
     pub async fn hold<T>(
         storage: &'a Storage,
         owner: &str,
@@ -195,6 +196,7 @@ impl<'a> TableLock<'a> {
                 storage.delete(&format!("{LOCK_DIR}/{name}")).await?;
             }
         }
+        HELD.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         Ok(Some(TableLock { storage, epoch, expires_at_ms, margin_ms: options.margin(), last_ms: std::cell::Cell::new(floor_ms) }))
     }
 
@@ -234,6 +236,23 @@ impl<'a> TableLock<'a> {
         let last = Bytes::from(self.last_ms.get().to_string());
         self.storage.put_if_absent(&released_name(self.epoch), last).await.map(|_| ())
     }
+}
+
+impl Drop for TableLock<'_> {
+    fn drop(&mut self) {
+        HELD.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// How many table locks this process holds now.
+static HELD: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Whether this process holds a table lock now. A caller that would drop a future on a cancel
+/// waits while this is true: a dropped holder cannot release its lock (it would be left to
+/// its lease), nor stop a storage write already on its way, which could land after a later
+/// holder's completion time.
+pub fn holding_a_lock() -> bool {
+    HELD.load(std::sync::atomic::Ordering::SeqCst) > 0
 }
 
 /// The JSON object at `path`, or `None` when it is gone (cleaned up after a newer epoch).
@@ -293,5 +312,17 @@ mod tests {
         let err = TableLock::acquire(&s, "impatient", &impatient).await.err().unwrap();
         assert!(err.to_string().contains("timed out"), "{err}");
         held.release().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_held_lock_is_counted_while_it_is_held() {
+        let s = storage("held");
+        let options = LockOptions::default();
+        TableLock::hold(&s, "one", &options, async |_| {
+            assert!(holding_a_lock());
+            Ok(())
+        })
+        .await
+        .unwrap();
     }
 }
