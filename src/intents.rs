@@ -2,9 +2,9 @@
 //! a Hudi write's commit. A transaction records one intent per written table at PRE_COMMIT, in
 //! the transaction itself, so the intent exists exactly when the transaction committed. The
 //! completed instant is created after PostgreSQL committed; an intent whose completion did not
-//! happen (the backend was killed, storage was down) is finished from its row by whoever meets
-//! it next: a writer or reader of the table, `hudi.rollback_failed_writes`,
-//! `hudi.finish_pending_commits()` or the background worker.
+//! happen (the backend was killed, storage was down) is finished from its row by the
+//! background worker, `hudi.finish_pending_commits()` or `hudi.rollback_failed_writes`, and
+//! readers on this server see its write meanwhile.
 
 use std::cell::RefCell;
 
@@ -42,7 +42,8 @@ pub enum Finished {
 
 thread_local! {
     /// Intents this backend completed after its transaction committed; their rows are deleted
-    /// by its next transaction that writes (a committed transaction can no longer change rows).
+    /// at the commit of its next transaction that may ([`may_forget`]): a committed
+    /// transaction can no longer change rows.
     static COMPLETED: RefCell<Vec<(String, String)>> = const { RefCell::new(Vec::new()) };
 }
 

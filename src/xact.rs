@@ -257,13 +257,11 @@ unsafe fn prepare_writes() {
     // that lost it the id could be handed out again, to a transaction that commits.
     pg_sys::XLogFlush(pg_sys::XactLastRecEnd);
     let mark = engine::write::prepared::PreparedMark { node: crate::fdw::modify::writer_id().node, transaction: transaction as u64 };
-    for intent in &intents {
-        let storage = PREPARED.with(|p| {
-            p.borrow().iter().find(|w| w.intent.relation == intent.relation).map(|w| w.write.transaction.storage().clone())
-        });
-        if let Some(storage) = storage {
-            block_on(engine::write::prepared::mark(&storage, &intent.commit.instant, &mark)).unwrap_or_else(|e| crate::error::report(e));
-        }
+    let to_mark: Vec<(engine::storage::Storage, String)> = PREPARED.with(|p| {
+        p.borrow().iter().map(|w| (w.write.transaction.storage().clone(), w.intent.commit.instant.clone())).collect()
+    });
+    for (storage, instant) in to_mark {
+        block_on(engine::write::prepared::mark(&storage, &instant, &mark)).unwrap_or_else(|e| crate::error::report(e));
     }
     // The completions follow PostgreSQL's commit record: it must be on disk first, even under
     // synchronous_commit = off, or a crash could keep the Hudi commit and lose the transaction.
