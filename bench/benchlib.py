@@ -37,5 +37,34 @@ def connect(port):
 
 def peak_memory_kb(pid):
     """The peak resident memory (VmHWM) of a backend, from /proc."""
+    return _status_kb(pid, "VmHWM")
+
+
+def _status_kb(pid, field):
     with open(f"/proc/{pid}/status") as f:
-        return int(next(line for line in f if line.startswith("VmHWM")).split()[1])
+        return int(next(line for line in f if line.startswith(field)).split()[1])
+
+
+class PrivateMemorySampler:
+    """The peak of a backend's private resident memory (RssAnon: what it allocated, without the
+    shared buffers it touched, which VmHWM counts too), sampled every 20 ms on a thread while
+    the `with` block runs."""
+
+    def __init__(self, pid):
+        self.pid, self.peak_kb = pid, 0
+
+    def __enter__(self):
+        import threading
+        self._done = threading.Event()
+
+        def sample():
+            while not self._done.wait(0.02):
+                self.peak_kb = max(self.peak_kb, _status_kb(self.pid, "RssAnon"))
+        self._thread = threading.Thread(target=sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._done.set()
+        self._thread.join()
+        self.peak_kb = max(self.peak_kb, _status_kb(self.pid, "RssAnon"))

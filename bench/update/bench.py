@@ -10,7 +10,7 @@ import sys
 import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-from benchlib import COLUMNS, ROW, connect, peak_memory_kb  # noqa: E402
+from benchlib import COLUMNS, ROW, PrivateMemorySampler, connect, peak_memory_kb  # noqa: E402
 
 SIZES = (1_000_000, 2_500_000, 5_000_000)
 ROWS_PER_SLICE = 62_500
@@ -18,12 +18,13 @@ UPDATE = "UPDATE {} SET name = name || 'x', qty = qty + 1, ts = ts + interval '1
 
 
 def measure(port, sql):
-    """(seconds, peak MiB) of `sql` in a fresh backend."""
+    """(seconds, peak MiB, peak private MiB) of `sql` in a fresh backend."""
     with connect(port) as conn:
         pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
         started = time.perf_counter()
-        conn.execute(sql)
-        return time.perf_counter() - started, peak_memory_kb(pid) / 1024
+        with PrivateMemorySampler(pid) as private:
+            conn.execute(sql)
+        return time.perf_counter() - started, peak_memory_kb(pid) / 1024, private.peak_kb / 1024
 
 
 def main():
@@ -32,7 +33,7 @@ def main():
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--lake", required=True)
     args = parser.parse_args()
-    print("| rows | buckets | heap UPDATE | heap peak | pg_hudi UPDATE | pg_hudi peak |")
+    print("| rows | buckets | heap UPDATE | heap peak (private) | pg_hudi UPDATE | pg_hudi peak (private) |")
     print("|---|---|---|---|---|---|")
     with connect(args.port) as conn:
         conn.execute("CREATE EXTENSION pg_hudi")
@@ -49,10 +50,10 @@ def main():
             conn.execute(f"SELECT hudi.create_table('{name}')")
             conn.execute(f"INSERT INTO {name} SELECT {ROW} FROM generate_series(1, {n}) g")
             conn.execute(f"SELECT * FROM hudi.compact('{name}')")
-        heap_time, heap_peak = measure(args.port, UPDATE.format(f"heap_{name}"))
-        hudi_time, hudi_peak = measure(args.port, UPDATE.format(name))
-        print(f"| {n:,} | {buckets} | {heap_time:.2f} s | {heap_peak:.0f} MiB | {hudi_time:.2f} s | {hudi_peak:.0f} MiB |",
-              flush=True)
+        heap_time, heap_peak, heap_private = measure(args.port, UPDATE.format(f"heap_{name}"))
+        hudi_time, hudi_peak, hudi_private = measure(args.port, UPDATE.format(name))
+        print(f"| {n:,} | {buckets} | {heap_time:.2f} s | {heap_peak:.0f} MiB ({heap_private:.0f} MiB) "
+              f"| {hudi_time:.2f} s | {hudi_peak:.0f} MiB ({hudi_private:.0f} MiB) |", flush=True)
         with connect(args.port) as conn:
             conn.execute(f"DROP TABLE heap_{name}")
 
