@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building and testing pg_hudi needs, skipping what is already there:
 # Debian packages, cargo-pgrx 0.18.0 (initialised against the system PostgreSQL 15), and
-# (with `deps.sh venv`) the Python venv for the interoperability tests.
+# (with `deps.sh venv`) the Python venv for the interoperability tests and the npm packages
+# they start (Azure's storage emulator Azurite).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
@@ -42,8 +43,23 @@ install_venv() {
   fi
 }
 
+AZURITE_VERSION=3.35.0
+
+install_node_packages() {
+  if ! command -v npm >/dev/null; then
+    echo "deps: installing nodejs and npm"
+    local sudo=; is_root || sudo=sudo
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq nodejs npm >/dev/null
+  fi
+  if ! grep -qs "\"version\": \"$AZURITE_VERSION\"" "$BUILD/node/node_modules/azurite/package.json"; then
+    echo "deps: installing azurite $AZURITE_VERSION"
+    npm install --silent --no-audit --no-fund --prefix "$BUILD/node" "azurite@$AZURITE_VERSION" >/dev/null
+  fi
+}
+
 case ${1:-all} in
 system) install_packages; install_pgrx ;;
-venv) install_venv ;;
-all) install_packages; install_pgrx; install_venv ;;
+venv) install_venv; install_node_packages ;;
+all) install_packages; install_pgrx; install_venv; install_node_packages ;;
 esac

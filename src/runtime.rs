@@ -14,7 +14,8 @@ const INTERRUPT_CHECK_INTERVAL: Duration = Duration::from_millis(100);
 
 fn build_runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
-        .enable_time()
+        // Time for waits and retries; I/O for object stores' HTTP clients.
+        .enable_all()
         // Blocking-pool threads (local file I/O) must never run PostgreSQL's signal handlers:
         // those belong to the main thread only.
         .on_thread_start(block_all_signals)

@@ -106,12 +106,7 @@ def lake(cluster):
 
 def reference_rows(path):
     """The rows the reference reader `hudi` 0.5.0 reads, as our_rows shapes them."""
-    import pyarrow as pa
-    from hudi import HudiReadOptions, HudiTableBuilder
-
-    batches = HudiTableBuilder.from_base_uri(str(path)).build().read(HudiReadOptions())
-    rows = pa.Table.from_batches(batches).to_pylist() if batches else []
-    return sorted((r["id"], r["name"], r["country"], r["balance"]) for r in rows)
+    return reference_rows_at(str(path))
 
 
 def our_rows(conn):
@@ -176,3 +171,156 @@ def commit_on_a_thread(cluster, settings, statements):
     thread = threading.Thread(target=lambda: outcome.append(refused(session, "COMMIT")), daemon=True)
     thread.start()
     return session, pid, thread, outcome
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class S3Server:
+    """An S3-compatible HTTP server of its own (moto's `moto_server`) on a free loopback port,
+    with one bucket."""
+
+    ACCESS_KEY, SECRET_KEY, REGION = "pg-hudi-test-key", "pg-hudi-test-secret-do-not-log", "us-east-1"
+
+    def __init__(self, directory, bucket="lake"):
+        self.directory, self.bucket = pathlib.Path(directory), bucket
+        self.port = self.process = None
+
+    @property
+    def endpoint(self):
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self):
+        import sys
+        import time
+        import urllib.request
+        self.directory.mkdir(parents=True, exist_ok=True)
+        server = pathlib.Path(sys.executable).parent / "moto_server"
+        for _ in range(5):  # a port taken between choosing it and binding it: choose again
+            self.port = free_port()
+            log = open(self.directory / "s3.log", "w")
+            self.process = subprocess.Popen([str(server), "-H", "127.0.0.1", "-p", str(self.port)],
+                                            stdout=log, stderr=subprocess.STDOUT)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and self.process.poll() is None:
+                try:
+                    urllib.request.urlopen(self.endpoint + "/moto-api/", timeout=1)
+                    self.client().create_bucket(Bucket=self.bucket)
+                    return self
+                except OSError:
+                    time.sleep(0.05)
+            self.stop()
+        raise AssertionError(f"the S3 server did not start: {(self.directory / 's3.log').read_text()[-2000:]}")
+
+    def stop(self):
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(10)
+            self.process = None
+
+    def client(self):
+        import boto3
+        return boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id=self.ACCESS_KEY,
+                            aws_secret_access_key=self.SECRET_KEY, region_name=self.REGION)
+
+    @property
+    def base_uri(self):
+        return f"s3://{self.bucket}"
+
+    def storage_options(self):
+        """object_store's names, as a user mapping and the reference reader take them."""
+        return {"aws_access_key_id": self.ACCESS_KEY, "aws_secret_access_key": self.SECRET_KEY,
+                "aws_region": self.REGION, "aws_endpoint": self.endpoint, "aws_allow_http": "true"}
+
+    def keys(self, prefix):
+        pages = self.client().get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix)
+        return [o["Key"] for page in pages for o in page.get("Contents", [])]
+
+
+@pytest.fixture(params=["s3", "azure"])
+def object_store(request, cluster):
+    """A real object-store server of each kind: moto's S3 and Azure's Azurite."""
+    kind = {"s3": S3Server, "azure": AzureServer}[request.param]
+    server = kind(cluster.directory / request.param).start()
+    yield server
+    server.stop()
+
+
+def reference_rows_at(uri, storage_options=None):
+    """The rows the reference reader reads at `uri` (any store), as our_rows shapes them."""
+    import pyarrow as pa
+    from hudi import HudiReadOptions, HudiTableBuilder
+
+    builder = HudiTableBuilder.from_base_uri(uri)
+    if storage_options:
+        builder = builder.with_storage_options(storage_options)
+    batches = builder.build().read(HudiReadOptions())
+    rows = pa.Table.from_batches(batches).to_pylist() if batches else []
+    return sorted((r["id"], r["name"], r["country"], r["balance"]) for r in rows)
+
+
+class AzureServer:
+    """Azure's storage emulator Azurite (blob service, from `scripts/deps.sh`'s npm packages) of
+    its own on a free loopback port, with one container."""
+
+    ACCOUNT = "devstoreaccount1"
+    # Azurite's published development key (not a secret; the same in every installation).
+    KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+
+    def __init__(self, directory, container="lake"):
+        self.directory, self.bucket = pathlib.Path(directory), container
+        self.port = self.process = None
+
+    @property
+    def endpoint(self):
+        return f"http://127.0.0.1:{self.port}/{self.ACCOUNT}"
+
+    def start(self):
+        import socket
+        import time
+        build = pathlib.Path(os.environ.get("BUILD", REPO / "build"))
+        server = build / "node" / "node_modules" / ".bin" / "azurite-blob"
+        assert server.exists(), f"{server} is missing: run scripts/deps.sh venv"
+        self.directory.mkdir(parents=True, exist_ok=True)
+        for _ in range(5):  # a port taken between choosing it and binding it: choose again
+            self.port = free_port()
+            log = open(self.directory / "azurite.log", "w")
+            self.process = subprocess.Popen(
+                [str(server), "--blobHost", "127.0.0.1", "--blobPort", str(self.port), "--location", str(self.directory),
+                 "--skipApiVersionCheck", "--loose"], stdout=log, stderr=subprocess.STDOUT)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and self.process.poll() is None:
+                try:
+                    socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                    self.client().create_container(self.bucket)
+                    return self
+                except OSError:
+                    time.sleep(0.05)
+            self.stop()
+        raise AssertionError(f"Azurite did not start: {(self.directory / 'azurite.log').read_text()[-2000:]}")
+
+    def stop(self):
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(10)
+            self.process = None
+
+    def client(self):
+        from azure.storage.blob import BlobServiceClient
+        return BlobServiceClient(account_url=self.endpoint, credential={"account_name": self.ACCOUNT, "account_key": self.KEY})
+
+    @property
+    def base_uri(self):
+        return f"az://{self.bucket}"
+
+    def storage_options(self):
+        return {"azure_storage_account_name": self.ACCOUNT, "azure_storage_account_key": self.KEY,
+                "azure_storage_endpoint": self.endpoint, "azure_allow_http": "true"}
+
+    def keys(self, prefix):
+        return [b.name for b in self.client().get_container_client(self.bucket).list_blobs(name_starts_with=prefix)]

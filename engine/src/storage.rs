@@ -275,6 +275,15 @@ impl Storage {
                 let options = options.iter().map(|(k, v)| (k.to_ascii_lowercase(), v.clone()));
                 let (store, prefix) = object_store::parse_url_opts(&uri.url, options)
                     .context(|| format!("opening {uri}"))?;
+                // object_store takes `az://<container>/<path>`'s container from the host but
+                // still strips the path's first segment as if it named the container (0.12):
+                // the path is the whole of it, as for s3:// and gs://.
+                let prefix = match uri.scheme {
+                    Scheme::Azure => ObjectPath::from_url_path(uri.url.path()).map_err(|e| {
+                        Error::new(ErrorKind::InvalidArgument, format!("invalid path in {uri}")).with_source(e)
+                    })?,
+                    _ => prefix,
+                };
                 (Arc::from(store), prefix)
             }
         };
@@ -545,5 +554,18 @@ mod tests {
         let missing = b.get("nope").await.unwrap_err();
         assert_eq!(missing.kind(), ErrorKind::NotFound);
         assert!(missing.to_string().contains("memory:///storage-test/nope"), "{missing}");
+    }
+
+    #[test]
+    fn an_azure_location_keeps_all_of_its_path() {
+        let options: BTreeMap<String, String> = [
+            ("azure_storage_account_name".to_owned(), "account".to_owned()),
+            ("azure_storage_account_key".to_owned(), "a2V5".to_owned()),
+        ]
+        .into();
+        let storage = Storage::open(&StorageUri::parse("az://lake/warehouse/t").unwrap(), &options).unwrap();
+        assert_eq!(storage.path(".hoodie/hoodie.properties").as_ref(), "warehouse/t/.hoodie/hoodie.properties");
+        let s3 = Storage::open(&StorageUri::parse("s3://lake/warehouse/t").unwrap(), &BTreeMap::new()).unwrap();
+        assert_eq!(s3.path("x").as_ref(), "warehouse/t/x");
     }
 }
