@@ -181,47 +181,63 @@ def free_port():
         return s.getsockname()[1]
 
 
-class S3Server:
-    """An S3-compatible HTTP server of its own (moto's `moto_server`) on a free loopback port,
-    with one bucket."""
+class StoreServer:
+    """An object-store server process of its own on a free loopback port, with one bucket (or
+    container) `bucket`; subclasses say how to run it (`command`), when it answers (`ready`) and
+    how to make the bucket (`create_bucket`)."""
 
-    ACCESS_KEY, SECRET_KEY, REGION = "pg-hudi-test-key", "pg-hudi-test-secret-do-not-log", "us-east-1"
+    NAME = "store"
 
     def __init__(self, directory, bucket="lake"):
         self.directory, self.bucket = pathlib.Path(directory), bucket
         self.port = self.process = None
 
-    @property
-    def endpoint(self):
-        return f"http://127.0.0.1:{self.port}"
-
     def start(self):
-        import sys
         import time
-        import urllib.request
         self.directory.mkdir(parents=True, exist_ok=True)
-        server = pathlib.Path(sys.executable).parent / "moto_server"
+        log_path = self.directory / f"{self.NAME}.log"
         for _ in range(5):  # a port taken between choosing it and binding it: choose again
             self.port = free_port()
-            log = open(self.directory / "s3.log", "w")
-            self.process = subprocess.Popen([str(server), "-H", "127.0.0.1", "-p", str(self.port)],
-                                            stdout=log, stderr=subprocess.STDOUT)
+            with open(log_path, "w") as log:
+                self.process = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT)
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline and self.process.poll() is None:
                 try:
-                    urllib.request.urlopen(self.endpoint + "/moto-api/", timeout=1)
-                    self.client().create_bucket(Bucket=self.bucket)
+                    self.ready()
+                    self.create_bucket()
                     return self
                 except OSError:
                     time.sleep(0.05)
             self.stop()
-        raise AssertionError(f"the S3 server did not start: {(self.directory / 's3.log').read_text()[-2000:]}")
+        raise AssertionError(f"the {self.NAME} server did not start: {log_path.read_text()[-2000:]}")
 
     def stop(self):
         if self.process is not None:
             self.process.terminate()
             self.process.wait(10)
             self.process = None
+
+
+class S3Server(StoreServer):
+    """moto's S3-compatible `moto_server`, from the venv."""
+
+    NAME = "s3"
+    ACCESS_KEY, SECRET_KEY, REGION = "pg-hudi-test-key", "pg-hudi-test-secret-do-not-log", "us-east-1"
+
+    @property
+    def endpoint(self):
+        return f"http://127.0.0.1:{self.port}"
+
+    def command(self):
+        import sys
+        return [str(pathlib.Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(self.port)]
+
+    def ready(self):
+        import urllib.request
+        urllib.request.urlopen(self.endpoint + "/moto-api/", timeout=1)
+
+    def create_bucket(self):
+        self.client().create_bucket(Bucket=self.bucket)
 
     def client(self):
         import boto3
@@ -264,51 +280,31 @@ def reference_rows_at(uri, storage_options=None):
     return sorted((r["id"], r["name"], r["country"], r["balance"]) for r in rows)
 
 
-class AzureServer:
-    """Azure's storage emulator Azurite (blob service, from `scripts/deps.sh`'s npm packages) of
-    its own on a free loopback port, with one container."""
+class AzureServer(StoreServer):
+    """Azure's storage emulator Azurite (blob service, from `scripts/deps.sh`'s npm packages)."""
 
+    NAME = "azurite"
     ACCOUNT = "devstoreaccount1"
     # Azurite's published development key (not a secret; the same in every installation).
     KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
-
-    def __init__(self, directory, container="lake"):
-        self.directory, self.bucket = pathlib.Path(directory), container
-        self.port = self.process = None
 
     @property
     def endpoint(self):
         return f"http://127.0.0.1:{self.port}/{self.ACCOUNT}"
 
-    def start(self):
-        import socket
-        import time
+    def command(self):
         build = pathlib.Path(os.environ.get("BUILD", REPO / "build"))
         server = build / "node" / "node_modules" / ".bin" / "azurite-blob"
         assert server.exists(), f"{server} is missing: run scripts/deps.sh venv"
-        self.directory.mkdir(parents=True, exist_ok=True)
-        for _ in range(5):  # a port taken between choosing it and binding it: choose again
-            self.port = free_port()
-            log = open(self.directory / "azurite.log", "w")
-            self.process = subprocess.Popen(
-                [str(server), "--blobHost", "127.0.0.1", "--blobPort", str(self.port), "--location", str(self.directory),
-                 "--skipApiVersionCheck", "--loose"], stdout=log, stderr=subprocess.STDOUT)
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline and self.process.poll() is None:
-                try:
-                    socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                    self.client().create_container(self.bucket)
-                    return self
-                except OSError:
-                    time.sleep(0.05)
-            self.stop()
-        raise AssertionError(f"Azurite did not start: {(self.directory / 'azurite.log').read_text()[-2000:]}")
+        return [str(server), "--blobHost", "127.0.0.1", "--blobPort", str(self.port), "--location", str(self.directory),
+                "--skipApiVersionCheck", "--loose"]
 
-    def stop(self):
-        if self.process is not None:
-            self.process.terminate()
-            self.process.wait(10)
-            self.process = None
+    def ready(self):
+        import socket
+        socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+
+    def create_bucket(self):
+        self.client().create_container(self.bucket)
 
     def client(self):
         from azure.storage.blob import BlobServiceClient
