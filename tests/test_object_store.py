@@ -135,3 +135,29 @@ def test_a_killed_writer_is_rolled_back(s3_lake, cluster):
         assert not [k for k in s3.keys("customers/") if rolled[0] in k and "rollback" not in k]
         assert rows(c) == [(1, "kept", "nl", 1)]
     assert reference_rows_at(uri, s3.storage_options()) == [(1, "kept", "nl", 1)]
+
+
+def test_secrets_appear_in_no_error_plan_view_or_log(s3_lake, cluster):
+    """The user mapping's secret never shows: not in errors (a table that is not there, bad
+    rows), EXPLAIN VERBOSE, the hudi.* functions and views, or the server log."""
+    conn, store, _ = s3_lake
+    secret = store.storage_options().get("aws_secret_access_key") or store.storage_options()["azure_storage_account_key"]
+    conn.execute("INSERT INTO customers VALUES (1, 'a', 'nl', 1, '2026-01-01')")
+    conn.execute("CREATE FOREIGN TABLE missing (id bigint) SERVER lake OPTIONS (path 'not-there')")
+    seen = []
+    for sql in ("SELECT * FROM missing", "SELECT hudi.create_table('customers')",
+                "INSERT INTO customers VALUES (NULL, 'no key', 'nl', 1, '2026-01-01')"):
+        try:
+            conn.execute(sql)
+            raise AssertionError(f"{sql} should fail")
+        except Exception as e:  # noqa: BLE001 - the whole report is what is checked
+            diag = getattr(e, "diag", None)
+            seen.append(" ".join(str(x) for x in (e, getattr(diag, "message_detail", ""), getattr(diag, "message_hint", ""),
+                                                    getattr(diag, "context", ""))))
+    seen.append(str(conn.execute("EXPLAIN (VERBOSE) SELECT * FROM customers WHERE id = 1").fetchall()))
+    for sql in ("SELECT * FROM hudi.timeline('customers')", "SELECT * FROM hudi.file_slices('customers')",
+                "SELECT * FROM hudi.pending_commits", "SELECT hudi.latest_commit('customers')"):
+        seen.append(str(conn.execute(sql).fetchall()))
+    seen.append(cluster.log())
+    assert all(secret not in text for text in seen)
+    assert "not-there" in seen[0], seen[0]
