@@ -161,3 +161,27 @@ def test_secrets_appear_in_no_error_plan_view_or_log(s3_lake, cluster):
     seen.append(cluster.log())
     assert all(secret not in text for text in seen)
     assert "not-there" in seen[0], seen[0]
+
+
+def test_gcs_options_are_checked_without_a_server(cluster):
+    """No GCS emulator is available here: gs:// is tested as far as it goes without one — the
+    location and the credential options are taken where they belong, refused where they do
+    not, and a key that cannot be used is a clear error that does not show it."""
+    import psycopg
+    with cluster.connect() as conn:
+        conn.execute("CREATE EXTENSION pg_hudi")
+        conn.execute("CREATE SERVER gcs FOREIGN DATA WRAPPER hudi_fdw OPTIONS (base_uri 'gs://bucket/lake')")
+        with pytest.raises(psycopg.Error) as e:
+            conn.execute("ALTER SERVER gcs OPTIONS (ADD google_service_account_key 'x')")
+        assert e.value.diag.message_hint == "Credentials belong in USER MAPPING options."
+        with pytest.raises(psycopg.Error) as e:
+            conn.execute("CREATE USER MAPPING FOR PUBLIC SERVER gcs OPTIONS (google_no_such_option 'x')")
+        assert e.value.sqlstate.startswith("HV")
+        key = '{"type": "service_account", "private_key": "not-a-pem-key-secret-42", "client_email": "a@b"}'
+        conn.execute(f"CREATE USER MAPPING FOR PUBLIC SERVER gcs OPTIONS (google_service_account_key '{key}')")
+        conn.execute("CREATE FOREIGN TABLE t (id bigint) SERVER gcs OPTIONS (path 't')")
+        with pytest.raises(psycopg.Error) as e:
+            conn.execute("SELECT * FROM t")
+        report = f"{e.value} {e.value.diag.message_detail}"
+        assert e.value.sqlstate.startswith("HV") and "gs://bucket/lake/t" in report, report
+        assert "not-a-pem-key-secret-42" not in report and "not-a-pem-key-secret-42" not in cluster.log()
