@@ -68,6 +68,10 @@ def test_reads_writes_transactions_consume_and_compaction(s3_lake):
     assert [k for k in s3.keys("customers/country=nl/") if k.endswith(".parquet")], "base files on S3"
     assert conn.execute(consume).fetchall() == [], "a compaction changes no row"
     assert reference_rows_at(uri, s3.storage_options()) == rows(conn)
+    # IMPORT FOREIGN SCHEMA finds the table in the bucket and declares its columns.
+    conn.execute("CREATE SCHEMA imported")
+    conn.execute("IMPORT FOREIGN SCHEMA root FROM SERVER lake INTO imported")
+    assert rows(conn, "imported.customers") == rows(conn)
     # Time travel to before the transaction.
     first = conn.execute("SELECT min(instant) FROM hudi.timeline('customers') WHERE action = 'deltacommit'").fetchone()[0]
     conn.execute(f"SET hudi.as_of_instant = '{first}'")
