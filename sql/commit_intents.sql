@@ -2,9 +2,9 @@
 -- "Commit protocol"). At PRE_COMMIT a transaction that wrote Hudi tables inserts one row per
 -- table here, with the commit metadata to write; after PostgreSQL has committed, the backend
 -- creates the completed instants and the rows are forgotten. A row that outlives its write
--- (the backend was killed, storage was down) says that PostgreSQL committed it: the next
--- writer or reader of the table on this server, hudi.rollback_failed_writes and
--- hudi.finish_pending_commits() complete it. Only pg_hudi itself writes here (as the
+-- (the backend was killed, storage was down) says that PostgreSQL committed it: readers on
+-- this server see the write at once, and the background worker, hudi.finish_pending_commits()
+-- and hudi.rollback_failed_writes complete it. Only pg_hudi itself writes here (as the
 -- bootstrap superuser); roles read hudi.pending_commits.
 CREATE TABLE hudi.commit_intents (
     location text NOT NULL,          -- the Hudi table's URI

@@ -4,9 +4,8 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
-
 use bytes::Bytes;
+use serde::Serialize;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::storage::Storage;
