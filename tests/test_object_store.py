@@ -189,3 +189,77 @@ def test_gcs_options_are_checked_without_a_server(cluster):
         report = f"{e.value} {e.value.diag.message_detail}"
         assert e.value.sqlstate.startswith("HV") and "gs://bucket/lake/t" in report, report
         assert "not-a-pem-key-secret-42" not in report and "not-a-pem-key-secret-42" not in cluster.log()
+
+
+def test_two_servers_write_one_table_at_once(cluster, object_store):
+    """Two PostgreSQL servers (own data directories, ports and system identifiers) write the
+    same table in the store at once — overlapping keys, ordering values in random order —
+    while one of them compacts: no transaction fails, completion times are unique, both
+    servers and the reference reader read the rows of the model (the greatest ordering value
+    of each key)."""
+    import random
+    from conftest import Cluster
+    store = object_store
+    second = Cluster(cluster.directory / "second").start()
+    try:
+        servers = [cluster, second]
+        options = ", ".join(f"{k} '{v}'" for k, v in store.storage_options().items())
+        for i, server in enumerate(servers):
+            with server.connect() as conn:
+                conn.execute("CREATE EXTENSION pg_hudi")
+                conn.execute(f"CREATE SERVER lake FOREIGN DATA WRAPPER hudi_fdw OPTIONS (base_uri '{store.base_uri}')")
+                conn.execute(f"CREATE USER MAPPING FOR PUBLIC SERVER lake OPTIONS ({options})")
+                conn.execute("""CREATE FOREIGN TABLE customers (id bigint, name text, country text,
+                                  balance numeric(12, 2), ts timestamptz) SERVER lake
+                                OPTIONS (path 'customers', primary_key 'id', ordering_field 'ts',
+                                         partition_by 'country', buckets '4')""")
+                if i == 0:
+                    conn.execute("SELECT hudi.create_table('customers')")
+        systems = {s.connect().execute("SELECT system_identifier FROM pg_control_system()").fetchone()[0] for s in servers}
+        assert len(systems) == 2
+        seed = random.randrange(1 << 30)
+        print(f"seed {seed}")
+        orderings = list(range(200))
+        random.Random(seed).shuffle(orderings)
+        jobs = [orderings[i::4] for i in range(4)]  # each writer's ordering values, distinct overall
+        errors, written = [], []
+
+        def writer(n):
+            rng = random.Random(seed + n)
+            server = servers[n % 2]
+            try:
+                with server.connect() as c:
+                    for i, ts in enumerate(jobs[n][:10]):
+                        keys = rng.sample(range(30), 3)
+                        with c.transaction():
+                            for key in keys:
+                                c.execute("INSERT INTO customers VALUES (%s, %s, (ARRAY['nl','be'])[%s %% 2 + 1], %s, "
+                                          "'2026-01-01'::timestamptz + %s * interval '1 second')",
+                                          (key, f"s{n % 2}w{n}-{i}", key, ts, ts))
+                        written.append((keys, ts))
+                        if n == 1 and i % 4 == 3:
+                            c.execute("SELECT * FROM hudi.compact('customers')")
+            except Exception as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors[:3]
+        model = {}
+        for keys, ts in written:
+            for key in keys:
+                model[key] = max(model.get(key, -1), ts)
+        for server in servers:
+            with server.connect() as c:
+                assert {r[0]: r[3] for r in rows(c)} == model
+                completed = c.execute("SELECT completion_time FROM hudi.timeline('customers') "
+                                      "WHERE state = 'completed' AND action IN ('deltacommit', 'commit')").fetchall()
+                assert len(completed) == len(set(completed)) >= 40
+        with cluster.connect() as c:
+            assert c.execute("SELECT count(*) FROM hudi.timeline('customers') WHERE action = 'commit'").fetchone()[0] >= 1
+            assert reference_rows_at(f"{store.base_uri}/customers", store.storage_options()) == rows(c)
+    finally:
+        second.stop()

@@ -323,6 +323,13 @@ impl Storage {
         }
     }
 
+    /// The size of an object in bytes.
+    pub async fn size(&self, relative: &str) -> Result<u64> {
+        let path = self.path(relative);
+        let head = async { self.store.head(&path).await };
+        head.await.map(|meta| meta.size).context(|| format!("reading the size of {}/{}", self.uri, relative))
+    }
+
     /// Reads a whole object.
     pub async fn get(&self, relative: &str) -> Result<Bytes> {
         let path = self.path(relative);

@@ -532,7 +532,10 @@ impl TableReader {
         };
         let location = format!("{}/{path}", self.storage.uri());
         let invalid = |e| parquet_error(&location, e);
-        let mut reader = self.storage.parquet_reader(&path, Some(base.size));
+        // A slice from a compaction plan names its base file without a size. Without one the
+        // footer would be fetched with a suffix range, which Azure does not serve.
+        let size = if base.size > 0 { base.size } else { self.storage.size(&path).await? };
+        let mut reader = self.storage.parquet_reader(&path, Some(size));
         let metadata = ArrowReaderMetadata::load_async(&mut reader, Default::default()).await.map_err(invalid)?;
         let mut builder = ParquetPushDecoderBuilder::new_with_metadata(metadata);
         let total = builder.metadata().num_row_groups();
