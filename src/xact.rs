@@ -67,15 +67,21 @@ impl PendingRows {
     }
 }
 
+/// Has the backend's heartbeat thread keep `transaction`'s heartbeat fresh while the handle
+/// lives (`None` when no thread could be started).
+fn keep_heartbeat(transaction: &Transaction) -> Option<KeptHeartbeat> {
+    // A beat every quarter of the expiry (at least every minute) outlives a missed one or two.
+    let every = (crate::guc::heartbeat_expiry() / 4).clamp(Duration::from_millis(100), Duration::from_secs(60));
+    KEEPER.with(|keeper| {
+        let keeper = keeper.get_or_init(HeartbeatKeeper::start);
+        keeper.as_ref().map(|k| k.keep(transaction.storage(), transaction.instant(), every))
+    })
+}
+
 impl OpenWrite {
     pub fn new(transaction: Transaction, location: String, relation: pg_sys::Oid) -> OpenWrite {
         let schema = transaction.data_schema().clone();
-        // A beat every quarter of the expiry (at least every minute) outlives a missed one or two.
-        let every = (crate::guc::heartbeat_expiry() / 4).clamp(Duration::from_millis(100), Duration::from_secs(60));
-        let heartbeat = KEEPER.with(|keeper| {
-            let keeper = keeper.get_or_init(HeartbeatKeeper::start);
-            keeper.as_ref().map(|k| k.keep(transaction.storage(), transaction.instant(), every))
-        });
+        let heartbeat = keep_heartbeat(&transaction);
         // SAFETY: a plain read of the backend's current user.
         let writer = unsafe { pg_sys::GetUserId() };
         OpenWrite {
@@ -141,18 +147,16 @@ impl PreparedWrite {
         let PreparedWrite { mut write, intent } = self;
         let owner = crate::fdw::modify::writer_id().owner();
         let storage = write.transaction.storage().clone();
+        // The completion ends the heartbeat itself: the keeper must not renew it after that.
+        // Its last beat is fresh for the short while the completion takes.
+        drop(write.heartbeat.take());
         match block_on(intent.commit.complete(&storage, &owner, &crate::guc::lock_options())) {
-            Ok(_) => {
-                // The keeper may have beaten once more meanwhile: the heartbeat goes after it.
-                drop(write.heartbeat.take());
-                let _ = block_on(engine::write::heartbeat::stop(&storage, &intent.commit.instant));
-                crate::intents::completed_after_commit(intent.location, intent.commit.instant);
-            }
+            Ok(_) => crate::intents::completed_after_commit(intent.location, intent.commit.instant),
             Err(e) => {
-                // Still alive as far as other writers can tell, for as long as this backend
-                // lives: a Hudi writer that rolls back writes with expired heartbeats (and
-                // knows nothing of prepared marks) must not take this committed one.
-                if let Some(heartbeat) = write.heartbeat.take() {
+                // Kept alive again, for as long as this backend lives: a Hudi writer that rolls
+                // back writes with expired heartbeats (and knows nothing of prepared marks)
+                // must not take this committed one.
+                if let Some(heartbeat) = keep_heartbeat(&write.transaction) {
                     UNFINISHED.with(|u| u.borrow_mut().push(heartbeat));
                 }
                 pgrx::warning!(

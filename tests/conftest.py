@@ -134,6 +134,25 @@ def wait_for(what, condition, timeout=30):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def run_in_threads(target, count):
+    """Runs `target(n)` for n in range(count), each on a thread of its own, and returns what
+    they raised (a check inside a thread must reach the test)."""
+    import threading
+    errors = []
+
+    def run(n):
+        try:
+            target(n)
+        except Exception as e:  # noqa: BLE001 - handed to the caller
+            errors.append(e)
+    threads = [threading.Thread(target=run, args=(n,)) for n in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors
+
+
 def kill_backend_and_wait(cluster, pid):
     """SIGKILL one backend: the postmaster resets every session and recovers; waits until the
     server log says recovery is over (a connection right after the kill may still reach the

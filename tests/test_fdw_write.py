@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 from hudi import HudiReadOptions, HudiTableBuilder
 
-from conftest import commit_on_a_thread, kill_backend_and_wait, lock_held, new_lake, our_rows, reference_rows, wait_for
+from conftest import commit_on_a_thread, kill_backend_and_wait, lock_held, new_lake, our_rows, reference_rows, run_in_threads, wait_for
 
 
 def test_inserts_upsert_by_key_and_read_back_everywhere(lake):
@@ -90,28 +90,25 @@ def test_nbcc_stress_many_writers_no_aborts_whole_transactions(lake, cluster):
     conn, path = lake
     import random
     writers, commits, pairs = 8, 50, 10
-    errors, written, snapshots = [], [], []
+    written, snapshots = [], []
     done = threading.Event()
 
     def writer(n):
         rng = random.Random(n)
-        try:
-            with cluster.connect() as c:
-                for i in range(commits):
-                    chosen = rng.sample(range(pairs), 3)
-                    micros = rng.randrange(4)
-                    name = f"w{n}-{i}"
-                    ts = "2026-01-01 00:00:00+00"
-                    with c.transaction():
-                        for p in chosen:
-                            for key in (2 * p, 2 * p + 1):  # a pair is always written together
-                                c.execute("INSERT INTO customers VALUES (%s, %s, 'nl', 0, %s::timestamptz + %s * interval '1 microsecond')",
-                                          (key, name, ts, micros))
-                        # a key of its own: its commit time names the transaction's instant
-                        c.execute("INSERT INTO customers VALUES (%s, %s, 'be', 0, %s)", (1000 + n * commits + i, name, ts))
-                    written.append((chosen, micros, name))
-        except Exception as e:  # noqa: BLE001 - reported below
-            errors.append(e)
+        with cluster.connect() as c:
+            for i in range(commits):
+                chosen = rng.sample(range(pairs), 3)
+                micros = rng.randrange(4)
+                name = f"w{n}-{i}"
+                ts = "2026-01-01 00:00:00+00"
+                with c.transaction():
+                    for p in chosen:
+                        for key in (2 * p, 2 * p + 1):  # a pair is always written together
+                            c.execute("INSERT INTO customers VALUES (%s, %s, 'nl', 0, %s::timestamptz + %s * interval '1 microsecond')",
+                                      (key, name, ts, micros))
+                    # a key of its own: its commit time names the transaction's instant
+                    c.execute("INSERT INTO customers VALUES (%s, %s, 'be', 0, %s)", (1000 + n * commits + i, name, ts))
+                written.append((chosen, micros, name))
 
     def reader():
         with cluster.connect() as c:
@@ -119,13 +116,9 @@ def test_nbcc_stress_many_writers_no_aborts_whole_transactions(lake, cluster):
                 rows = dict(c.execute("SELECT id, name FROM customers").fetchall())
                 snapshots.append(rows)
 
-    threads = [threading.Thread(target=writer, args=(n,)) for n in range(writers)]
     watcher = threading.Thread(target=reader)
     watcher.start()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors = run_in_threads(writer, writers)
     done.set()
     watcher.join()
     assert not errors, errors[:3]

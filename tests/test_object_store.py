@@ -3,11 +3,9 @@
 rollback and the table lock (create-if-absent is `If-None-Match: *` on both), read back by the
 reference reader from the same server."""
 
-import threading
-
 import pytest
 
-from conftest import kill_backend_and_wait, reference_rows_at
+from conftest import kill_backend_and_wait, reference_rows_at, run_in_threads
 
 
 @pytest.fixture
@@ -85,28 +83,21 @@ def test_concurrent_writers_share_the_lock_in_the_store(s3_lake, cluster):
     increasing in commit order, and every key ends with its greatest ordering value."""
     conn, s3, uri = s3_lake
     import random
-    errors, written = [], []
+    written = []
 
     def writer(n):
         rng = random.Random(n)
-        try:
-            with cluster.connect() as c:
-                for i in range(8):
-                    keys = rng.sample(range(20), 4)
-                    ts = rng.randrange(1000)
-                    with c.transaction():
-                        for key in keys:
-                            c.execute("INSERT INTO customers VALUES (%s, %s, 'nl', %s, "
-                                      "'2026-01-01'::timestamptz + %s * interval '1 second')", (key, f"w{n}-{i}", ts, ts))
-                    written.append((keys, ts, f"w{n}-{i}"))
-        except Exception as e:  # noqa: BLE001 - reported below
-            errors.append(e)
+        with cluster.connect() as c:
+            for i in range(8):
+                keys = rng.sample(range(20), 4)
+                ts = rng.randrange(1000)
+                with c.transaction():
+                    for key in keys:
+                        c.execute("INSERT INTO customers VALUES (%s, %s, 'nl', %s, "
+                                  "'2026-01-01'::timestamptz + %s * interval '1 second')", (key, f"w{n}-{i}", ts, ts))
+                written.append((keys, ts, f"w{n}-{i}"))
 
-    threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors = run_in_threads(writer, 4)
     assert not errors, errors[:3]
     completed = conn.execute("SELECT instant, completion_time FROM hudi.timeline('customers') "
                              "WHERE action = 'deltacommit' AND state = 'completed'").fetchall()
@@ -222,31 +213,23 @@ def test_two_servers_write_one_table_at_once(cluster, object_store):
         orderings = list(range(200))
         random.Random(seed).shuffle(orderings)
         jobs = [orderings[i::4] for i in range(4)]  # each writer's ordering values, distinct overall
-        errors, written = [], []
+        written = []
 
         def writer(n):
             rng = random.Random(seed + n)
-            server = servers[n % 2]
-            try:
-                with server.connect() as c:
-                    for i, ts in enumerate(jobs[n][:10]):
-                        keys = rng.sample(range(30), 3)
-                        with c.transaction():
-                            for key in keys:
-                                c.execute("INSERT INTO customers VALUES (%s, %s, (ARRAY['nl','be'])[%s %% 2 + 1], %s, "
-                                          "'2026-01-01'::timestamptz + %s * interval '1 second')",
-                                          (key, f"s{n % 2}w{n}-{i}", key, ts, ts))
-                        written.append((keys, ts))
-                        if n == 1 and i % 4 == 3:
-                            c.execute("SELECT * FROM hudi.compact('customers')")
-            except Exception as e:  # noqa: BLE001 - reported below
-                errors.append(e)
+            with servers[n % 2].connect() as c:
+                for i, ts in enumerate(jobs[n][:10]):
+                    keys = rng.sample(range(30), 3)
+                    with c.transaction():
+                        for key in keys:
+                            c.execute("INSERT INTO customers VALUES (%s, %s, (ARRAY['nl','be'])[%s %% 2 + 1], %s, "
+                                      "'2026-01-01'::timestamptz + %s * interval '1 second')",
+                                      (key, f"s{n % 2}w{n}-{i}", key, ts, ts))
+                    written.append((keys, ts))
+                    if n == 1 and i % 4 == 3:
+                        c.execute("SELECT * FROM hudi.compact('customers')")
 
-        threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        errors = run_in_threads(writer, 4)
         assert not errors, errors[:3]
         model = {}
         for keys, ts in written:

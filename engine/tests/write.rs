@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow::array::{AsArray, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray};
-use common::customers::{rows, schema, snapshot, spec, writer};
+use common::customers::{local, rows, schema, snapshot, snapshot_of, spec, writer};
 use engine::ordering::OrderingValue;
 use engine::read::{ChangeRange, TableReader};
 use engine::storage::{Storage, StorageUri};
@@ -200,7 +200,7 @@ async fn prepared_commits_complete_once_and_decided_writes_are_read() {
     use std::time::Duration;
 
     let dir = tempfile::tempdir().unwrap();
-    let storage = Storage::open(&StorageUri::parse(&format!("file://{}", dir.path().display())).unwrap(), &BTreeMap::new()).unwrap();
+    let storage = local(dir.path());
     let config = create_table(&storage, &spec()).await.unwrap();
     let mut tx = Transaction::begin(storage.clone(), config.clone(), writer(1), LockOptions::default()).await.unwrap();
     tx.upsert(&rows(&[(1, "kept", "nl", 1)])).await.unwrap();
@@ -216,19 +216,7 @@ async fn prepared_commits_complete_once_and_decided_writes_are_read() {
 
     // A reader that knows the write is decided sees it merged on top.
     let reader = TableReader::open(storage.clone()).await.unwrap().with_decided_writes([prepared.instant.as_str()]);
-    let mut seen: Vec<(i64, String)> = reader
-        .read_snapshot(None)
-        .await
-        .unwrap()
-        .iter()
-        .flat_map(|b| {
-            let id = b.column_by_name("id").unwrap().as_any().downcast_ref::<Int64Array>().unwrap().clone();
-            let name = b.column_by_name("name").unwrap().as_string::<i32>().clone();
-            (0..b.num_rows()).map(move |i| (id.value(i), name.value(i).to_owned())).collect::<Vec<_>>()
-        })
-        .collect();
-    seen.sort();
-    assert_eq!(seen, [(1, "decided".to_owned()), (2, "new".to_owned())]);
+    assert_eq!(snapshot_of(&reader).await, [(1, "decided".to_owned()), (2, "new".to_owned())]);
 
     // Expired, but prepared: listed with its mark, and not rolled back blindly.
     tokio::time::sleep(Duration::from_millis(20)).await;

@@ -95,8 +95,9 @@ fn latest_commit(table: PgRelation) -> Option<String> {
 fn rollback_failed_writes(
     table: PgRelation,
 ) -> TableIterator<'static, (name!(instant, String), name!(rollback_instant, String), name!(files_deleted, i32))> {
-    let storage = crate::api::service_target(&table, "roll back its writes");
-    let location = crate::fdw::table::ForeignHudiTable::of_relation(table.oid()).uri.to_string();
+    crate::api::require_owner(&table, "roll back its writes");
+    let target = crate::fdw::table::ForeignHudiTable::for_function(table.oid());
+    let (storage, location) = (target.storage(), target.uri.to_string());
     let config = block_on(engine::table::load_config(&storage)).or_report();
     let failed = block_on(engine::services::rollback::failed_writes(&storage, &config, crate::guc::heartbeat_expiry())).or_report();
     let node = crate::fdw::modify::writer_id().node;

@@ -293,12 +293,8 @@ async fn execute(
     }
     let bytes = Bytes::from(metadata.to_avro()?);
     let completion = TableLock::hold(storage, &writer.owner(), lock_options, async |lock| {
-        let already = storage
-            .list_dir(dir)
-            .await?
-            .into_iter()
-            .any(|(path, _)| path.rsplit('/').next().is_some_and(|n| n.starts_with(&format!("{instant}_")) && n.ends_with(".commit")));
-        if already {
+        let files = storage.list_dir(dir).await?;
+        if crate::timeline::instant::completion_in(files.iter().map(|(n, _)| n.as_str()), instant, "commit").is_some() {
             return Err(Error::new(ErrorKind::InUse, format!("compaction {instant} was completed by another writer")));
         }
         let completion = lock.next_time(lock_options).await?;

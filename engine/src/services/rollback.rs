@@ -11,6 +11,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::storage::Storage;
 use crate::table::files::DataFile;
 use crate::table::TableConfig;
+use crate::timeline::instant::completion_in;
 use crate::timeline::{State, Timeline};
 use crate::write::heartbeat;
 use crate::write::prepared::{self, PreparedMark};
@@ -128,8 +129,7 @@ pub async fn rollback_writes(
     for instant in instants {
         let still_pending = TableLock::hold(storage, owner, lock_options, async |_| {
             let files = storage.list_dir(dir).await?;
-            let prefix = format!("{instant}_");
-            if files.iter().any(|(n, _)| n.starts_with(&prefix)) {
+            if completion_in(files.iter().map(|(n, _)| n.as_str()), instant, "deltacommit").is_some() {
                 return Ok::<_, Error>(false);
             }
             storage.delete(&format!("{dir}/{instant}.deltacommit.inflight")).await?;

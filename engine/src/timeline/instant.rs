@@ -85,6 +85,16 @@ pub fn completed_action(action: &str) -> &str {
     }
 }
 
+/// The completion time of the completed `action` requested at `instant`, among the names of a
+/// timeline directory's listing (layout 2 names carry it): how a writer under the table lock
+/// tells, from one listing, whether an instant was completed already.
+pub fn completion_in<'a>(names: impl IntoIterator<Item = &'a str>, instant: &str, action: &str) -> Option<String> {
+    names.into_iter().find_map(|name| match InstantFile::parse(name) {
+        Some(f) if f.timestamp == instant && f.action == action && f.state == State::Completed => f.completion,
+        _ => None,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -104,6 +114,15 @@ mod tests {
 
         let req = InstantFile::parse("20251220210129235.compaction.requested").unwrap();
         assert_eq!((req.action.as_str(), req.state), ("compaction", State::Requested));
+    }
+
+    #[test]
+    fn finds_a_completed_instant_in_a_listing() {
+        let names = ["20250101000000001.deltacommit.inflight", "20250101000000002_20250101000000009.deltacommit",
+                     "20250101000000001_20250101000000005.commit"];
+        assert_eq!(completion_in(names, "20250101000000002", "deltacommit").as_deref(), Some("20250101000000009"));
+        assert_eq!(completion_in(names, "20250101000000001", "commit").as_deref(), Some("20250101000000005"));
+        assert_eq!(completion_in(names, "20250101000000001", "deltacommit"), None, "only in flight");
     }
 
     #[test]

@@ -103,10 +103,7 @@ pub struct PreparedCommit {
 
 /// The completion time of the deltacommit `instant` among the timeline files `files`.
 fn completion_in(files: &[(String, u64)], instant: &str) -> Option<String> {
-    files.iter().find_map(|(name, _)| match crate::timeline::InstantFile::parse(name) {
-        Some(f) if f.timestamp == instant && f.action == "deltacommit" => f.completion,
-        _ => None,
-    })
+    crate::timeline::instant::completion_in(files.iter().map(|(n, _)| n.as_str()), instant, "deltacommit")
 }
 
 /// How a [`PreparedCommit::complete`] ended.

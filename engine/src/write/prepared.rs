@@ -17,7 +17,8 @@ pub const PREPARED_DIR: &str = ".hoodie/.aux/pg_hudi/prepared";
 pub struct PreparedMark {
     /// The deciding server ([`crate::write::WriterId::node`]).
     pub node: u64,
-    /// The deciding transaction on that server (PostgreSQL's full transaction id).
+    /// The deciding transaction on that server, in that server's own numbering (only it can
+    /// tell what became of it).
     pub transaction: u64,
 }
 

@@ -47,7 +47,11 @@ pub fn rows(data: &[(i64, &str, &str, i64)]) -> RecordBatch {
 }
 
 pub async fn snapshot(storage: &Storage) -> Vec<(i64, String)> {
-    let reader = TableReader::open(storage.clone()).await.unwrap();
+    snapshot_of(&TableReader::open(storage.clone()).await.unwrap()).await
+}
+
+/// `(id, name)` of the latest snapshot `reader` reads, sorted.
+pub async fn snapshot_of(reader: &TableReader) -> Vec<(i64, String)> {
     let mut out = Vec::new();
     for batch in reader.read_snapshot(None).await.unwrap() {
         let id = batch.column_by_name("id").unwrap().as_primitive::<Int64Type>().clone();
