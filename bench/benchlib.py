@@ -16,8 +16,14 @@ def arguments(default_rows):
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--lake", required=True)
-    parser.add_argument("--rows", type=int, default=default_rows)
-    return parser.parse_args()
+    parser.add_argument("--rows", type=int, default=None, help=f"rows (default {default_rows:,})")
+    parser.add_argument("--store", choices=["file", "s3"], default="file",
+                        help="s3: the same tables also in an S3-compatible server (moto) started for the run")
+    args = parser.parse_args()
+    args.rows_given = args.rows is not None
+    if args.rows is None:
+        args.rows = default_rows
+    return args
 
 
 def create_tables(conn, lake, name):

@@ -25,6 +25,9 @@ pub fn report(err: engine::Error) -> ! {
         let while_doing: Vec<_> = err.contexts().iter().rev().map(|c| format!("while {c}")).collect();
         report = report.set_detail(while_doing.join(", "));
     }
+    if let Some(hint) = err.hint() {
+        report = report.set_hint(hint);
+    }
     report.report(PgLogLevel::ERROR);
     unreachable!("ERROR does not return")
 }

@@ -49,6 +49,11 @@ pub static READ_AHEAD_SLICES: GucSetting<i32> = GucSetting::<i32>::new(2);
 /// blocks name the base-file rows they replace (otherwise by record key, as for other slices).
 pub static USE_RECORD_POSITIONS: GucSetting<bool> = GucSetting::<bool>::new(true);
 
+/// `hudi.cache_table_state`: whether a backend keeps tables' state between statements and
+/// checks it with one timeline listing ([`crate::fdw::table_state`]); off lists every table's
+/// files for every statement (for files placed by hand, outside any Hudi instant).
+pub static CACHE_TABLE_STATE: GucSetting<bool> = GucSetting::<bool>::new(true);
+
 /// `hudi.read_ahead_slices` as a count.
 pub fn read_ahead_slices() -> usize {
     READ_AHEAD_SLICES.get().max(0) as usize
@@ -85,6 +90,14 @@ pub fn register() {
         c"Whether scans of Hudi tables merge log blocks into base files by the record positions the blocks carry.",
         c"Off merges every file slice by record key (Hudi's hoodie.merge.use.record.positions).",
         &USE_RECORD_POSITIONS,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_bool_guc(
+        c"hudi.cache_table_state",
+        c"Whether a backend keeps the state of Hudi tables between statements.",
+        c"A kept state is checked with one listing of the timeline per statement; off lists every file for every statement.",
+        &CACHE_TABLE_STATE,
         GucContext::Userset,
         GucFlags::default(),
     );

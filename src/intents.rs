@@ -249,11 +249,8 @@ fn storage_of(intent: &Intent) -> Result<Storage, String> {
         }
         let table = pg_sys::GetForeignTable(intent.relation);
         let uri = StorageUri::parse(&intent.location).map_err(|e| e.to_string())?;
-        let credentials = match uri.scheme() {
-            engine::storage::Scheme::File | engine::storage::Scheme::Memory => Default::default(),
-            _ => crate::fdw::table::credentials_of(intent.writer, (*table).serverid),
-        };
-        Storage::open(&uri, &credentials).map_err(|e| e.to_string())
+        let settings = crate::fdw::table::store_settings(intent.writer, (*table).serverid, &uri);
+        Storage::open(&uri, &settings).map_err(|e| e.to_string())
     }
 }
 

@@ -76,6 +76,8 @@ def reference_sum(path):
 
 def main():
     args = arguments(5_000_000)
+    if args.store == "s3":
+        return main_s3(args)
     n = args.rows
     compacted_path, updated_path = (os.path.join(args.lake, name) for name in ("scan", "scan_updated"))
     # Two copies of the rows in each store: one as loaded (compacted, for pg_hudi) and one with
@@ -151,6 +153,66 @@ def main():
           f"{update_s:.1f} s.")
     for scan in scans:
         scan.conn.close()
+
+
+def main_s3(args):
+    """The compacted and the updated table in an S3-compatible server (moto, on a free local
+    port) against the same rows on file://, with the requests each scan makes, counted from
+    the server's own record: in a new backend (nothing cached), and repeated."""
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tests"))
+    from servers import S3Server
+    n = args.rows if args.rows_given else 1_000_000  # moto keeps every object in memory
+    update = "SET qty = qty + 1, ts = ts + interval '1 day' WHERE id % 10 = 0"
+    s3 = S3Server(pathlib.Path(args.lake).parent / "s3").start()
+    try:
+        with connect(args.port) as conn:
+            create_tables(conn, args.lake, "scan")
+            options = ", ".join(f"{k} '{v}'" for k, v in s3.storage_options().items())
+            conn.execute(f"CREATE SERVER s3lake FOREIGN DATA WRAPPER hudi_fdw OPTIONS (base_uri '{s3.base_uri}')")
+            conn.execute(f"CREATE USER MAPPING FOR PUBLIC SERVER s3lake OPTIONS ({options})")
+            for name, server in (("scan_updated", "lake"), ("s3_scan", "s3lake"), ("s3_scan_updated", "s3lake")):
+                conn.execute(f"CREATE FOREIGN TABLE {name} ({COLUMNS}) SERVER {server} OPTIONS (path '{name}', "
+                             "primary_key 'id', ordering_field 'ts', buckets '16')")
+                conn.execute(f"SELECT hudi.create_table('{name}')")
+            conn.execute(f"INSERT INTO heap SELECT {ROW} FROM generate_series(1, {n}) g")
+            for table in ("scan", "scan_updated", "s3_scan", "s3_scan_updated"):
+                conn.execute(f"INSERT INTO {table} SELECT * FROM heap")
+                conn.execute(f"SELECT * FROM hudi.compact('{table}')")
+            for table in ("scan_updated", "s3_scan_updated"):
+                conn.execute(f"UPDATE {table} {update}")
+            expected = int(conn.execute("SELECT sum(qty) FROM heap").fetchone()[0])
+
+        def requests_of(table):
+            """(requests of the first scan in a new backend, of the same scan repeated)."""
+            with connect(args.port) as conn:
+                counts = []
+                for _ in range(2):
+                    s3.record_requests()
+                    conn.execute(QUERY.format(table)).fetchone()
+                    made = s3.recorded_requests()
+                    lists = sum(1 for m, _, q in made if m == "GET" and "list-type=2" in q)
+                    counts.append((len(made), lists))
+                return counts
+
+        counts = {table: requests_of(table) for table in ("s3_scan", "s3_scan_updated")}
+        scans = [Scan(args.port, t) for t in ("scan", "s3_scan", "scan_updated", "s3_scan_updated")]
+        file_c, s3_c, file_u, s3_u = scans
+        assert file_c.result == s3_c.result == expected and file_u.result == s3_u.result == expected + n // 10
+        interleaved(scans)
+        print(f"| `SELECT sum(qty)`, {n:,} rows x 10 columns, 16 file groups (median of {ROUNDS} interleaved rounds) "
+              "| file:// | S3 (moto) | S3 vs file | requests: new backend (LISTs) | requests: repeated (LISTs) |")
+        print("|---|---|---|---|---|---|")
+        for label, on_file, on_s3, table in (("compacted", file_c, s3_c, "s3_scan"), ("10% updated", file_u, s3_u, "s3_scan_updated")):
+            (cold, cold_lists), (warm, warm_lists) = counts[table]
+            print(f"| {label} | {on_file.seconds():.3f} s | {on_s3.seconds():.3f} s | {on_s3.seconds() / on_file.seconds():.2f}x "
+                  f"| {cold} ({cold_lists}) | {warm} ({warm_lists}) |")
+        print()
+        print(f"Peak backend memory (VmHWM): file:// compacted {file_c.peak_mib():,.0f} MiB, S3 compacted "
+              f"{s3_c.peak_mib():,.0f} MiB, file:// updated {file_u.peak_mib():,.0f} MiB, S3 updated {s3_u.peak_mib():,.0f} MiB.")
+        for scan in scans:
+            scan.conn.close()
+    finally:
+        s3.stop()
 
 
 if __name__ == "__main__":

@@ -5,7 +5,6 @@
 //!
 //!     cargo run -p engine --example interop_writer -- <table dir> <partitioned|composite|flat>
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow::array::{Array, AsArray, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray};
@@ -43,7 +42,7 @@ fn rows(data: &[(i64, &str, &str, i64)]) -> RecordBatch {
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
     let (dir, scenario) = (&args[1], args[2].as_str());
-    let storage = Storage::open(&StorageUri::parse(&format!("file://{dir}")).unwrap(), &BTreeMap::new()).unwrap();
+    let storage = Storage::open(&StorageUri::parse(&format!("file://{dir}")).unwrap(), &Default::default()).unwrap();
     let (keys, partitions) = match scenario {
         "partitioned" => (vec!["id".to_owned()], vec!["region".to_owned()]),
         "composite" => (vec!["id".to_owned(), "region".to_owned()], vec!["region".to_owned()]),

@@ -46,6 +46,7 @@ pub struct Error {
     kind: ErrorKind,
     message: String,
     context: Vec<String>,
+    hint: Option<String>,
     source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
 }
 
@@ -55,7 +56,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 impl Error {
     /// A new error of `kind` with a message for people.
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        Error { kind, message: message.into(), context: Vec::new(), source: None }
+        Error { kind, message: message.into(), context: Vec::new(), hint: None, source: None }
     }
 
     /// Attaches the lower-level error that caused this one.
@@ -68,6 +69,17 @@ impl Error {
     pub fn context(mut self, context: impl Into<String>) -> Self {
         self.context.push(context.into());
         self
+    }
+
+    /// Adds what the user can do about it.
+    pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
+        self.hint = Some(hint.into());
+        self
+    }
+
+    /// What the user can do about it, if the error knows.
+    pub fn hint(&self) -> Option<&str> {
+        self.hint.as_deref()
     }
 
     pub fn kind(&self) -> ErrorKind {

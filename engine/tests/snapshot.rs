@@ -3,7 +3,6 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use engine::error::ErrorKind;
@@ -13,7 +12,7 @@ use engine::storage::{Storage, StorageUri};
 
 async fn open(base: &std::path::Path) -> TableReader {
     let uri = StorageUri::parse(&format!("file://{}", base.display())).unwrap();
-    TableReader::open(Storage::open(&uri, &BTreeMap::new()).unwrap()).await.unwrap()
+    TableReader::open(Storage::open(&uri, &Default::default()).unwrap()).await.unwrap()
 }
 
 #[tokio::test]
@@ -25,7 +24,7 @@ async fn every_fixture_snapshot_matches_expected() {
         let name = zip.display().to_string();
         let reader = match TableReader::open(Storage::open(
             &StorageUri::parse(&format!("file://{}", base.display())).unwrap(),
-            &BTreeMap::new(),
+            &Default::default(),
         ).unwrap())
         .await
         {

@@ -3,7 +3,6 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 
 use engine::storage::{Storage, StorageUri};
 use engine::table::{self, TableType};
@@ -15,7 +14,7 @@ async fn every_fixture_config_loads_and_matches_its_name() {
     for zip in zips {
         let (_dir, base) = common::unpack(&zip);
         let uri = StorageUri::parse(&format!("file://{}", base.display())).unwrap();
-        let storage = Storage::open(&uri, &BTreeMap::new()).unwrap();
+        let storage = Storage::open(&uri, &Default::default()).unwrap();
         let config = table::load_config(&storage)
             .await
             .unwrap_or_else(|e| panic!("{}: {e}", zip.display()));
@@ -59,7 +58,7 @@ async fn every_fixture_config_loads_and_matches_its_name() {
 async fn a_missing_table_is_not_found_and_a_tampered_one_is_corrupt() {
     let dir = tempfile::tempdir().unwrap();
     let uri = StorageUri::parse(&format!("file://{}", dir.path().display())).unwrap();
-    let storage = Storage::open(&uri, &BTreeMap::new()).unwrap();
+    let storage = Storage::open(&uri, &Default::default()).unwrap();
     let err = table::load_config(&storage).await.unwrap_err();
     assert_eq!(err.kind(), engine::ErrorKind::NotFound);
     assert!(err.to_string().contains("no Hudi table at"), "{err}");
@@ -69,7 +68,7 @@ async fn a_missing_table_is_not_found_and_a_tampered_one_is_corrupt() {
     let text = std::fs::read_to_string(&file).unwrap();
     std::fs::write(&file, text.replace("hoodie.table.name=v8_nonpartitioned", "hoodie.table.name=renamed")).unwrap();
     let uri = StorageUri::parse(&format!("file://{}", base.display())).unwrap();
-    let err = table::load_config(&Storage::open(&uri, &BTreeMap::new()).unwrap()).await.unwrap_err();
+    let err = table::load_config(&Storage::open(&uri, &Default::default()).unwrap()).await.unwrap_err();
     assert_eq!(err.kind(), engine::ErrorKind::Corrupt);
     assert!(err.to_string().contains("hoodie.properties: checksum mismatch"), "{err}");
 }

@@ -3,7 +3,6 @@
 //! Never two holders acting at once, and never a time issued twice or out of order.
 
 use std::cell::{Cell, RefCell};
-use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::Range;
 use std::rc::Rc;
@@ -107,7 +106,7 @@ struct Log {
 async fn contenders_never_hold_the_lock_together_and_times_only_increase() {
     let seed: u64 = std::env::var("PG_HUDI_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(7);
     println!("seed {seed}");
-    let memory = Storage::open(&StorageUri::parse("memory:///table-lock-stress").unwrap(), &BTreeMap::new()).unwrap();
+    let memory = Storage::open(&StorageUri::parse("memory:///table-lock-stress").unwrap(), &Default::default()).unwrap();
     let storage = memory.layered(|inner| Arc::new(Interleaving { inner, seed: seed.into() }));
     let options = LockOptions { lease: Duration::from_millis(20), timeout: Duration::from_secs(60), ..Default::default() };
     let (contenders, rounds) = (8, 1_250);

@@ -16,7 +16,7 @@ use engine::write::{create_table, Transaction};
 #[tokio::test]
 async fn upserts_and_deletes_commit_and_read_back() {
     let dir = tempfile::tempdir().unwrap();
-    let storage = Storage::open(&StorageUri::parse(&format!("file://{}", dir.path().display())).unwrap(), &BTreeMap::new()).unwrap();
+    let storage = Storage::open(&StorageUri::parse(&format!("file://{}", dir.path().display())).unwrap(), &Default::default()).unwrap();
     let config = create_table(&storage, &spec()).await.unwrap();
     assert_eq!(config.version, 8);
 
@@ -63,7 +63,7 @@ async fn upserts_and_deletes_commit_and_read_back() {
 
 #[tokio::test]
 async fn creating_again_accepts_the_same_table_and_refuses_another() {
-    let storage = Storage::open(&StorageUri::parse("memory:///write-create-again").unwrap(), &BTreeMap::new()).unwrap();
+    let storage = Storage::open(&StorageUri::parse("memory:///write-create-again").unwrap(), &Default::default()).unwrap();
     create_table(&storage, &spec()).await.unwrap();
     create_table(&storage, &spec()).await.unwrap();
     let mut other = spec();
@@ -77,7 +77,7 @@ async fn creating_again_accepts_the_same_table_and_refuses_another() {
 
 #[tokio::test]
 async fn a_null_key_is_an_error_naming_the_row() {
-    let storage = Storage::open(&StorageUri::parse("memory:///write-null-key").unwrap(), &BTreeMap::new()).unwrap();
+    let storage = Storage::open(&StorageUri::parse("memory:///write-null-key").unwrap(), &Default::default()).unwrap();
     let config = create_table(&storage, &spec()).await.unwrap();
     let mut tx = Transaction::begin(storage.clone(), config, writer(3), LockOptions::default()).await.unwrap();
     let batch = RecordBatch::try_new(
@@ -100,7 +100,7 @@ async fn a_null_key_is_an_error_naming_the_row() {
 /// later instant, as Hudi orders log files), and there are no conflicts or aborts.
 #[tokio::test]
 async fn concurrent_writers_converge_on_the_greatest_ordering_value() {
-    let storage = Storage::open(&StorageUri::parse("memory:///write-nbcc").unwrap(), &BTreeMap::new()).unwrap();
+    let storage = Storage::open(&StorageUri::parse("memory:///write-nbcc").unwrap(), &Default::default()).unwrap();
     let config = create_table(&storage, &spec()).await.unwrap();
     let writers = 8;
     let rounds = 50;
@@ -159,7 +159,7 @@ async fn failed_writes_are_rolled_back_after_their_heartbeat_expires() {
     use std::time::Duration;
 
     let dir = tempfile::tempdir().unwrap();
-    let storage = Storage::open(&StorageUri::parse(&format!("file://{}", dir.path().display())).unwrap(), &BTreeMap::new()).unwrap();
+    let storage = Storage::open(&StorageUri::parse(&format!("file://{}", dir.path().display())).unwrap(), &Default::default()).unwrap();
     let config = create_table(&storage, &spec()).await.unwrap();
     let mut tx = Transaction::begin(storage.clone(), config.clone(), writer(1), LockOptions::default()).await.unwrap();
     tx.upsert(&rows(&[(1, "kept", "nl", 1)])).await.unwrap();
@@ -244,4 +244,35 @@ async fn prepared_commits_complete_once_and_decided_writes_are_read() {
     let err = late.complete(&storage, "finisher", &LockOptions::default()).await.unwrap_err();
     assert!(err.to_string().contains("was rolled back"), "{err}");
     assert_eq!(snapshot(&storage).await, [(1, "decided".to_owned()), (2, "new".to_owned())]);
+}
+
+#[tokio::test]
+async fn a_refreshed_reader_is_the_same_until_the_timeline_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = local(dir.path());
+    let config = create_table(&storage, &spec()).await.unwrap();
+    let commit = |rows_: Vec<(i64, &'static str, &'static str, i64)>, process| {
+        let (storage, config) = (storage.clone(), config.clone());
+        async move {
+            let mut tx = Transaction::begin(storage, config, writer(process), LockOptions::default()).await.unwrap();
+            tx.upsert(&rows(&rows_)).await.unwrap();
+            tx
+        }
+    };
+    commit(vec![(1, "ann", "nl", 1)], 1).await.commit().await.unwrap();
+    let first = TableReader::open(storage.clone()).await.unwrap();
+    let again = first.refreshed().await.unwrap();
+    assert!(again.is_same_load(&first));
+    assert_eq!(snapshot_of(&again).await, [(1, "ann".to_owned())]);
+    // A write that is open changes the timeline (its requested and inflight instants), a
+    // completed one again: each is a new load, and only the completed write's rows show.
+    let open = commit(vec![(2, "bob", "be", 1)], 2).await;
+    let with_pending = again.refreshed().await.unwrap();
+    assert!(!with_pending.is_same_load(&again));
+    assert_eq!(snapshot_of(&with_pending).await, [(1, "ann".to_owned())]);
+    open.commit().await.unwrap();
+    let after = with_pending.refreshed().await.unwrap();
+    assert!(!after.is_same_load(&with_pending));
+    assert_eq!(snapshot_of(&after).await, [(1, "ann".to_owned()), (2, "bob".to_owned())]);
+    assert!(after.refreshed().await.unwrap().is_same_load(&after));
 }

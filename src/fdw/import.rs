@@ -60,11 +60,8 @@ pub unsafe extern "C-unwind" fn import_foreign_schema(
     let prefix = if remote == ROOT_SCHEMA { String::new() } else { remote.trim_matches('/').to_owned() };
     let search = base.resolve(&prefix).or_report();
     crate::fdw::options::check_location_access(&search);
-    let credentials = match search.scheme() {
-        engine::storage::Scheme::File | engine::storage::Scheme::Memory => Default::default(),
-        _ => crate::fdw::table::credentials(server_oid),
-    };
-    let storage = Storage::open(&search, &credentials).or_report();
+    let settings = crate::fdw::table::store_settings(pg_sys::GetUserId(), server_oid, &search);
+    let storage = Storage::open(&search, &settings).or_report();
 
     let tables = block_on(engine::table::find_tables(&storage)).or_report();
     let leaf = |dir: &str| -> String {
@@ -84,7 +81,7 @@ pub unsafe extern "C-unwind" fn import_foreign_schema(
             continue;
         }
         let table_uri = search.resolve(dir).or_report();
-        let reader = block_on(TableReader::open(Storage::open(&table_uri, &credentials).or_report())).or_report();
+        let reader = block_on(TableReader::open(Storage::open(&table_uri, &settings).or_report())).or_report();
         let mut columns: Vec<String> =
             META_FIELDS.iter().map(|f| format!("{} text", quote_ident(f))).collect();
         for field in reader.schema().fields() {

@@ -8,6 +8,7 @@ pub mod positions;
 pub mod pushdown;
 pub mod scan;
 pub mod table;
+pub mod table_state;
 
 use pgrx::prelude::*;
 use pgrx::PgBox;

@@ -2,19 +2,25 @@
 //!
 //! | object        | options |
 //! |---------------|---------|
-//! | server        | `base_uri` (required): `file://`, `s3://`, `gs://`, `az://` or `memory://` |
+//! | server        | `base_uri` (required): `file://`, `s3://`, `gs://`, `az://` or `memory://`; `credential_chain` (superusers only); `max_retries`, `retry_timeout`, `request_timeout`, `connect_timeout` |
 //! | user mapping  | object-store credentials (`aws_access_key_id`, ...): secrets live only here |
 //! | foreign table | `path`, `query_type`, `as_of_instant`, `start_instant`, `end_instant`, `primary_key`, `ordering_field`, `partition_by`, `buckets`, `merge_mode` |
 
 use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
 
-use engine::storage::{self, StorageUri};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use engine::storage::{self, RetrySettings, StorageUri, StoreSettings};
 
 use crate::error::raise;
 use crate::guc;
 
-pub const SERVER_OPTIONS: &[&str] = &["base_uri"];
+pub const SERVER_OPTIONS: &[&str] =
+    &["base_uri", "credential_chain", "max_retries", "retry_timeout", "request_timeout", "connect_timeout"];
+/// Upper bound for `max_retries`: beyond it a request would outlast any `retry_timeout` worth having.
+pub const MAX_RETRIES: usize = 100;
 pub const TABLE_OPTIONS: &[&str] = &[
     "path",
     "query_type",
@@ -125,6 +131,24 @@ fn validate_server(options: &[(String, String)]) {
                 let uri = StorageUri::parse(value).unwrap_or_else(|e| bad_value(name, value, e.message()));
                 check_location_access(&uri);
             }
+            "credential_chain" => {
+                let allowed = parse_bool(value).unwrap_or_else(|| bad_value(name, value, "expected true or false"));
+                // The chain signs requests as the database server's own identity.
+                if allowed && !unsafe { pg_sys::superuser() } {
+                    raise(
+                        PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+                        "permission denied to set option \"credential_chain\"",
+                        Some("Only superusers may let a server use the database server's own credentials.".into()),
+                    );
+                }
+            }
+            "max_retries" => match value.trim().parse::<usize>() {
+                Ok(n) if n <= MAX_RETRIES => {}
+                _ => bad_value(name, value, format_args!("expected an integer from 0 to {MAX_RETRIES}")),
+            },
+            "retry_timeout" | "request_timeout" | "connect_timeout" => {
+                parse_duration(value).unwrap_or_else(|| bad_value(name, value, "expected a duration such as 30s, 500ms or 2min"));
+            }
             _ => unknown_option(name, OptionTarget::Server, SERVER_OPTIONS),
         }
     }
@@ -137,11 +161,52 @@ fn validate_server(options: &[(String, String)]) {
     }
 }
 
+fn parse_bool(value: &str) -> Option<bool> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "true" | "on" | "yes" | "1" => Some(true),
+        "false" | "off" | "no" | "0" => Some(false),
+        _ => None,
+    }
+}
+
+/// A duration as PostgreSQL spells its time settings: a number with `ms`, `s`, `min` or `h`
+/// (seconds without a unit); positive and at most a day.
+fn parse_duration(value: &str) -> Option<Duration> {
+    let value = value.trim();
+    let split = value.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(value.len());
+    let (number, unit) = value.split_at(split);
+    let number: f64 = number.parse().ok()?;
+    let seconds = match unit.trim() {
+        "ms" => number / 1000.0,
+        "" | "s" => number,
+        "min" => number * 60.0,
+        "h" => number * 3600.0,
+        _ => return None,
+    };
+    (seconds > 0.0 && seconds <= 86_400.0).then(|| Duration::from_secs_f64(seconds))
+}
+
+/// The settings a store is opened with: the user mapping's `options`, and what the server's
+/// options say about retries and the credential chain (validated when they were set).
+pub fn store_settings(server: &BTreeMap<String, String>, options: BTreeMap<String, String>) -> StoreSettings {
+    let duration = |name: &str| server.get(name).and_then(|v| parse_duration(v));
+    let defaults = RetrySettings::default();
+    StoreSettings {
+        options,
+        credential_chain: server.get("credential_chain").and_then(|v| parse_bool(v)).unwrap_or(false),
+        retry: RetrySettings {
+            max_retries: server.get("max_retries").and_then(|v| v.trim().parse().ok()).unwrap_or(defaults.max_retries),
+            retry_timeout: duration("retry_timeout").unwrap_or(defaults.retry_timeout),
+            request_timeout: duration("request_timeout"),
+            connect_timeout: duration("connect_timeout"),
+        },
+    }
+}
+
 fn validate_user_mapping(options: &[(String, String)]) {
     for (name, _) in options {
-        let known = [storage::Scheme::S3, storage::Scheme::Gcs, storage::Scheme::Azure]
-            .into_iter()
-            .any(|scheme| storage::is_credential_option(scheme, name));
+        let schemes = [storage::Scheme::S3, storage::Scheme::Gcs, storage::Scheme::Azure];
+        let known = schemes.into_iter().any(|scheme| storage::is_credential_option(scheme, name));
         if !known {
             raise(
                 PgSqlErrorCode::ERRCODE_FDW_INVALID_OPTION_NAME,
@@ -151,6 +216,15 @@ fn validate_user_mapping(options: &[(String, String)]) {
                     storage::COMMON_CREDENTIAL_OPTIONS.join(", ")
                 ),
                 None,
+            );
+        }
+        // Files, metadata endpoints or tools of the database server's: its identity, not the user's.
+        let server_identity = schemes.into_iter().any(|scheme| storage::access::takes_server_identity(scheme, name));
+        if server_identity && !unsafe { pg_sys::superuser() } {
+            raise(
+                PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+                format!("permission denied to set option \"{name}\""),
+                Some("It makes the store use the database server's own files or identity: only superusers may set it, on a server with credential_chain 'true'.".into()),
             );
         }
     }

@@ -216,7 +216,8 @@ fn open_for(table: &ForeignHudiTable, spec: &ReadSpec) -> TableReader {
     // rows are written out now, and a committed intent was recorded after all its files were.
     let mut decided = crate::xact::own_writes_to(&location);
     let committed = crate::intents::committed_instants(&location);
-    let reader = table.open_reader();
+    // The transaction's own writes add files that no timeline listing shows: list them.
+    let reader = if decided.is_empty() { crate::fdw::table_state::reader(table, &committed) } else { table.load_reader() };
     let pending: std::collections::HashSet<&str> = reader.timeline().pending_writes().map(|i| i.timestamp.as_str()).collect();
     decided.extend(committed);
     decided.retain(|i| pending.contains(i.as_str()));

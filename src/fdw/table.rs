@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::ffi::CStr;
 
 use engine::read::TableReader;
-use engine::storage::{Scheme, Storage, StorageUri};
+use engine::storage::{Scheme, Storage, StorageUri, StoreSettings};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
@@ -34,22 +34,24 @@ pub unsafe fn options_of(list: *mut pg_sys::List) -> BTreeMap<String, String> {
 #[derive(Debug, Clone)]
 pub struct ForeignHudiTable {
     pub uri: StorageUri,
-    pub credentials: BTreeMap<String, String>,
+    /// How its store is reached: the current role's credentials and the server's settings.
+    pub store: StoreSettings,
     /// The table's own options (`query_type`, `as_of_instant`, ...).
     pub options: BTreeMap<String, String>,
 }
 
-/// Credentials of the current user for `server`: its user mapping's options, or the PUBLIC
-/// mapping's, or none.
-pub unsafe fn credentials(server: pg_sys::Oid) -> BTreeMap<String, String> {
-    credentials_of(pg_sys::GetUserId(), server)
-}
-
-/// Credentials of `role` for `server` (as [`credentials`]).
-pub unsafe fn credentials_of(role: pg_sys::Oid, server: pg_sys::Oid) -> BTreeMap<String, String> {
-    PgTryBuilder::new(|| options_of((*pg_sys::GetUserMapping(role, server)).options))
+/// How `role` reaches the store of `uri` through `server`: the options of its user mapping
+/// (or the PUBLIC mapping's, or none), with the server's retry settings and whether it
+/// allows the credential chain. Local locations take none of it.
+pub unsafe fn store_settings(role: pg_sys::Oid, server: pg_sys::Oid, uri: &StorageUri) -> StoreSettings {
+    if matches!(uri.scheme(), Scheme::File | Scheme::Memory) {
+        return StoreSettings::default();
+    }
+    let server_options = options_of((*pg_sys::GetForeignServer(server)).options);
+    let options = PgTryBuilder::new(|| options_of((*pg_sys::GetUserMapping(role, server)).options))
         .catch_others(|_| BTreeMap::new())
-        .execute()
+        .execute();
+    crate::fdw::options::store_settings(&server_options, options)
 }
 
 impl ForeignHudiTable {
@@ -104,20 +106,24 @@ impl ForeignHudiTable {
             let base = StorageUri::parse(server_options.get("base_uri").map_or("", String::as_str)).or_report();
             let uri = base.resolve(options.get("path").map_or("", String::as_str)).or_report();
             check_location_access(&uri);
-            let credentials = match uri.scheme() {
-                Scheme::File | Scheme::Memory => BTreeMap::new(),
-                _ => credentials((*server).serverid),
-            };
-            ForeignHudiTable { uri, credentials, options }
+            let store = store_settings(pg_sys::GetUserId(), (*server).serverid, &uri);
+            ForeignHudiTable { uri, store, options }
         }
     }
 
     pub fn storage(&self) -> Storage {
-        Storage::open(&self.uri, &self.credentials).or_report()
+        Storage::open(&self.uri, &self.store).or_report()
     }
 
-    /// Opens the table for reading (loads config, timeline, file listing and schema).
+    /// The table for reading: its state from this backend's cache when it is still the
+    /// table's ([`crate::fdw::table_state`]), else loaded.
     pub fn open_reader(&self) -> TableReader {
+        crate::fdw::table_state::reader(self, &[])
+    }
+
+    /// The table loaded from storage now (config, timeline, file listing and schema),
+    /// bypassing the cache.
+    pub fn load_reader(&self) -> TableReader {
         crate::runtime::block_on(TableReader::open(self.storage())).or_report()
     }
 }

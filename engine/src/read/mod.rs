@@ -91,7 +91,11 @@ pub struct TableReader {
     storage: Storage,
     config: TableConfig,
     timeline: Timeline,
-    view: FileSystemView,
+    /// The timeline directory's listing the timeline was parsed from, sorted: what
+    /// [`Self::refreshed`] compares to tell whether the table changed.
+    timeline_listing: Arc<Vec<(String, u64)>>,
+    /// Shared by the clones of one load: a large table's listing is not copied per query.
+    view: Arc<FileSystemView>,
     /// The latest writer schema (Avro JSON, without meta fields).
     avro_schema: String,
     schema: SchemaRef,
@@ -118,11 +122,45 @@ fn parquet_error(location: &str, error: parquet::errors::ParquetError) -> Error 
     Error::new(ErrorKind::Corrupt, format!("invalid Parquet file {location}")).with_source(error)
 }
 
+fn sorted(mut listing: Vec<(String, u64)>) -> Vec<(String, u64)> {
+    listing.sort_unstable();
+    listing
+}
+
 impl TableReader {
-    /// Loads everything a read needs from the table at `storage`.
+    /// Loads everything a read needs from the table at `storage`: its configuration, then
+    /// its timeline, then its files (in that order, so that every instant the timeline shows
+    /// completed has all its files in the listing), and the latest schema.
     pub async fn open(storage: Storage) -> Result<TableReader> {
         let config = table::load_config(&storage).await?;
-        let timeline = Timeline::load(&storage, &config).await?;
+        let listing = storage.list_dir(&config.timeline_dir).await?;
+        Self::load(storage, config, listing).await
+    }
+
+    /// The table as it is now. One LIST of the timeline tells whether anything happened since
+    /// this reader was loaded: if not, the answer is this reader again (a cheap clone, no
+    /// other request); if so, the table is loaded anew. Every change a Hudi writer, cleaner or
+    /// rollback makes to the files shows in the timeline directory; a `hoodie.properties`
+    /// rewritten without any instant (an upgrade by hand) is seen only with the next instant.
+    pub async fn refreshed(&self) -> Result<TableReader> {
+        let listing = self.storage.list_dir(&self.config.timeline_dir).await?;
+        if sorted(listing.clone()) == *self.timeline_listing {
+            return Ok(self.clone());
+        }
+        let config = table::load_config(&self.storage).await?;
+        if config.timeline_dir != self.config.timeline_dir {
+            return Self::open(self.storage.clone()).await;
+        }
+        Self::load(self.storage.clone(), config, listing).await
+    }
+
+    /// Whether `other` comes from the same load as this reader (a refresh that found nothing new).
+    pub fn is_same_load(&self, other: &TableReader) -> bool {
+        Arc::ptr_eq(&self.view, &other.view)
+    }
+
+    async fn load(storage: Storage, config: TableConfig, timeline_listing: Vec<(String, u64)>) -> Result<TableReader> {
+        let timeline = Timeline::from_listing(&config, &timeline_listing);
         let view = FileSystemView::load(&storage).await?;
         let avro = match metadata::latest_schema(&storage, &timeline).await? {
             Some(schema) => schema,
@@ -138,7 +176,8 @@ impl TableReader {
             storage,
             config,
             timeline,
-            view,
+            timeline_listing: Arc::new(sorted(timeline_listing)),
+            view: Arc::new(view),
             avro_schema: avro,
             schema,
             changes_schema,

@@ -113,9 +113,13 @@ pub struct Timeline {
 impl Timeline {
     /// Lists and parses the timeline directory of the table at `storage`.
     pub async fn load(storage: &Storage, config: &TableConfig) -> Result<Timeline> {
-        let files = storage.list_dir(&config.timeline_dir).await?;
-        let parsed = files.iter().filter_map(|(name, _)| InstantFile::parse(name));
-        Ok(Timeline::from_files(config.timeline_layout, &config.timeline_dir, parsed))
+        Ok(Timeline::from_listing(config, &storage.list_dir(&config.timeline_dir).await?))
+    }
+
+    /// The timeline of the timeline directory's `(name, size)` listing.
+    pub fn from_listing(config: &TableConfig, listing: &[(String, u64)]) -> Timeline {
+        let parsed = listing.iter().filter_map(|(name, _)| InstantFile::parse(name));
+        Timeline::from_files(config.timeline_layout, &config.timeline_dir, parsed)
     }
 
     /// Builds a timeline from parsed file names (any order).

@@ -117,7 +117,13 @@ pub struct Transaction {
     sequence: u64,
     groups: BTreeMap<(String, String), GroupWrites>,
     new_partitions: Vec<String>,
+    /// When this transaction last refreshed its heartbeat itself.
+    last_beat: std::time::Instant,
 }
+
+/// The least time between two heartbeats a transaction sends as it writes: far below any
+/// expiry, and a statement writing many log files does not double its requests.
+const BEAT_GAP: std::time::Duration = std::time::Duration::from_secs(1);
 
 fn internal(what: &str) -> impl FnOnce(arrow::error::ArrowError) -> Error + '_ {
     move |e| Error::new(ErrorKind::Internal, what.to_owned()).with_source(e)
@@ -171,6 +177,7 @@ impl Transaction {
             token,
             instant,
             sequence: 0,
+            last_beat: std::time::Instant::now(),
             groups: BTreeMap::new(),
             new_partitions: Vec::new(),
         })
@@ -262,7 +269,10 @@ impl Transaction {
         let path = crate::table::files::path_in_partition(partition, &name);
         let size = block.len() as u64;
         self.storage.put(&path, Bytes::from(block)).await?;
-        crate::write::heartbeat::beat(&self.storage, &self.instant).await?;
+        if self.last_beat.elapsed() >= BEAT_GAP {
+            crate::write::heartbeat::beat(&self.storage, &self.instant).await?;
+            self.last_beat = std::time::Instant::now();
+        }
         if !self.groups.keys().any(|(p, _)| p == partition) && !self.new_partitions.iter().any(|p| p == partition) {
             self.new_partitions.push(partition.to_owned());
         }

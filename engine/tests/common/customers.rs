@@ -1,7 +1,6 @@
 //! A small table written by the tests: customers(id, name, country, ts), keyed by id,
 //! ordered by ts, partitioned by country, 4 buckets.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow::array::{Array, AsArray, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray};
@@ -68,7 +67,7 @@ pub fn writer(process: u32) -> WriterId {
 
 /// Storage for a table in a local directory.
 pub fn local(dir: &std::path::Path) -> Storage {
-    Storage::open(&StorageUri::parse(&format!("file://{}", dir.display())).unwrap(), &BTreeMap::new()).unwrap()
+    Storage::open(&StorageUri::parse(&format!("file://{}", dir.display())).unwrap(), &Default::default()).unwrap()
 }
 
 /// One row of a snapshot read with positions: id, name, and where it was read.

@@ -1,11 +1,13 @@
 //! Object-store wiring: which URIs name a table location, how credentials reach the store, and
 //! the few operations the engine needs on top of `object_store`.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::{Arc, OnceLock};
 
+pub mod access;
+
+pub use access::{RetrySettings, StoreSettings};
 pub use bytes::Bytes;
 use object_store::memory::InMemory;
 use object_store::path::Path as ObjectPath;
@@ -229,7 +231,7 @@ pub fn is_credential_option(scheme: Scheme, name: &str) -> bool {
         Scheme::Azure => object_store::azure::AzureConfigKey::from_str(&name).is_ok(),
         Scheme::File | Scheme::Memory => false,
     };
-    store_option || object_store::ClientConfigKey::from_str(&name).is_ok()
+    store_option || access::is_client_option(&name)
 }
 
 /// The credential options people usually need, for error messages that list valid names.
@@ -254,37 +256,37 @@ pub struct Storage {
     prefix: ObjectPath,
 }
 
+/// How often the engine sends a request that the store's own retries gave up on after a
+/// transient failure, where sending it again is safe (see [`Storage::put_if_absent`]).
+const TRANSIENT_ATTEMPTS: usize = 3;
+
+/// Whether a failed request may succeed if sent again: not a refusal or a missing object, but
+/// what remains after the store's own retries (a server error, a timeout, a reset connection).
+fn is_transient(error: &object_store::Error) -> bool {
+    matches!(error, object_store::Error::Generic { .. })
+}
+
 fn process_memory_store() -> Arc<InMemory> {
     static STORE: OnceLock<Arc<InMemory>> = OnceLock::new();
     STORE.get_or_init(|| Arc::new(InMemory::new())).clone()
 }
 
 impl Storage {
-    /// Opens the store for `uri` with credential/client `options` (names as in
-    /// [`is_credential_option`]). Opening does no I/O.
-    pub fn open(uri: &StorageUri, options: &BTreeMap<String, String>) -> Result<Storage> {
+    /// Opens the store for `uri` with `settings` (credentials, retries; see [`access`]).
+    /// Opening does no I/O.
+    pub fn open(uri: &StorageUri, settings: &StoreSettings) -> Result<Storage> {
+        let invalid_path = |e: object_store::path::Error| {
+            Error::new(ErrorKind::InvalidArgument, format!("invalid path in {uri}")).with_source(e)
+        };
         let (store, prefix): (Arc<dyn ObjectStore>, ObjectPath) = match uri.scheme {
-            Scheme::Memory => {
-                let prefix = ObjectPath::parse(uri.url.path()).map_err(|e| {
-                    Error::new(ErrorKind::InvalidArgument, format!("invalid path in {uri}"))
-                        .with_source(e)
-                })?;
-                (process_memory_store(), prefix)
-            }
-            _ => {
-                let options = options.iter().map(|(k, v)| (k.to_ascii_lowercase(), v.clone()));
-                let (store, prefix) = object_store::parse_url_opts(&uri.url, options)
-                    .context(|| format!("opening {uri}"))?;
-                // object_store takes `az://<container>/<path>`'s container from the host but
-                // still strips the path's first segment as if it named the container (0.12):
-                // the path is the whole of it, as for s3:// and gs://.
-                let prefix = match uri.scheme {
-                    Scheme::Azure => ObjectPath::from_url_path(uri.url.path()).map_err(|e| {
-                        Error::new(ErrorKind::InvalidArgument, format!("invalid path in {uri}")).with_source(e)
-                    })?,
-                    _ => prefix,
-                };
+            Scheme::Memory => (process_memory_store(), ObjectPath::parse(uri.url.path()).map_err(invalid_path)?),
+            Scheme::File => {
+                let (store, prefix) = object_store::parse_url(&uri.url).context(|| format!("opening {uri}"))?;
                 (Arc::from(store), prefix)
+            }
+            // The bucket or container is the URI's host, the prefix the whole of its path.
+            Scheme::S3 | Scheme::Gcs | Scheme::Azure => {
+                (access::cloud_store(uri, settings)?, ObjectPath::from_url_path(uri.url.path()).map_err(invalid_path)?)
             }
         };
         Ok(Storage { uri: uri.clone(), store, prefix })
@@ -375,22 +377,54 @@ impl Storage {
 
     /// Creates an object only if none exists at `relative`: `Ok(false)` when one already does.
     /// This is the atomic step the timeline and the table lock rely on.
+    ///
+    /// A create is not idempotent, so neither object_store nor the network can be trusted to
+    /// have sent it once: a retry after a 5xx or a timeout may meet the object its own first
+    /// attempt made. An existing object with exactly `bytes` is therefore taken as this
+    /// caller's — sound because every caller that reads the answer writes content that names
+    /// it (an owner, an instant, metadata); empty content proves nothing and is never claimed.
     pub async fn put_if_absent(&self, relative: &str, bytes: Bytes) -> Result<bool> {
         let path = self.path(relative);
-        let options = object_store::PutOptions { mode: object_store::PutMode::Create, ..Default::default() };
-        match self.store.put_opts(&path, bytes.into(), options).await {
-            Ok(_) => Ok(true),
-            Err(object_store::Error::AlreadyExists { .. }) => Ok(false),
-            Err(e) => Err(Error::from(e).context(format!("creating {}/{}", self.uri, relative))),
+        let mut attempt = 1;
+        loop {
+            let options = object_store::PutOptions { mode: object_store::PutMode::Create, ..Default::default() };
+            match self.store.put_opts(&path, bytes.clone().into(), options).await {
+                Ok(_) => return Ok(true),
+                Err(object_store::Error::AlreadyExists { .. }) => {
+                    if bytes.is_empty() {
+                        return Ok(false);
+                    }
+                    return match self.get(relative).await {
+                        Ok(existing) => Ok(existing == bytes),
+                        // Deleted since (a lock released and cleared): somebody else's.
+                        Err(e) if e.kind() == ErrorKind::NotFound => Ok(false),
+                        Err(e) => Err(e),
+                    };
+                }
+                Err(object_store::Error::NotImplemented) => {
+                    return Err(Error::new(
+                        ErrorKind::Unsupported,
+                        format!("{} cannot create objects conditionally, which the Hudi timeline and the table lock need", self.uri),
+                    )
+                    .with_hint("Remove aws_conditional_put from the user mapping (or set it to 'etag'): S3 and compatible servers take If-None-Match."))
+                }
+                Err(e) if attempt < TRANSIENT_ATTEMPTS && is_transient(&e) => attempt += 1,
+                Err(e) => return Err(Error::from(e).context(format!("creating {}/{}", self.uri, relative))),
+            }
         }
     }
 
-    /// Deletes an object; a missing one is not an error.
+    /// Deletes an object; a missing one is not an error. A delete is idempotent, but
+    /// object_store does not retry one that timed out: it is sent again here.
     pub async fn delete(&self, relative: &str) -> Result<()> {
         let path = self.path(relative);
-        match self.store.delete(&path).await {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-            Err(e) => Err(Error::from(e).context(format!("deleting {}/{}", self.uri, relative))),
+        let mut attempt = 1;
+        loop {
+            match self.store.delete(&path).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => return Ok(()),
+                Err(e) if attempt < TRANSIENT_ATTEMPTS && is_transient(&e) => attempt += 1,
+                Err(e) => return Err(Error::from(e).context(format!("deleting {}/{}", self.uri, relative))),
+            }
         }
     }
 
@@ -408,6 +442,7 @@ impl Storage {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
 
     #[test]
     fn accepts_the_five_schemes_and_names_them_when_refusing() {
@@ -517,9 +552,14 @@ mod tests {
     #[tokio::test]
     async fn put_if_absent_creates_once() {
         for uri in ["memory:///create-once", &format!("file://{}", tempfile::tempdir().unwrap().keep().display())] {
-            let storage = Storage::open(&StorageUri::parse(uri).unwrap(), &BTreeMap::new()).unwrap();
+            let storage = Storage::open(&StorageUri::parse(uri).unwrap(), &StoreSettings::default()).unwrap();
             assert!(storage.put_if_absent("a/lock", Bytes::from_static(b"1")).await.unwrap(), "{uri}");
             assert!(!storage.put_if_absent("a/lock", Bytes::from_static(b"2")).await.unwrap(), "{uri}");
+            // What a retried create meets when its first attempt landed: the same content is ours.
+            assert!(storage.put_if_absent("a/lock", Bytes::from_static(b"1")).await.unwrap(), "{uri}");
+            // Empty content names nobody.
+            assert!(storage.put_if_absent("a/empty", Bytes::new()).await.unwrap());
+            assert!(!storage.put_if_absent("a/empty", Bytes::new()).await.unwrap());
             assert_eq!(storage.get("a/lock").await.unwrap(), Bytes::from_static(b"1"));
             storage.delete("a/lock").await.unwrap();
             storage.delete("a/lock").await.unwrap();
@@ -532,7 +572,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let names = ["city=São Paulo/a", "city=50%/b", "city=100%25/c", "city=a b/d", "city=x=y/e", "city=[1]~#{}/f"];
         for uri in [format!("file://{}", dir.path().display()), "memory:///names-as-they-are".to_owned()] {
-            let storage = Storage::open(&StorageUri::parse(&uri).unwrap(), &BTreeMap::new()).unwrap();
+            let storage = Storage::open(&StorageUri::parse(&uri).unwrap(), &StoreSettings::default()).unwrap();
             for name in names {
                 storage.put(name, Bytes::from(name)).await.unwrap();
             }
@@ -554,9 +594,9 @@ mod tests {
     #[tokio::test]
     async fn memory_store_is_shared_across_opens() {
         let uri = StorageUri::parse("memory:///storage-test").unwrap();
-        let a = Storage::open(&uri, &BTreeMap::new()).unwrap();
+        let a = Storage::open(&uri, &StoreSettings::default()).unwrap();
         a.put("x/y", Bytes::from_static(b"hello")).await.unwrap();
-        let b = Storage::open(&uri, &BTreeMap::new()).unwrap();
+        let b = Storage::open(&uri, &StoreSettings::default()).unwrap();
         assert_eq!(b.get("x/y").await.unwrap(), Bytes::from_static(b"hello"));
         let missing = b.get("nope").await.unwrap_err();
         assert_eq!(missing.kind(), ErrorKind::NotFound);
@@ -570,9 +610,11 @@ mod tests {
             ("azure_storage_account_key".to_owned(), "a2V5".to_owned()),
         ]
         .into();
-        let storage = Storage::open(&StorageUri::parse("az://lake/warehouse/t").unwrap(), &options).unwrap();
+        let settings = StoreSettings { options, ..Default::default() };
+        let storage = Storage::open(&StorageUri::parse("az://lake/warehouse/t").unwrap(), &settings).unwrap();
         assert_eq!(storage.path(".hoodie/hoodie.properties").as_ref(), "warehouse/t/.hoodie/hoodie.properties");
-        let s3 = Storage::open(&StorageUri::parse("s3://lake/warehouse/t").unwrap(), &BTreeMap::new()).unwrap();
+        let anonymous = StoreSettings { credential_chain: true, ..Default::default() };
+        let s3 = Storage::open(&StorageUri::parse("s3://lake/warehouse/t").unwrap(), &anonymous).unwrap();
         assert_eq!(s3.path("x").as_ref(), "warehouse/t/x");
     }
 }

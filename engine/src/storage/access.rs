@@ -1,0 +1,286 @@
+//! How a store is reached beyond its location: whose credentials sign the requests, and how
+//! failed requests are retried.
+//!
+//! Credentials come from the user's options (a USER MAPPING). The standard credential chain —
+//! environment variables, web identity, container and instance metadata, application default
+//! credentials — acts as the *server's* identity, not the user's, so it is used only when
+//! [`StoreSettings::credential_chain`] says so (a server option only superusers may set).
+//! Without it, the options must name credentials of their own, and options that make the
+//! store read the server's files or its metadata endpoints are refused.
+
+use std::collections::BTreeMap;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
+use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
+use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
+use object_store::{ClientConfigKey, ObjectStore, RetryConfig};
+
+use super::{Scheme, StorageUri};
+use crate::error::{Error, ErrorKind, Result};
+
+/// Everything but the location that opening a store takes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct StoreSettings {
+    /// Credential and client options, by object_store's names (`aws_access_key_id`,
+    /// `azure_storage_account_key`, `timeout`, ...).
+    pub options: BTreeMap<String, String>,
+    /// Whether credentials may come from the standard chain of the process's environment
+    /// when the options name none.
+    pub credential_chain: bool,
+    pub retry: RetrySettings,
+}
+
+/// How requests that fail with a server error (5xx, 429) or a timeout are retried: with
+/// exponential backoff, at most `max_retries` times and not after `retry_timeout` from the
+/// first attempt. Timeouts of requests that are not idempotent are retried only where the
+/// engine can tell afterwards whether the first attempt took effect ([`super::Storage::put_if_absent`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RetrySettings {
+    pub max_retries: usize,
+    pub retry_timeout: Duration,
+    /// How long one request may take (object_store's `timeout`); `None` keeps its default.
+    pub request_timeout: Option<Duration>,
+    /// How long connecting may take (object_store's `connect_timeout`).
+    pub connect_timeout: Option<Duration>,
+}
+
+impl Default for RetrySettings {
+    fn default() -> Self {
+        // object_store's own defaults for the retries; its 30 s / 5 s for the timeouts.
+        RetrySettings { max_retries: 10, retry_timeout: Duration::from_secs(180), request_timeout: None, connect_timeout: None }
+    }
+}
+
+impl RetrySettings {
+    fn retry_config(&self) -> RetryConfig {
+        RetryConfig { max_retries: self.max_retries, retry_timeout: self.retry_timeout, ..Default::default() }
+    }
+
+    /// The timeouts as client options, unless `options` set them already.
+    fn client_options(&self, options: &BTreeMap<String, String>) -> Vec<(String, String)> {
+        let timeouts = [("timeout", self.request_timeout), ("connect_timeout", self.connect_timeout)];
+        timeouts
+            .into_iter()
+            .filter_map(|(name, value)| Some((name.to_owned(), format!("{}ms", value?.as_millis()))))
+            .filter(|(name, _)| !options.contains_key(name))
+            .collect()
+    }
+}
+
+/// What an option does to where credentials come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// Names credentials of the user's own (a key, a token, a secret) or asks for none.
+    OwnCredentials,
+    /// Makes the store use the server's files, environment or metadata endpoints.
+    ServerIdentity,
+    /// Anything else (region, endpoint, client settings).
+    Other,
+}
+
+fn role_of(scheme: Scheme, name: &str, value: &str) -> Role {
+    let yes = || matches!(value.trim().to_ascii_lowercase().as_str(), "true" | "1" | "yes" | "on");
+    match scheme {
+        Scheme::S3 => match AmazonS3ConfigKey::from_str(name) {
+            Ok(AmazonS3ConfigKey::AccessKeyId) => Role::OwnCredentials,
+            Ok(AmazonS3ConfigKey::SkipSignature) if yes() => Role::OwnCredentials,
+            Ok(
+                AmazonS3ConfigKey::MetadataEndpoint
+                | AmazonS3ConfigKey::ImdsV1Fallback
+                | AmazonS3ConfigKey::ContainerCredentialsRelativeUri
+                | AmazonS3ConfigKey::ContainerCredentialsFullUri
+                | AmazonS3ConfigKey::ContainerAuthorizationTokenFile
+                | AmazonS3ConfigKey::WebIdentityTokenFile
+                | AmazonS3ConfigKey::RoleArn
+                | AmazonS3ConfigKey::RoleSessionName
+                | AmazonS3ConfigKey::StsEndpoint,
+            ) => Role::ServerIdentity,
+            _ => Role::Other,
+        },
+        Scheme::Azure => match AzureConfigKey::from_str(name) {
+            Ok(
+                AzureConfigKey::AccessKey
+                | AzureConfigKey::SasKey
+                | AzureConfigKey::Token
+                | AzureConfigKey::ClientSecret
+                | AzureConfigKey::FabricSessionToken,
+            ) => Role::OwnCredentials,
+            Ok(AzureConfigKey::UseEmulator | AzureConfigKey::SkipSignature) if yes() => Role::OwnCredentials,
+            Ok(
+                AzureConfigKey::MsiEndpoint
+                | AzureConfigKey::ObjectId
+                | AzureConfigKey::MsiResourceId
+                | AzureConfigKey::FederatedTokenFile
+                | AzureConfigKey::UseAzureCli,
+            ) => Role::ServerIdentity,
+            _ => Role::Other,
+        },
+        Scheme::Gcs => match GoogleConfigKey::from_str(name) {
+            Ok(GoogleConfigKey::ServiceAccountKey) => Role::OwnCredentials,
+            Ok(GoogleConfigKey::SkipSignature) if yes() => Role::OwnCredentials,
+            Ok(GoogleConfigKey::ServiceAccount | GoogleConfigKey::ApplicationCredentials) => Role::ServerIdentity,
+            _ => Role::Other,
+        },
+        Scheme::File | Scheme::Memory => Role::Other,
+    }
+}
+
+/// Whether option `name` makes a store of `scheme` act as the server (read its files, its
+/// environment or its metadata endpoints): such options are for superusers only.
+pub fn takes_server_identity(scheme: Scheme, name: &str) -> bool {
+    role_of(scheme, &name.to_ascii_lowercase(), "") == Role::ServerIdentity
+}
+
+/// What to tell a user whose options name no credentials.
+fn how_to_give_credentials(scheme: Scheme) -> &'static str {
+    match scheme {
+        Scheme::S3 => "aws_access_key_id and aws_secret_access_key (or aws_skip_signature 'true' for a public bucket)",
+        Scheme::Azure => "azure_storage_account_key, azure_storage_sas_key or azure_storage_token",
+        Scheme::Gcs => "google_service_account_key (or google_skip_signature 'true' for a public bucket)",
+        Scheme::File | Scheme::Memory => "nothing",
+    }
+}
+
+/// Checks that `settings` say where credentials for `uri` come from without borrowing the
+/// server's identity, unless the credential chain is allowed. Secrets are never part of the
+/// message.
+fn check_credentials(uri: &StorageUri, settings: &StoreSettings) -> Result<()> {
+    if settings.credential_chain {
+        return Ok(());
+    }
+    let roles: Vec<(&String, Role)> =
+        settings.options.iter().map(|(name, value)| (name, role_of(uri.scheme(), name, value))).collect();
+    if let Some((name, _)) = roles.iter().find(|(_, role)| *role == Role::ServerIdentity) {
+        return Err(Error::new(
+            ErrorKind::PermissionDenied,
+            format!("the option \"{name}\" takes credentials of the database server's own identity, which {uri} may not use"),
+        )
+        .with_hint("A superuser may allow the server's credential chain with the server option credential_chain 'true'."));
+    }
+    if !roles.iter().any(|(_, role)| *role == Role::OwnCredentials) {
+        return Err(Error::new(ErrorKind::PermissionDenied, format!("no credentials for {uri}")).with_hint(format!(
+            "Give {} in a USER MAPPING, or ask a superuser to allow the server's credential chain (server option credential_chain 'true').",
+            how_to_give_credentials(uri.scheme())
+        )));
+    }
+    Ok(())
+}
+
+fn invalid_option<'a>(name: &str, uri: &'a StorageUri) -> impl FnOnce(object_store::Error) -> Error + 'a {
+    let name = name.to_owned();
+    move |e| Error::new(ErrorKind::InvalidArgument, format!("invalid option \"{name}\" for {uri}")).with_source(e)
+}
+
+/// The object store of a cloud location (`s3://`, `az://`, `gs://`), its path the whole of
+/// the URI's. Opening does no I/O.
+pub(super) fn cloud_store(uri: &StorageUri, settings: &StoreSettings) -> Result<Arc<dyn ObjectStore>> {
+    check_credentials(uri, settings)?;
+    let options: Vec<(String, String)> = settings
+        .options
+        .iter()
+        .map(|(k, v)| (k.to_ascii_lowercase(), v.clone()))
+        .chain(settings.retry.client_options(&settings.options))
+        .collect();
+    let retry = settings.retry.retry_config();
+    let url = uri.as_str();
+    let built = match uri.scheme() {
+        Scheme::S3 => {
+            let mut builder = if settings.credential_chain { AmazonS3Builder::from_env() } else { AmazonS3Builder::new() };
+            builder = builder.with_url(url).with_retry(retry);
+            for (name, value) in &options {
+                let key = AmazonS3ConfigKey::from_str(name).map_err(invalid_option(name, uri))?;
+                builder = builder.with_config(key, value);
+            }
+            builder.build().map(|s| Arc::new(s) as Arc<dyn ObjectStore>)
+        }
+        Scheme::Azure => {
+            let mut builder =
+                if settings.credential_chain { MicrosoftAzureBuilder::from_env() } else { MicrosoftAzureBuilder::new() };
+            builder = builder.with_url(url).with_retry(retry);
+            for (name, value) in &options {
+                let key = AzureConfigKey::from_str(name).map_err(invalid_option(name, uri))?;
+                builder = builder.with_config(key, value);
+            }
+            builder.build().map(|s| Arc::new(s) as Arc<dyn ObjectStore>)
+        }
+        Scheme::Gcs => {
+            let mut builder =
+                if settings.credential_chain { GoogleCloudStorageBuilder::from_env() } else { GoogleCloudStorageBuilder::new() };
+            builder = builder.with_url(url).with_retry(retry);
+            for (name, value) in &options {
+                let key = GoogleConfigKey::from_str(name).map_err(invalid_option(name, uri))?;
+                builder = builder.with_config(key, value);
+            }
+            builder.build().map(|s| Arc::new(s) as Arc<dyn ObjectStore>)
+        }
+        Scheme::File | Scheme::Memory => {
+            return Err(Error::new(ErrorKind::Internal, format!("{uri} is not a cloud location")));
+        }
+    };
+    // object_store's build errors name options, never their values.
+    built.map_err(|e| Error::new(ErrorKind::InvalidArgument, format!("cannot open {uri}")).with_source(e))
+}
+
+/// Whether `name` is a client option every store takes (`timeout`, `proxy_url`, ...).
+pub(super) fn is_client_option(name: &str) -> bool {
+    ClientConfigKey::from_str(name).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(options: &[(&str, &str)]) -> StoreSettings {
+        StoreSettings {
+            options: options.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_store_needs_credentials_of_its_own_unless_the_chain_is_allowed() {
+        let uri = StorageUri::parse("s3://lake/t").unwrap();
+        let none = cloud_store(&uri, &settings(&[("aws_region", "eu-west-1")])).unwrap_err();
+        assert_eq!(none.kind(), ErrorKind::PermissionDenied);
+        assert!(none.to_string().contains("no credentials for s3://lake/t"), "{none}");
+        let chain = StoreSettings { credential_chain: true, ..settings(&[("aws_region", "eu-west-1")]) };
+        cloud_store(&uri, &chain).unwrap();
+        cloud_store(&uri, &settings(&[("aws_access_key_id", "k"), ("aws_secret_access_key", "s")])).unwrap();
+        cloud_store(&uri, &settings(&[("aws_skip_signature", "true")])).unwrap();
+        assert!(cloud_store(&uri, &settings(&[("aws_skip_signature", "false")])).is_err());
+    }
+
+    #[test]
+    fn options_that_borrow_the_servers_identity_need_the_chain() {
+        let cases = [
+            ("s3://lake/t", "aws_container_credentials_relative_uri", "/v2/credentials"),
+            ("s3://lake/t", "aws_web_identity_token_file", "/var/run/token"),
+            ("s3://lake/t", "aws_metadata_endpoint", "http://169.254.169.254"),
+            ("az://lake/t", "azure_federated_token_file", "/var/run/token"),
+            ("az://lake/t", "azure_use_azure_cli", "true"),
+            ("gs://lake/t", "google_service_account", "/etc/key.json"),
+            ("gs://lake/t", "google_application_credentials", "/etc/key.json"),
+        ];
+        for (uri, name, value) in cases {
+            let uri = StorageUri::parse(uri).unwrap();
+            assert!(takes_server_identity(uri.scheme(), name), "{name}");
+            let secret = ("aws_secret_access_key", "never-shown");
+            let refused = cloud_store(&uri, &settings(&[(name, value), secret, ("aws_access_key_id", "k")])).unwrap_err();
+            assert_eq!(refused.kind(), ErrorKind::PermissionDenied, "{name}");
+            assert!(refused.to_string().contains(name) && !format!("{refused:?}").contains("never-shown"), "{refused:?}");
+        }
+        assert!(!takes_server_identity(Scheme::S3, "aws_access_key_id"));
+        assert!(!takes_server_identity(Scheme::Azure, "azure_storage_account_key"));
+    }
+
+    #[test]
+    fn timeouts_of_the_server_yield_to_the_users_own() {
+        let retry = RetrySettings { request_timeout: Some(Duration::from_millis(1500)), ..Default::default() };
+        assert_eq!(retry.client_options(&BTreeMap::new()), [("timeout".to_owned(), "1500ms".to_owned())]);
+        let own: BTreeMap<String, String> = [("timeout".to_owned(), "5s".to_owned())].into();
+        assert!(retry.client_options(&own).is_empty());
+    }
+}
