@@ -428,6 +428,7 @@ def test_requests_a_query_and_its_repetition_make(cluster, s3_server):
             assert lists(requests, recursive=True) == [] and len(lists(requests, recursive=False)) == 1, requests
             reads = data_reads(requests)
             assert reads and all(file_id in path for path in reads), reads
+            assert len(requests) == 1 + len(reads), "nothing but the timeline LIST and the slice's GETs"
             print("WHERE id = 42:", len(requests), "requests:", requests)
         # A change to the table is seen by the next statement.
         with cluster.connect() as writer:

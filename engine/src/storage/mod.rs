@@ -318,7 +318,12 @@ impl Storage {
     /// A Parquet reader of `relative` that fetches only the byte ranges it decodes: the
     /// footer, then the column chunks of the row groups asked for. `size` saves a request.
     pub fn parquet_reader(&self, relative: &str, size: Option<u64>) -> parquet::arrow::async_reader::ParquetObjectReader {
-        let reader = parquet::arrow::async_reader::ParquetObjectReader::new(self.store.clone(), self.path(relative));
+        // One request for the footer and its length (which the file's last 8 bytes give, a
+        // request of their own without a hint): 64 KiB covers the metadata of a table's base
+        // files, a large bloom filter aside.
+        const FOOTER_HINT: usize = 64 * 1024;
+        let reader = parquet::arrow::async_reader::ParquetObjectReader::new(self.store.clone(), self.path(relative))
+            .with_footer_size_hint(FOOTER_HINT);
         match size {
             Some(size) if size > 0 => reader.with_file_size(size),
             _ => reader,
