@@ -154,3 +154,29 @@ def test_a_cancel_waits_for_the_compactions_locked_section(lake, cluster):
     assert our_rows(conn) == before == reference_rows(path)
     conn.execute("INSERT INTO customers VALUES (1000, 'after', 'nl', 1, '2026-03-01')")
     assert our_rows(conn) == sorted(before + [(1000, "after", "nl", 1)])
+
+
+def test_one_statement_sees_what_it_changed_and_the_next_what_others_did(lake, cluster):
+    """The state a backend keeps of a table is not stale: a function that reads, compacts and
+    reads again sees its compaction (one statement), and a statement after another session's
+    write sees that write, with the state kept or not (`hudi.cache_table_state`)."""
+    conn, _ = lake
+    conn.execute("INSERT INTO customers SELECT g, 'c' || g, 'nl', g, '2026-01-01' FROM generate_series(1, 50) g")
+    conn.execute("""CREATE FUNCTION read_compact_read() RETURNS TABLE (rows_before bigint, commits bigint, logs bigint)
+                    LANGUAGE plpgsql AS $$
+                    BEGIN
+                      rows_before := (SELECT count(*) FROM customers);
+                      PERFORM hudi.compact('customers');
+                      commits := (SELECT count(*) FROM hudi.timeline('customers') WHERE action = 'commit');
+                      logs := (SELECT sum(cardinality(log_files)) FROM hudi.file_slices('customers'));
+                      RETURN NEXT;
+                    END $$""")
+    assert conn.execute("SELECT * FROM read_compact_read()").fetchone() == (50, 1, 0)
+    for cache in ("on", "off"):
+        conn.execute(f"SET hudi.cache_table_state = {cache}")
+        before = our_rows(conn)
+        with cluster.connect() as other:
+            other.execute("UPDATE customers SET name = name || '+' WHERE id % 2 = 0")
+        after = our_rows(conn)
+        assert after == [(i, name + "+" if i % 2 == 0 else name, c, b) for i, name, c, b in before]
+        assert after == reference_rows(lake[1])

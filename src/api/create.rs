@@ -27,6 +27,7 @@ fn list(value: Option<&String>) -> Vec<String> {
 fn create_table(table: PgRelation) -> String {
     let relid = table.oid();
     crate::api::require_owner(&table, "create its Hudi table");
+    crate::fdw::table_state::forget_all();
     let foreign = ForeignHudiTable::for_function(relid);
     let name = table.name().to_owned();
     // SAFETY: the relation is open; its tuple descriptor lives as long as it.

@@ -11,6 +11,8 @@ use pgrx::{PgRelation, PgSqlErrorCode};
 /// VACUUM, services that rewrite and delete a table's files are for its owner.
 pub(crate) fn service_target(table: &PgRelation, to: &str) -> engine::storage::Storage {
     require_owner(table, to);
+    // What the service changes is read anew, also later in the same statement.
+    crate::fdw::table_state::forget_all();
     crate::fdw::table::ForeignHudiTable::for_function(table.oid()).storage()
 }
 

@@ -96,6 +96,7 @@ fn rollback_failed_writes(
     table: PgRelation,
 ) -> TableIterator<'static, (name!(instant, String), name!(rollback_instant, String), name!(files_deleted, i32))> {
     crate::api::require_owner(&table, "roll back its writes");
+    crate::fdw::table_state::forget_all();
     let target = crate::fdw::table::ForeignHudiTable::for_function(table.oid());
     let (storage, location) = (target.storage(), target.uri.to_string());
     let config = block_on(engine::table::load_config(&storage)).or_report();
@@ -164,6 +165,7 @@ fn finish_pending_commits() -> TableIterator<
     (name!(relation, pgrx::pg_sys::Oid), name!(instant, String), name!(outcome, String), name!(detail, Option<String>)),
 > {
     use crate::intents::Finished;
+    crate::fdw::table_state::forget_all();
     let rows = crate::intents::finish_committed(None, true).into_iter().map(|(intent, outcome)| {
         let (outcome, detail) = match outcome {
             Finished::Completed { completion } => ("completed", Some(completion)),

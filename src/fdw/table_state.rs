@@ -54,11 +54,17 @@ thread_local! {
     static ENTRIES: RefCell<Vec<Entry>> = const { RefCell::new(Vec::new()) };
 }
 
+/// Forgets every kept state: for what this backend changes in a table itself (a service, a
+/// new table), which the rest of the statement must see.
+pub fn forget_all() {
+    ENTRIES.with(|entries| entries.borrow_mut().clear());
+}
+
 /// The state of `table` now, for a read that must see the files of the `committed` intents'
 /// instants: from the cache when it is still valid, else refreshed or loaded (and cached).
 pub fn reader(table: &ForeignHudiTable, committed: &[String]) -> TableReader {
     if !crate::guc::CACHE_TABLE_STATE.get() {
-        ENTRIES.with(|entries| entries.borrow_mut().clear());
+        forget_all();
         return table.load_reader();
     }
     let location = table.uri.to_string();
