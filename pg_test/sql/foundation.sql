@@ -21,6 +21,13 @@ SELECT pg_temp.try($$CREATE SERVER s0 FOREIGN DATA WRAPPER hudi_fdw OPTIONS (bas
 SELECT pg_temp.try($$CREATE SERVER s0 FOREIGN DATA WRAPPER hudi_fdw OPTIONS (base_uri 's3:///x')$$);
 SELECT pg_temp.try($$CREATE SERVER s0 FOREIGN DATA WRAPPER hudi_fdw OPTIONS (base_uri 'memory:///x', colour 'red')$$);
 SELECT pg_temp.try($$CREATE SERVER s0 FOREIGN DATA WRAPPER hudi_fdw OPTIONS (base_uri 's3://b/x', aws_secret_access_key 'k')$$);
+-- retry settings and the credential chain are server options, checked when set
+SELECT pg_temp.try($$CREATE SERVER s0 FOREIGN DATA WRAPPER hudi_fdw OPTIONS (base_uri 's3://b/x', max_retries 'many')$$);
+SELECT pg_temp.try($$CREATE SERVER s0 FOREIGN DATA WRAPPER hudi_fdw OPTIONS (base_uri 's3://b/x', retry_timeout '5 parsecs')$$);
+SELECT pg_temp.try($$CREATE SERVER s0 FOREIGN DATA WRAPPER hudi_fdw OPTIONS (base_uri 's3://b/x', credential_chain 'maybe')$$);
+SELECT pg_temp.try($$CREATE SERVER s1 FOREIGN DATA WRAPPER hudi_fdw OPTIONS (base_uri 's3://b/x', max_retries '3',
+  retry_timeout '30s', request_timeout '500ms', connect_timeout '2s', credential_chain 'true')$$);
+DROP SERVER s1;
 SELECT pg_temp.try($$CREATE SERVER lake FOREIGN DATA WRAPPER hudi_fdw OPTIONS (base_uri 'file:///srv/lake')$$);
 SELECT pg_temp.try($$CREATE SERVER cloud FOREIGN DATA WRAPPER hudi_fdw OPTIONS (base_uri 's3://bucket/lake')$$);
 SELECT pg_temp.try($$ALTER SERVER cloud OPTIONS (DROP base_uri)$$);

@@ -241,7 +241,6 @@ pub const COMMON_CREDENTIAL_OPTIONS: &[&str] = &[
     "aws_session_token",
     "aws_region",
     "aws_endpoint",
-    "google_service_account",
     "google_service_account_key",
     "azure_storage_account_name",
     "azure_storage_account_key",
