@@ -204,20 +204,30 @@ pub fn with_open_write<R>(
     }
 }
 
+/// What a read of a table must see of this transaction's own writes to it.
+#[derive(Default)]
+pub struct OwnWrites {
+    /// The instants of the transaction's open writes.
+    pub instants: Vec<String>,
+    /// The data files they wrote, as `(path relative to the table, size)`.
+    pub files: Vec<(String, u64)>,
+}
+
 /// Prepares a read of the table at `location` in this transaction: writes out the rows its
-/// open writes buffered, and returns their instants, which the read must see (a transaction
+/// open writes buffered, and returns what they wrote, which the read must see (a transaction
 /// reads its own writes).
-pub fn own_writes_to(location: &str) -> Vec<String> {
+pub fn own_writes_to(location: &str) -> OwnWrites {
     let keys: Vec<u32> =
         OPEN.with(|open| open.borrow().iter().filter(|(_, w)| w.location == location).map(|(k, _)| *k).collect());
-    keys.into_iter()
-        .map(|key| {
-            with_open_write(key.into(), || unreachable!("the write is open"), |write| {
-                write.flush().unwrap_or_else(|e| crate::error::report(e));
-                write.transaction.instant().to_owned()
-            })
-        })
-        .collect()
+    let mut own = OwnWrites::default();
+    for key in keys {
+        with_open_write(key.into(), || unreachable!("the write is open"), |write| {
+            write.flush().unwrap_or_else(|e| crate::error::report(e));
+            own.instants.push(write.transaction.instant().to_owned());
+            own.files.extend(write.transaction.written_files());
+        });
+    }
+    own
 }
 
 fn register_callbacks() {

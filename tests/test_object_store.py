@@ -435,3 +435,15 @@ def test_requests_a_query_and_its_repetition_make(cluster, s3_server):
             writer.execute("UPDATE t SET v = 'changed' WHERE id = 42")
         changed, requests = measured("SELECT v FROM t WHERE id = 42")
         assert changed == [("changed",)] and len(lists(requests, recursive=True)) == 1
+        # A transaction reads its own writes without listing the table's files again: after
+        # the first statement that sees its new instants, its own files are added to the state.
+        with session.transaction(force_rollback=True):
+            session.execute("UPDATE t SET v = 'mine' WHERE id = 42")
+            assert measured("SELECT v FROM t WHERE id = 42")[0] == [("mine",)]
+            for sql in ("UPDATE t SET v = 'mine again' WHERE id IN (42, 43)", "SELECT v FROM t WHERE id IN (42, 43)"):
+                s3.record_requests()
+                result = session.execute(sql)
+                requests = s3.recorded_requests()
+                assert lists(requests, recursive=True) == [] and len(lists(requests, recursive=False)) == 1, requests
+            assert result.fetchall() == [("mine again",), ("mine again",)]
+        assert measured("SELECT v FROM t WHERE id IN (42, 43) ORDER BY id")[0] == [("changed",), ("v43",)]

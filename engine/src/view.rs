@@ -72,7 +72,15 @@ impl FileSystemView {
 
     /// Builds the view from `(relative path, size)` pairs.
     pub fn from_listing(listing: impl IntoIterator<Item = (String, u64)>) -> FileSystemView {
-        let mut groups: BTreeMap<(String, String), FileGroupFiles> = BTreeMap::new();
+        let mut view = FileSystemView { groups: BTreeMap::new() };
+        view.extend(listing);
+        view
+    }
+
+    /// Adds the data files of `listing` (`(relative path, size)` pairs) that the view does not
+    /// hold yet.
+    pub fn extend(&mut self, listing: impl IntoIterator<Item = (String, u64)>) {
+        let groups = &mut self.groups;
         for (path, size) in listing {
             if path.starts_with(".hoodie/") || path == ".hoodie" {
                 continue;
@@ -83,15 +91,20 @@ impl FileSystemView {
             };
             match DataFile::parse(name, size) {
                 Some(DataFile::Base(base)) => {
-                    groups.entry((partition, base.file_id.clone())).or_default().bases.push(base)
+                    let group = groups.entry((partition, base.file_id.clone())).or_default();
+                    if !group.bases.iter().any(|b| b.name == base.name) {
+                        group.bases.push(base);
+                    }
                 }
                 Some(DataFile::Log(log)) if !log.is_cdc => {
-                    groups.entry((partition, log.file_id.clone())).or_default().logs.push(log)
+                    let group = groups.entry((partition, log.file_id.clone())).or_default();
+                    if !group.logs.iter().any(|l| l.name == log.name) {
+                        group.logs.push(log);
+                    }
                 }
                 _ => {}
             }
         }
-        FileSystemView { groups }
     }
 
     /// Partition paths that hold data files.
@@ -192,6 +205,19 @@ mod tests {
 
     fn timeline(layout: u32, names: &[&str]) -> Timeline {
         Timeline::from_files(layout, "t", names.iter().filter_map(|n| InstantFile::parse(n)))
+    }
+
+    #[test]
+    fn files_added_to_a_view_join_their_slice_once() {
+        let t = timeline(2, &["20251220210108078_20251220210109593.deltacommit", "20251220210128625_20251220210129197.deltacommit"]);
+        let fg = "8aa68f7e-0000-0000-0000-000000000000-0";
+        let first = (format!("p/.{fg}_20251220210108078.log.1_0-1-1"), 10);
+        let second = (format!("p/.{fg}_20251220210128625.log.1_0-2-2"), 20);
+        let mut view = FileSystemView::from_listing([first.clone()]);
+        view.extend([first, second.clone(), second]);
+        let latest = view.latest_slices(&t, &ReadBound::Latest, &HashSet::new());
+        assert_eq!(latest.len(), 1);
+        assert_eq!(latest[0].log_files.iter().map(|l| l.size).collect::<Vec<_>>(), [10, 20]);
     }
 
     #[test]

@@ -214,10 +214,12 @@ fn open_for(table: &ForeignHudiTable, spec: &ReadSpec) -> TableReader {
     let location = table.uri.to_string();
     // Both before the listing, so that it holds every file of what they name: the buffered
     // rows are written out now, and a committed intent was recorded after all its files were.
-    let mut decided = crate::xact::own_writes_to(&location);
+    let own = crate::xact::own_writes_to(&location);
     let committed = crate::intents::committed_instants(&location);
-    // The transaction's own writes add files that no timeline listing shows: list them.
-    let reader = if decided.is_empty() { crate::fdw::table_state::reader(table, &committed) } else { table.load_reader() };
+    // The transaction's own writes add files that no timeline listing shows: they are added
+    // to what the table state holds.
+    let reader = crate::fdw::table_state::reader(table, &committed).with_files(own.files);
+    let mut decided = own.instants;
     let pending: std::collections::HashSet<&str> = reader.timeline().pending_writes().map(|i| i.timestamp.as_str()).collect();
     decided.extend(committed);
     decided.retain(|i| pending.contains(i.as_str()));

@@ -154,6 +154,16 @@ impl TableReader {
         Self::load(self.storage.clone(), config, listing).await
     }
 
+    /// Reads also see the data files `files` (`(relative path, size)` pairs) that were written
+    /// after the table was listed: a transaction's own, which no timeline listing announces.
+    pub fn with_files(mut self, files: Vec<(String, u64)>) -> TableReader {
+        if !files.is_empty() {
+            // A copy of the view for this reader alone; the loaded one stays as it was listed.
+            Arc::make_mut(&mut self.view).extend(files);
+        }
+        self
+    }
+
     /// Whether `other` comes from the same load as this reader (a refresh that found nothing new).
     pub fn is_same_load(&self, other: &TableReader) -> bool {
         Arc::ptr_eq(&self.view, &other.view)

@@ -188,6 +188,15 @@ impl Transaction {
     }
 
     /// Where the table being written lives.
+    /// The data files this transaction has written so far, as `(path relative to the table,
+    /// size)` pairs.
+    pub fn written_files(&self) -> Vec<(String, u64)> {
+        let files = self.groups.iter().flat_map(|((partition, _), group)| {
+            group.files.iter().map(move |(name, size)| (crate::table::files::path_in_partition(partition, name), *size))
+        });
+        files.collect()
+    }
+
     pub fn storage(&self) -> &Storage {
         &self.storage
     }
