@@ -52,7 +52,7 @@ thread_local! {
 /// closed to roles (so that no role can forge a commit of a table it cannot write), and no
 /// role's function or operator may stand in for the ones these queries name. An ERROR inside
 /// `f` resets user and setting with the (sub)transaction's abort.
-fn as_pg_hudi<R>(f: impl FnOnce() -> R) -> R {
+pub(crate) fn as_pg_hudi<R>(f: impl FnOnce() -> R) -> R {
     let (mut user, mut context) = (pg_sys::Oid::INVALID, 0);
     // SAFETY: saving and restoring the backend's user and settings, as fmgr_security_definer
     // does, on the main thread inside a transaction.

@@ -107,6 +107,11 @@ impl FileSystemView {
         }
     }
 
+    /// `(partition, file id)` of every file group.
+    pub fn file_groups(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.groups.keys().map(|(p, f)| (p.as_str(), f.as_str()))
+    }
+
     /// Partition paths that hold data files.
     pub fn partitions(&self) -> Vec<&str> {
         let mut partitions: Vec<&str> = self.groups.keys().map(|(p, _)| p.as_str()).collect();

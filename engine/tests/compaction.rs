@@ -264,3 +264,74 @@ async fn incremental_reads_across_compactions_report_what_the_uncompacted_table_
     let later = ChangeRange { start: Some(instants[1].1[3].clone()), end: None };
     assert_eq!(changes_by_step(&cleaned, &later, &instants[1].0, None).await, [row("5", "U", Some("ed-2"), 4), row("6", "D", None, 4)]);
 }
+
+#[tokio::test]
+async fn a_clean_deletes_the_slices_no_read_needs_and_reads_stay_the_same() {
+    use engine::services::clean::{clean, CleanOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let storage = local(dir.path());
+    let config = create_table(&storage, &spec()).await.unwrap();
+    let mut model = std::collections::BTreeMap::new();
+    // Four rounds of two commits and a compaction: every file group gets four slices.
+    let mut first_of_round = Vec::new();
+    for round in 0..4i64 {
+        for step in 0..2i64 {
+            let data: Vec<(i64, String)> = (1..=6).map(|id| (id, format!("r{round}s{step}id{id}"))).collect();
+            let rows_: Vec<(i64, &str, &str, i64)> = data.iter().map(|(id, n)| (*id, n.as_str(), if id % 2 == 0 { "nl" } else { "be" }, round * 10 + step)).collect();
+            let instant = commit(&storage, &config, &rows_).await;
+            if step == 0 {
+                first_of_round.push(instant);
+            }
+            model.extend(data);
+        }
+        compact(&storage, &writer(2), &LockOptions::default(), EXPIRY).await.unwrap().unwrap();
+    }
+    let expected: Vec<(i64, String)> = model.into_iter().collect();
+    assert_eq!(snapshot(&storage).await, expected);
+    let files_before = storage.list_recursive("").await.unwrap();
+    let retain = CleanOptions { retain_commits: 3, keep_changes_after: None };
+
+    // A consumer that has read nothing yet holds every slice back.
+    let held = CleanOptions { keep_changes_after: Some(String::new()), ..retain.clone() };
+    assert_eq!(clean(&storage, &writer(3), &LockOptions::default(), &held).await.unwrap(), None);
+
+    let cleaned = clean(&storage, &writer(3), &LockOptions::default(), &retain).await.unwrap().unwrap();
+    assert!(cleaned.files_deleted > 0 && cleaned.bytes_freed > 0, "{cleaned:?}");
+    let data = |files: Vec<(String, u64)>| -> std::collections::BTreeSet<String> {
+        files.into_iter().map(|(p, _)| p).filter(|p| !p.starts_with(".hoodie/")).collect()
+    };
+    let (before, after) = (data(files_before), data(storage.list_recursive("").await.unwrap()));
+    assert!(after.is_subset(&before));
+    assert_eq!(before.len() - after.len(), cleaned.files_deleted);
+    // The latest slices and everything the retained commits read are still there.
+    assert_eq!(snapshot(&storage).await, expected);
+    let reader = TableReader::open(storage.clone()).await.unwrap();
+    let since_retained = reader.read_changes(&ChangeRange { start: Some(cleaned.earliest_commit_to_retain.clone()), end: None }, true).await;
+    assert!(since_retained.is_ok(), "{since_retained:?}");
+    let from_start = reader.read_changes(&ChangeRange { start: Some(first_of_round[0].clone()), end: None }, true).await;
+    assert!(from_start.is_err(), "changes from before the earliest commit to retain are gone");
+    // Time travel to before the earliest commit to retain is refused, from it on it reads.
+    let refused = reader.read_snapshot(Some(&first_of_round[0])).await.unwrap_err();
+    assert!(refused.to_string().contains("no longer in storage"), "{refused}");
+    assert!(reader.read_snapshot(Some(&cleaned.earliest_commit_to_retain)).await.is_ok());
+    // Nothing more to clean: no instant.
+    assert_eq!(clean(&storage, &writer(3), &LockOptions::default(), &retain).await.unwrap(), None);
+    let timeline = reader.timeline();
+    let cleans: Vec<_> = timeline.instants().iter().filter(|i| i.action == "clean").collect();
+    assert_eq!(cleans.len(), 1);
+    assert!(cleans[0].is_completed());
+
+    // A clean that stopped after its plan (the deleted files back, no completed instant) is
+    // finished from that plan by the next clean, and completed once.
+    for path in before.difference(&after) {
+        storage.put(path, Bytes::from_static(b"left by a clean that stopped")).await.unwrap();
+    }
+    let completed = format!(".hoodie/timeline/{}_{}.clean", cleaned.instant, cleaned.completion);
+    storage.delete(&completed).await.unwrap();
+    assert_eq!(clean(&storage, &writer(4), &LockOptions::default(), &retain).await.unwrap(), None);
+    assert_eq!(data(storage.list_recursive("").await.unwrap()), after, "the plan's files are gone again");
+    let reader = TableReader::open(storage.clone()).await.unwrap();
+    let cleans: Vec<_> = reader.timeline().instants().iter().filter(|i| i.action == "clean").collect();
+    assert!(cleans.len() == 1 && cleans[0].timestamp == cleaned.instant && cleans[0].is_completed(), "{cleans:?}");
+    assert_eq!(snapshot(&storage).await, expected);
+}

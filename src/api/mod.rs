@@ -1,5 +1,6 @@
 //! SQL functions in schema `hudi`.
 
+pub mod clean;
 pub mod compaction;
 pub mod create;
 pub mod tables;

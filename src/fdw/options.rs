@@ -4,7 +4,7 @@
 //! |---------------|---------|
 //! | server        | `base_uri` (required): `file://`, `s3://`, `gs://`, `az://` or `memory://`; `credential_chain` (superusers only); `max_retries`, `retry_timeout`, `request_timeout`, `connect_timeout` |
 //! | user mapping  | object-store credentials (`aws_access_key_id`, ...): secrets live only here |
-//! | foreign table | `path`, `query_type`, `as_of_instant`, `start_instant`, `end_instant`, `primary_key`, `ordering_field`, `partition_by`, `buckets`, `merge_mode` |
+//! | foreign table | `path`, `query_type`, `as_of_instant`, `start_instant`, `end_instant`, `primary_key`, `ordering_field`, `partition_by`, `buckets`, `merge_mode`, `clean_retain_commits`, `clean_max_retain` |
 
 use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
@@ -32,6 +32,8 @@ pub const TABLE_OPTIONS: &[&str] = &[
     "partition_by",
     "buckets",
     "merge_mode",
+    "clean_retain_commits",
+    "clean_max_retain",
 ];
 pub const QUERY_TYPES: &[&str] = &["snapshot", "read_optimized", "incremental"];
 pub const MERGE_MODES: &[&str] = &["event_time", "commit_time", "partial_update"];
@@ -250,6 +252,11 @@ fn validate_table(options: &[(String, String)]) {
             "merge_mode" if !MERGE_MODES.contains(&value.as_str()) => {
                 bad_value(name, value, format_args!("expected one of {}", MERGE_MODES.join(", ")))
             }
+            "clean_retain_commits" => match value.trim().parse::<u32>() {
+                Ok(n) if n >= 1 => {}
+                _ => bad_value(name, value, "expected a positive integer"),
+            },
+            "clean_max_retain" => validate_interval(name, value),
             "query_type" | "merge_mode" => {}
             _ => unknown_option(name, OptionTarget::ForeignTable, TABLE_OPTIONS),
         }
@@ -272,6 +279,19 @@ fn validate_table_path(value: &str) {
         check_location_access(&uri);
     } else if let Err(e) = storage::relative_path_segments(value) {
         crate::error::report(e);
+    }
+}
+
+/// An interval as PostgreSQL reads one (`7 days`, `12 hours`), positive.
+fn validate_interval(name: &str, value: &str) {
+    let args: Vec<pgrx::datum::DatumWithOid> = vec![value.into()];
+    let positive = PgTryBuilder::new(|| {
+        Spi::get_one_with_args::<bool>("SELECT $1::pg_catalog.interval > '0'::pg_catalog.interval", &args).ok().flatten()
+    })
+    .catch_others(|_| None)
+    .execute();
+    if positive != Some(true) {
+        bad_value(name, value, "expected a positive interval such as '7 days'")
     }
 }
 

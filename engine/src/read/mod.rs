@@ -235,6 +235,15 @@ impl TableReader {
 
     /// The file slices a read within `bound` sees.
     pub async fn slices(&self, bound: &ReadBound) -> Result<Vec<FileSlice>> {
+        // Time travel to before what the latest clean kept (as Java refuses it).
+        if let ReadBound::RequestedBy(as_of) = bound {
+            if let Some((clean, earliest)) = self.retained_by_clean().await?.filter(|(_, e)| as_of.as_str() < e.as_str()) {
+                return Err(Error::new(
+                    ErrorKind::NotFound,
+                    format!("the table as of {as_of} is no longer in storage: clean {clean} kept the files of commits from {earliest} on; read as of {earliest} or later"),
+                ));
+            }
+        }
         let replaced = metadata::replaced_file_groups(&self.storage, &self.timeline, bound).await?;
         Ok(self.view.latest_slices(&self.timeline, bound, &replaced))
     }

@@ -1,4 +1,5 @@
-//! Table services: compaction and rollback of failed writes (cleaning and archival come next).
+//! Table services: compaction, cleaning and rollback of failed writes (archival comes next).
 
+pub mod clean;
 pub mod compaction;
 pub mod rollback;

@@ -1,0 +1,82 @@
+//! Cleaning from SQL: `hudi.clean(table)` deletes the file slices that no read needs any more
+//! (Hudi's KEEP_LATEST_COMMITS), keeping those any consumer of the table still reads changes
+//! from. Like compaction it commits on its own, whatever becomes of the calling transaction.
+
+use engine::services::clean::{self, CleanOptions};
+use engine::storage::StorageUri;
+use pgrx::datum::DatumWithOid;
+use pgrx::prelude::*;
+use pgrx::PgRelation;
+
+use crate::api::service_target;
+use crate::error::OrReport;
+use crate::fdw::modify::writer_id;
+use crate::fdw::table::{options_of, ForeignHudiTable};
+use crate::guc::lock_options;
+use crate::runtime::block_on;
+
+/// Hudi's `hoodie.clean.commits.retained`.
+pub const DEFAULT_RETAIN_COMMITS: usize = 10;
+/// How long a consumer that stopped consuming holds cleaning back.
+pub const DEFAULT_MAX_RETAIN: &str = "7 days";
+
+/// `hudi.clean(table)`: one clean of the table (no row when nothing may go yet).
+#[pg_extern(volatile)]
+fn clean(table: PgRelation) -> TableIterator<
+    'static,
+    (
+        name!(instant, String),
+        name!(completion_time, String),
+        name!(files_deleted, i32),
+        name!(bytes_freed, i64),
+        name!(earliest_commit_to_retain, String),
+    ),
+> {
+    let storage = service_target(&table, "clean it");
+    let foreign = ForeignHudiTable::of_relation(table.oid());
+    let retain_commits = foreign.options.get("clean_retain_commits").and_then(|v| v.trim().parse().ok()).unwrap_or(DEFAULT_RETAIN_COMMITS);
+    let max_retain = foreign.options.get("clean_max_retain").map_or(DEFAULT_MAX_RETAIN, String::as_str);
+    let options = CleanOptions { retain_commits, keep_changes_after: consumers_floor(&foreign.uri, max_retain) };
+    let outcome = block_on(clean::clean(&storage, &writer_id(), &lock_options(), &options)).or_report();
+    TableIterator::new(outcome.into_iter().map(|c| {
+        (c.instant, c.completion, c.files_deleted as i32, c.bytes_freed as i64, c.earliest_commit_to_retain)
+    }))
+}
+
+/// The earliest position of the consumers of the table at `location` (through any foreign
+/// table on it, of any role) that consumed within `max_retain`: `""` for one that has not
+/// consumed yet; `None` without consumers.
+fn consumers_floor(location: &StorageUri, max_retain: &str) -> Option<String> {
+    let args: Vec<DatumWithOid> = vec![max_retain.into()];
+    // Row-level security shows each role its own positions only; the cleaner needs them all.
+    let positions: Vec<(pg_sys::Oid, String)> = crate::intents::as_pg_hudi(|| {
+        Spi::connect(|client| {
+            let rows = client
+                .select(
+                    "SELECT relation::pg_catalog.oid, position FROM hudi.consumer_positions \
+                     WHERE updated_at > pg_catalog.now() - $1::pg_catalog.interval",
+                    None,
+                    &args,
+                )
+                .unwrap_or_else(|e| crate::error::raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string(), None));
+            rows.filter_map(|row| Some((row.get::<pg_sys::Oid>(1).ok()??, row.get::<String>(2).ok()??))).collect()
+        })
+    });
+    positions.into_iter().filter(|(relation, _)| location_of(*relation).as_ref() == Some(location)).map(|(_, p)| p).min()
+}
+
+/// Where the foreign table `relid` points (server `base_uri` + `path`), without the access
+/// checks of opening it: only to compare with a location already checked. `None` for a
+/// relation that is gone or not a foreign table.
+fn location_of(relid: pg_sys::Oid) -> Option<StorageUri> {
+    // SAFETY: catalog lookups on the main thread; a dropped relation is skipped.
+    unsafe {
+        if pg_sys::get_rel_name(relid).is_null() || pg_sys::get_rel_relkind(relid) != pg_sys::RELKIND_FOREIGN_TABLE as std::ffi::c_char {
+            return None;
+        }
+        let table = pg_sys::GetForeignTable(relid);
+        let server = pg_sys::GetForeignServer((*table).serverid);
+        let base = StorageUri::parse(options_of((*server).options).get("base_uri")?).ok()?;
+        base.resolve(options_of((*table).options).get("path").map_or("", String::as_str)).ok()
+    }
+}
