@@ -12,6 +12,14 @@ pub static ALLOWED_FILE_ROOTS: GucSetting<Option<CString>> = GucSetting::<Option
 pub static WORKER_DATABASE: GucSetting<Option<CString>> =
     GucSetting::<Option<CString>>::new(Some(c"postgres"));
 
+/// `hudi.worker_naptime`: seconds the background worker sleeps between rounds.
+pub static WORKER_NAPTIME: GucSetting<i32> = GucSetting::<i32>::new(10);
+
+/// `hudi.worker_naptime` as a duration.
+pub fn worker_naptime() -> std::time::Duration {
+    std::time::Duration::from_secs(WORKER_NAPTIME.get().max(1) as u64)
+}
+
 /// `hudi.as_of_instant`: time travel for every Hudi table read in the session (overrides the
 /// tables' `as_of_instant` option).
 pub static AS_OF_INSTANT: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
@@ -190,6 +198,16 @@ pub fn register() {
         &WORKER_DATABASE,
         GucContext::Postmaster,
         GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"hudi.worker_naptime",
+        c"Seconds the pg_hudi background worker sleeps between rounds.",
+        c"Each round finishes committed writes and runs the services of tables with services 'auto'.",
+        &WORKER_NAPTIME,
+        1,
+        86_400,
+        GucContext::Sighup,
+        GucFlags::UNIT_S,
     );
 }
 

@@ -172,6 +172,16 @@ def test_one_statement_sees_what_it_changed_and_the_next_what_others_did(lake, c
                       RETURN NEXT;
                     END $$""")
     assert conn.execute("SELECT * FROM read_compact_read()").fetchone() == (50, 1, 0)
+    # A write begun after the statement first read the table is seen by its later reads.
+    conn.execute("""CREATE FUNCTION read_write_read() RETURNS text LANGUAGE plpgsql AS $$
+                    BEGIN
+                      PERFORM count(*) FROM customers;
+                      INSERT INTO customers VALUES (1000, 'new', 'nl', 1, '2026-01-01');
+                      UPDATE customers SET name = name || ' and updated' WHERE id = 1000;
+                      RETURN (SELECT name FROM customers WHERE id = 1000);
+                    END $$""")
+    with conn.transaction(force_rollback=True):
+        assert conn.execute("SELECT read_write_read()").fetchone() == ("new and updated",)
     for cache in ("on", "off"):
         conn.execute(f"SET hudi.cache_table_state = {cache}")
         before = our_rows(conn)

@@ -69,3 +69,43 @@ def test_worker_exits_when_the_postmaster_dies(cluster):
     assert wait_for(lambda: not alive(pid), timeout=30), "worker outlived the postmaster"
     # Leave nothing behind for the fixture's stop: remove the stale pid file.
     (cluster.data_dir / "postmaster.pid").unlink(missing_ok=True)
+
+
+def test_the_worker_compacts_and_cleans_tables_with_services_auto(lake, cluster):
+    """With `services 'auto'` and small thresholds, and no call of any service, the worker
+    compacts the file groups that gathered enough logs and cleans the slices no read needs;
+    the rows stay those of a heap copy (and of the reference reader); a table without the
+    option is left alone, and one whose services fail is logged without stopping the rest."""
+    from conftest import our_rows, reference_rows, wait_for as wait_until
+    conn, table = lake
+    conn.execute("ALTER SYSTEM SET hudi.worker_naptime = 1")
+    conn.execute("SELECT pg_reload_conf()")
+    conn.execute("CREATE TABLE heap (id bigint PRIMARY KEY, name text, country text, balance numeric(12, 2), ts timestamptz)")
+    conn.execute("""CREATE FOREIGN TABLE untouched (id bigint, name text) SERVER lake
+                    OPTIONS (path 'untouched', primary_key 'id', merge_mode 'commit_time')""")
+    conn.execute("SELECT hudi.create_table('untouched')")
+    conn.execute("ALTER FOREIGN TABLE customers OPTIONS (ADD services 'auto', ADD compaction_delta_commits '2', "
+                 "ADD clean_retain_commits '2')")
+    # A table whose services fail every round: logged, and nothing else is disturbed.
+    conn.execute("CREATE FOREIGN TABLE broken (id bigint) SERVER lake OPTIONS (path 'nowhere', services 'auto')")
+    worker = worker_pid(conn)
+
+    def count(action, name="customers"):
+        return conn.execute(f"SELECT count(*) FROM hudi.timeline('{name}') WHERE action = %s AND state = 'completed'",
+                            (action,)).fetchone()[0]
+
+    for round_ in range(3):
+        for n in range(3):
+            for t in ("customers", "heap"):
+                conn.execute(f"INSERT INTO {t} SELECT g, 'r{round_}n{n}-' || g, (ARRAY['nl','be'])[g % 2 + 1], g, "
+                             f"'2026-01-01'::timestamptz + interval '{round_ * 3 + n} hour' FROM generate_series(1, 20) g "
+                             + ("ON CONFLICT (id) DO UPDATE SET name = excluded.name, ts = excluded.ts" if t == "heap" else ""))
+            conn.execute("INSERT INTO untouched VALUES (%s, 'x')", (round_ * 3 + n,))
+        wait_until(f"compaction {round_ + 1}", lambda: count("commit") >= round_ + 1, timeout=60)
+        assert our_rows(conn) == sorted(conn.execute("SELECT id, name, country, balance FROM heap").fetchall())
+    wait_until("a clean", lambda: count("clean") >= 1, timeout=60)
+    assert our_rows(conn) == sorted(conn.execute("SELECT id, name, country, balance FROM heap").fetchall()) == reference_rows(table)
+    assert count("commit", "untouched") == 0 and count("clean", "untouched") == 0
+    log = cluster.log()
+    assert "services of table broken failed" in log and "services of table customers failed" not in log
+    assert worker_pid(conn) == worker, "the worker never restarted"

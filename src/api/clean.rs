@@ -22,7 +22,7 @@ pub const DEFAULT_MAX_RETAIN: &str = "7 days";
 
 /// `hudi.clean(table)`: one clean of the table (no row when nothing may go yet).
 #[pg_extern(volatile)]
-fn clean(table: PgRelation) -> TableIterator<
+pub(crate) fn clean(table: PgRelation) -> TableIterator<
     'static,
     (
         name!(instant, String),

@@ -92,7 +92,7 @@ fn latest_commit(table: PgRelation) -> Option<String> {
 /// it runs, and rolled back if it aborted; a write prepared on another server is left to that
 /// server.
 #[pg_extern(volatile)]
-fn rollback_failed_writes(
+pub(crate) fn rollback_failed_writes(
     table: PgRelation,
 ) -> TableIterator<'static, (name!(instant, String), name!(rollback_instant, String), name!(files_deleted, i32))> {
     crate::api::require_owner(&table, "roll back its writes");

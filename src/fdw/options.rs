@@ -4,7 +4,7 @@
 //! |---------------|---------|
 //! | server        | `base_uri` (required): `file://`, `s3://`, `gs://`, `az://` or `memory://`; `credential_chain` (superusers only); `max_retries`, `retry_timeout`, `request_timeout`, `connect_timeout` |
 //! | user mapping  | object-store credentials (`aws_access_key_id`, ...): secrets live only here |
-//! | foreign table | `path`, `query_type`, `as_of_instant`, `start_instant`, `end_instant`, `primary_key`, `ordering_field`, `partition_by`, `buckets`, `merge_mode`, `clean_retain_commits`, `clean_max_retain` |
+//! | foreign table | `path`, `query_type`, `as_of_instant`, `start_instant`, `end_instant`, `primary_key`, `ordering_field`, `partition_by`, `buckets`, `merge_mode`, `clean_retain_commits`, `clean_max_retain`, `services`, `compaction_delta_commits` |
 
 use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
@@ -34,7 +34,10 @@ pub const TABLE_OPTIONS: &[&str] = &[
     "merge_mode",
     "clean_retain_commits",
     "clean_max_retain",
+    "services",
+    "compaction_delta_commits",
 ];
+pub const SERVICES: &[&str] = &["auto", "off"];
 pub const QUERY_TYPES: &[&str] = &["snapshot", "read_optimized", "incremental"];
 pub const MERGE_MODES: &[&str] = &["event_time", "commit_time", "partial_update"];
 /// Upper bound for `buckets`: Hudi's bucket file ids have eight digits, but a table with more
@@ -257,7 +260,14 @@ fn validate_table(options: &[(String, String)]) {
                 _ => bad_value(name, value, "expected a positive integer"),
             },
             "clean_max_retain" => validate_interval(name, value),
-            "query_type" | "merge_mode" => {}
+            "services" if !SERVICES.contains(&value.as_str()) => {
+                bad_value(name, value, format_args!("expected one of {}", SERVICES.join(", ")))
+            }
+            "compaction_delta_commits" => match value.trim().parse::<u32>() {
+                Ok(n) if n >= 1 => {}
+                _ => bad_value(name, value, "expected a positive integer"),
+            },
+            "query_type" | "merge_mode" | "services" => {}
             _ => unknown_option(name, OptionTarget::ForeignTable, TABLE_OPTIONS),
         }
     }

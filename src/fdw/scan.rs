@@ -218,7 +218,14 @@ fn open_for(table: &ForeignHudiTable, spec: &ReadSpec) -> TableReader {
     let committed = crate::intents::committed_instants(&location);
     // The transaction's own writes add files that no timeline listing shows: they are added
     // to what the table state holds.
-    let reader = crate::fdw::table_state::reader(table, &committed).with_files(own.files);
+    let mut reader = crate::fdw::table_state::reader(table, &committed);
+    // A state kept from before this transaction began a write (earlier in the statement) does
+    // not know the write's instant: it is loaded anew.
+    if own.instants.iter().any(|i| reader.timeline().get(i).is_none()) {
+        crate::fdw::table_state::forget_all();
+        reader = crate::fdw::table_state::reader(table, &committed);
+    }
+    let reader = reader.with_files(own.files);
     let mut decided = own.instants;
     let pending: std::collections::HashSet<&str> = reader.timeline().pending_writes().map(|i| i.timestamp.as_str()).collect();
     decided.extend(committed);

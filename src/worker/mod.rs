@@ -1,8 +1,8 @@
-//! The `pg_hudi worker` background process. It will run table services (compaction, cleaning,
-//! rollback of failed writes) and lookup-cache refreshes; for now, in its database, it finishes
-//! the Hudi writes whose PostgreSQL transaction committed but whose completion did not happen
-//! (at start, which follows every crash restart, and then every round), and exits cleanly on
-//! SIGTERM or when the postmaster dies.
+//! The `pg_hudi worker` background process. In its database (`hudi.worker_database`), every
+//! round (`hudi.worker_naptime`) it finishes the Hudi writes whose PostgreSQL transaction
+//! committed but whose completion did not happen (first at start, which follows every crash
+//! restart), and runs the table services of the tables with `services 'auto'`
+//! ([`services`]). It exits cleanly on SIGTERM or when the postmaster dies.
 
 use std::time::Duration;
 
@@ -11,11 +11,10 @@ use pgrx::prelude::*;
 
 use crate::guc;
 
+mod services;
+
 /// The worker's name and its `backend_type` in `pg_stat_activity`.
 pub const WORKER_NAME: &str = "pg_hudi worker";
-
-/// How long the worker sleeps between rounds when nothing wakes it.
-const NAP: Duration = Duration::from_secs(10);
 
 /// Registers the worker with the postmaster (only valid during `shared_preload_libraries`).
 pub fn register() {
@@ -40,7 +39,8 @@ pub extern "C-unwind" fn pg_hudi_worker_main(_argument: pg_sys::Datum) {
 
     loop {
         finish_pending_commits();
-        if !BackgroundWorker::wait_latch(Some(NAP)) {
+        services::run_round(WORKER_NAME);
+        if !BackgroundWorker::wait_latch(Some(guc::worker_naptime())) {
             break;
         }
         if BackgroundWorker::sighup_received() {

@@ -178,20 +178,25 @@ fn is_commit(instant: &Instant) -> bool {
 fn earliest_to_retain(timeline: &Timeline, options: &CleanOptions) -> Option<(String, String)> {
     let commits: Vec<&Instant> = timeline.instants().iter().filter(|i| is_commit(i)).collect();
     let completed: Vec<&Instant> = commits.iter().copied().filter(|i| i.is_completed()).collect();
-    if completed.len() <= options.retain_commits {
+    let retain = options.retain_commits.max(1);
+    if completed.len() <= retain {
         return None;
     }
-    let mut earliest = completed[completed.len() - options.retain_commits];
+    let mut earliest = completed[completed.len() - retain];
     // Not past the earliest pending commit: its files are not in any slice yet.
     if let Some(pending) = commits.iter().find(|i| !i.is_completed()) {
         if earliest.timestamp > pending.timestamp {
             earliest = *completed.iter().rev().find(|i| i.timestamp < pending.timestamp)?;
         }
     }
-    // Readers refuse changes after a position older than the earliest commit to retain.
+    // A consumer reads what completed after its position, from the slices those commits were
+    // requested in: not past the earliest of their requested times, nor past the position
+    // itself (readers refuse a start older than the earliest commit to retain).
     if let Some(after) = &options.keep_changes_after {
-        if earliest.timestamp.as_str() > after.as_str() {
-            earliest = *completed.iter().rev().find(|i| i.timestamp.as_str() <= after.as_str())?;
+        let requested_after = commits.iter().filter(|i| i.completion.as_deref().is_some_and(|c| c > after.as_str()));
+        let bound = requested_after.map(|i| i.timestamp.as_str()).min().map_or(after.as_str(), |r| r.min(after.as_str()));
+        if earliest.timestamp.as_str() > bound {
+            earliest = *completed.iter().rev().find(|i| i.timestamp.as_str() <= bound)?;
         }
     }
     Some((earliest.timestamp.clone(), earliest.action.clone()))
@@ -221,7 +226,7 @@ fn doomed_files(view: &FileSystemView, timeline: &Timeline, earliest: &str, comp
 }
 
 async fn plan(storage: &Storage, config: &TableConfig, timeline: &Timeline, options: &CleanOptions) -> Result<Option<CleanPlan>> {
-    let Some(earliest) = earliest_to_retain(timeline, options) else { return Ok(None) };
+    let Some(mut earliest) = earliest_to_retain(timeline, options) else { return Ok(None) };
     let mut compacting = HashMap::new();
     for compaction in timeline.pending_compactions() {
         for op in CompactionPlan::load(storage, config, &compaction.timestamp).await?.operations {
@@ -235,6 +240,12 @@ async fn plan(storage: &Storage, config: &TableConfig, timeline: &Timeline, opti
     let files = doomed_files(&view, timeline, &earliest.0, &compacting);
     if files.is_empty() {
         return Ok(None);
+    }
+    // What an earlier clean let go stays gone: the recorded point never moves back, also when
+    // a consumer held this clean further back.
+    if let Some((_, before)) = metadata::retained_by_clean(storage, timeline).await?.filter(|(_, b)| *b > earliest.0) {
+        let action = timeline.get(&before).map_or("commit", |i| i.action.as_str()).to_owned();
+        earliest = (before, action);
     }
     let last_completed = timeline.completed_writes().next_back().map(|i| i.timestamp.clone()).unwrap_or_default();
     Ok(Some(CleanPlan { earliest, last_completed, files }))
@@ -266,6 +277,12 @@ async fn execute(storage: &Storage, config: &TableConfig, owner: &str, lock_opti
 /// nothing may be deleted (no clean instant is written then, as in Hudi).
 pub async fn clean(storage: &Storage, writer: &WriterId, lock_options: &LockOptions, options: &CleanOptions) -> Result<Option<Cleaned>> {
     let config = crate::table::load_config(storage).await?;
+    if config.metadata_partitions.iter().any(|p| p == "files") {
+        return Err(Error::new(
+            ErrorKind::Unsupported,
+            format!("{} has a metadata table listing its files, which cleaning does not update yet", storage.uri()),
+        ));
+    }
     if config.timeline_layout < 2 {
         return Err(Error::new(
             ErrorKind::Unsupported,
@@ -330,6 +347,15 @@ mod tests {
         assert_eq!(earliest_to_retain(&t, &options(1, Some("20260101000000006"))).unwrap().0, "20260101000000005");
         // One that read nothing yet holds everything.
         assert_eq!(earliest_to_retain(&t, &options(1, Some(""))), None);
+        // What completed after the position is read from where it was requested: a compaction
+        // requested at ...10 and completed at ...30 holds the point at ...10 for a consumer at ...25.
+        let late = timeline(&[
+            "20260101000000001_20260101000000002.deltacommit",
+            "20260101000000010_20260101000000030.commit",
+            "20260101000000020_20260101000000021.deltacommit",
+            "20260101000000040_20260101000000041.deltacommit",
+        ]);
+        assert_eq!(earliest_to_retain(&late, &options(1, Some("20260101000000025"))).unwrap().0, "20260101000000010");
     }
 
     #[test]

@@ -144,6 +144,12 @@ impl CompactionPlan {
 /// covers. Returns the plan's instant, or `None` when there is nothing to compact (then no
 /// timeline file is written).
 pub async fn schedule_compaction(storage: &Storage, writer: &WriterId, lock_options: &LockOptions) -> Result<Option<String>> {
+    schedule_due_compaction(storage, writer, lock_options, 1).await
+}
+
+/// [`schedule_compaction`] of the file slices that have at least `min_log_files` log files
+/// (Hudi's `hoodie.compact.inline.max.delta.commits`, per file group): `None` when none has.
+pub async fn schedule_due_compaction(storage: &Storage, writer: &WriterId, lock_options: &LockOptions, min_log_files: usize) -> Result<Option<String>> {
     let instant = TableLock::hold(storage, &writer.owner(), lock_options, async |lock| lock.next_time(lock_options).await).await?;
 
     // Listed after taking the instant: every write that completed before it is visible now.
@@ -158,7 +164,7 @@ pub async fn schedule_compaction(storage: &Storage, writer: &WriterId, lock_opti
         .slices(&ReadBound::CompletedBy(instant.clone()))
         .await?
         .into_iter()
-        .filter(|s| !s.log_files.is_empty() && !pending.contains(&(s.partition.clone(), s.file_id.clone())))
+        .filter(|s| s.log_files.len() >= min_log_files.max(1) && !pending.contains(&(s.partition.clone(), s.file_id.clone())))
         .map(|s| CompactionOperation {
             log_bytes: s.log_files.iter().map(|l| l.size).sum(),
             log_files: s.log_files.iter().map(|l| l.name.clone()).collect(),

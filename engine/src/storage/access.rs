@@ -100,14 +100,11 @@ fn role_of(scheme: Scheme, name: &str, value: &str) -> Role {
             ) => Role::ServerIdentity,
             _ => Role::Other,
         },
+        // A client secret counts only with its client and tenant ([`check_credentials`]);
+        // alone, or a fabric token without its companions, object_store falls back to the
+        // server's managed identity.
         Scheme::Azure => match AzureConfigKey::from_str(name) {
-            Ok(
-                AzureConfigKey::AccessKey
-                | AzureConfigKey::SasKey
-                | AzureConfigKey::Token
-                | AzureConfigKey::ClientSecret
-                | AzureConfigKey::FabricSessionToken,
-            ) => Role::OwnCredentials,
+            Ok(AzureConfigKey::AccessKey | AzureConfigKey::SasKey | AzureConfigKey::Token) => Role::OwnCredentials,
             Ok(AzureConfigKey::UseEmulator | AzureConfigKey::SkipSignature) if yes() => Role::OwnCredentials,
             Ok(
                 AzureConfigKey::MsiEndpoint
@@ -151,8 +148,14 @@ fn check_credentials(uri: &StorageUri, settings: &StoreSettings) -> Result<()> {
     if settings.credential_chain {
         return Ok(());
     }
+    let names: Vec<String> = settings.options.keys().map(|name| name.to_ascii_lowercase()).collect();
     let roles: Vec<(&String, Role)> =
-        settings.options.iter().map(|(name, value)| (name, role_of(uri.scheme(), name, value))).collect();
+        names.iter().zip(settings.options.values()).map(|(name, value)| (name, role_of(uri.scheme(), name, value))).collect();
+    let has = |key: AzureConfigKey| names.iter().any(|n| AzureConfigKey::from_str(n).is_ok_and(|k| k == key));
+    let service_principal = uri.scheme() == Scheme::Azure
+        && has(AzureConfigKey::ClientSecret)
+        && has(AzureConfigKey::ClientId)
+        && has(AzureConfigKey::AuthorityId);
     if let Some((name, _)) = roles.iter().find(|(_, role)| *role == Role::ServerIdentity) {
         return Err(Error::new(
             ErrorKind::PermissionDenied,
@@ -160,7 +163,7 @@ fn check_credentials(uri: &StorageUri, settings: &StoreSettings) -> Result<()> {
         )
         .with_hint("A superuser may allow the server's credential chain with the server option credential_chain 'true'."));
     }
-    if !roles.iter().any(|(_, role)| *role == Role::OwnCredentials) {
+    if !service_principal && !roles.iter().any(|(_, role)| *role == Role::OwnCredentials) {
         return Err(Error::new(ErrorKind::PermissionDenied, format!("no credentials for {uri}")).with_hint(format!(
             "Give {} in a USER MAPPING, or ask a superuser to allow the server's credential chain (server option credential_chain 'true').",
             how_to_give_credentials(uri.scheme())
@@ -273,6 +276,13 @@ mod tests {
             assert!(refused.to_string().contains(name) && !format!("{refused:?}").contains("never-shown"), "{refused:?}");
         }
         assert!(!takes_server_identity(Scheme::S3, "aws_access_key_id"));
+        // A client secret without its client and tenant would sign as the server's identity.
+        let az = StorageUri::parse("az://lake/t").unwrap();
+        let account = ("azure_storage_account_name", "a");
+        assert!(cloud_store(&az, &settings(&[account, ("azure_client_secret", "s")])).is_err());
+        assert!(cloud_store(&az, &settings(&[account, ("azure_fabric_session_token", "s")])).is_err());
+        let principal = [account, ("azure_client_secret", "s"), ("azure_client_id", "c"), ("azure_tenant_id", "t")];
+        cloud_store(&az, &settings(&principal)).unwrap();
         assert!(!takes_server_identity(Scheme::Azure, "azure_storage_account_key"));
     }
 

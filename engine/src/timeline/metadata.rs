@@ -109,16 +109,31 @@ pub async fn latest_schema(storage: &Storage, timeline: &Timeline) -> Result<Opt
     Ok(None)
 }
 
-/// What the latest completed clean kept: `(clean instant, earliest commit to retain)`. The
-/// cleaner keeps every file slice that a read as of that commit or later needs; older ones may
-/// be gone. `None` when the table was never cleaned (or the clean kept everything).
+/// What the cleans kept: `(clean instant, earliest commit to retain)` of the clean that kept
+/// the least, pending cleans included (one deleting now already removed, or may have, what its
+/// plan lets go). Every file slice that a read as of that commit or later needs is there;
+/// older ones may be gone. `None` when the table was never cleaned (or every clean kept
+/// everything).
 pub async fn retained_by_clean(storage: &Storage, timeline: &Timeline) -> Result<Option<(String, String)>> {
-    let Some(clean) = timeline.instants().iter().rev().find(|i| i.is_completed() && i.action == "clean") else {
-        return Ok(None);
-    };
-    let metadata = read_instant(storage, timeline, clean).await?;
-    let earliest = metadata.get("earliestCommitToRetain").and_then(Value::as_str).filter(|e| !e.is_empty());
-    Ok(earliest.map(|e| (clean.timestamp.clone(), e.to_owned())))
+    let mut kept: Option<(String, String)> = None;
+    for clean in timeline.instants().iter().filter(|i| i.action == "clean") {
+        let earliest = if clean.is_completed() {
+            read_instant(storage, timeline, clean).await?["earliestCommitToRetain"].as_str().map(str::to_owned)
+        } else {
+            let plan = format!("{}/{}.clean.requested", timeline.dir(), clean.timestamp);
+            match storage.get(&plan).await {
+                Ok(bytes) => decode(&bytes)?["earliestInstantToRetain"]["timestamp"].as_str().map(str::to_owned),
+                Err(e) if e.kind() == ErrorKind::NotFound => None,
+                Err(e) => return Err(e),
+            }
+        };
+        if let Some(earliest) = earliest.filter(|e| !e.is_empty()) {
+            if kept.as_ref().is_none_or(|(_, k)| earliest > *k) {
+                kept = Some((clean.timestamp.clone(), earliest));
+            }
+        }
+    }
+    Ok(kept)
 }
 
 #[cfg(test)]

@@ -67,6 +67,19 @@ struct Epoch {
     expires_at_ms: u128,
     /// Every time issued before this epoch is at most this (ms since the epoch).
     floor_ms: i64,
+    /// Random, so that no two contenders ever write the same content: a create that meets
+    /// its own bytes counts as its own ([`Storage::put_if_absent`]), and two servers cloned
+    /// from one backup share a system identifier, containers their process ids.
+    #[serde(default)]
+    nonce: u64,
+}
+
+/// A random number, from the standard library's per-process random hash keys.
+fn random_nonce() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(now_ms());
+    hasher.finish()
 }
 
 fn now_ms() -> u128 {
@@ -179,7 +192,7 @@ impl<'a> TableLock<'a> {
         };
         let epoch = latest_epoch(&names).map_or(1, |(n, _)| n + 1);
         let expires_at_ms = now_ms() + options.lease.as_millis();
-        let content = Epoch { owner: owner.to_owned(), expires_at_ms, floor_ms };
+        let content = Epoch { owner: owner.to_owned(), expires_at_ms, floor_ms, nonce: random_nonce() };
         let bytes = Bytes::from(serde_json::to_vec(&content).unwrap_or_default());
         if !storage.put_if_absent(&epoch_name(epoch), bytes).await? {
             return Ok(None);

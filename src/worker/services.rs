@@ -1,0 +1,154 @@
+//! The table services the worker runs by itself, for every `hudi_fdw` foreign table of its
+//! database whose option `services` is `auto`: rollback of failed writes, compaction of the
+//! file groups that are due, and cleaning. Each table is served in a transaction of its own as
+//! the table's owner (so that its privileges and `file://` roots apply, not the worker's), and
+//! an ERROR of one table's services is logged and rolled back without touching the others or
+//! the worker.
+
+use engine::services::compaction;
+use pgrx::prelude::*;
+use pgrx::PgRelation;
+
+use crate::fdw::table::ForeignHudiTable;
+use crate::guc::{heartbeat_expiry, lock_options};
+use crate::runtime::block_on;
+
+/// Hudi's `hoodie.compact.inline.max.delta.commits`: log files a file slice gathers before the
+/// worker compacts it.
+pub const DEFAULT_COMPACTION_DELTA_COMMITS: usize = 5;
+
+/// What one round did for one table, for the log.
+#[derive(Debug, Default)]
+struct Done {
+    rolled_back: usize,
+    compacted_groups: usize,
+    cleaned_files: usize,
+}
+
+impl std::fmt::Display for Done {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "rolled back {} failed writes, compacted {} file groups, cleaned {} files",
+            self.rolled_back, self.compacted_groups, self.cleaned_files
+        )
+    }
+}
+
+/// The foreign tables of this database that have `services 'auto'`, with their owners.
+fn served_tables() -> Vec<(pg_sys::Oid, pg_sys::Oid)> {
+    Spi::connect(|client| {
+        let rows = client
+            .select(
+                "SELECT c.oid, c.relowner FROM pg_catalog.pg_foreign_table t \
+                 JOIN pg_catalog.pg_class c ON c.oid = t.ftrelid \
+                 JOIN pg_catalog.pg_foreign_server s ON s.oid = t.ftserver \
+                 JOIN pg_catalog.pg_foreign_data_wrapper w ON w.oid = s.srvfdw \
+                 WHERE w.fdwname = 'hudi_fdw' AND 'services=auto' = ANY (t.ftoptions) ORDER BY c.oid",
+                None,
+                &[],
+            )
+            .unwrap_or_else(|e| crate::error::raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string(), None));
+        rows.filter_map(|row| Some((row.get::<pg_sys::Oid>(1).ok()??, row.get::<pg_sys::Oid>(2).ok()??))).collect()
+    })
+}
+
+/// Runs `f` in a subtransaction: an ERROR inside rolls it back and comes back as its message.
+fn in_subtransaction<R>(f: impl FnOnce() -> R) -> Result<R, String> {
+    // SAFETY: the pattern PL/pgSQL uses for exception blocks, on the main thread inside a
+    // transaction: the memory context and resource owner are restored on both paths.
+    unsafe {
+        let context = pg_sys::CurrentMemoryContext;
+        let owner = pg_sys::CurrentResourceOwner;
+        pg_sys::BeginInternalSubTransaction(std::ptr::null());
+        pg_sys::MemoryContextSwitchTo(context);
+        // The closure runs once, and what it touched is rolled back with the subtransaction.
+        PgTryBuilder::new(std::panic::AssertUnwindSafe(|| {
+            let result = f();
+            pg_sys::ReleaseCurrentSubTransaction();
+            pg_sys::MemoryContextSwitchTo(context);
+            pg_sys::CurrentResourceOwner = owner;
+            Ok(result)
+        }))
+        .catch_others(|error| {
+            pg_sys::MemoryContextSwitchTo(context);
+            pg_sys::RollbackAndReleaseCurrentSubTransaction();
+            pg_sys::MemoryContextSwitchTo(context);
+            pg_sys::CurrentResourceOwner = owner;
+            Err(match &error {
+                pg_sys::panic::CaughtError::PostgresError(report) | pg_sys::panic::CaughtError::ErrorReport(report) => {
+                    report.message().to_owned()
+                }
+                pg_sys::panic::CaughtError::RustPanic { ereport, .. } => ereport.message().to_owned(),
+            })
+        })
+        .execute()
+    }
+}
+
+/// Runs `f` as `role`, as a SECURITY DEFINER function owned by it would.
+fn as_role<R>(role: pg_sys::Oid, f: impl FnOnce() -> R) -> R {
+    let (mut user, mut context) = (pg_sys::Oid::INVALID, 0);
+    // SAFETY: saving and restoring the user id, on the main thread inside a transaction; an
+    // ERROR inside resets it with the subtransaction's abort.
+    unsafe {
+        pg_sys::GetUserIdAndSecContext(&mut user, &mut context);
+        pg_sys::SetUserIdAndSecContext(role, context | pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32);
+    }
+    let result = f();
+    // SAFETY: as above.
+    unsafe { pg_sys::SetUserIdAndSecContext(user, context) };
+    result
+}
+
+/// `relid`, opened for a service call (which checks ownership and options again).
+fn relation(relid: pg_sys::Oid) -> PgRelation {
+    // SAFETY: `relid` was listed in this transaction; a table dropped since is an ERROR here,
+    // caught with the rest of its services.
+    unsafe { PgRelation::with_lock(relid, pg_sys::AccessShareLock as pg_sys::LOCKMODE) }
+}
+
+/// The services of one table, as its owner.
+fn serve(relid: pg_sys::Oid) -> Done {
+    let mut done = Done::default();
+    done.rolled_back = crate::api::tables::rollback_failed_writes(relation(relid)).count();
+    let table = ForeignHudiTable::of_relation(relid);
+    let due = table.options.get("compaction_delta_commits").and_then(|v| v.trim().parse().ok()).unwrap_or(DEFAULT_COMPACTION_DELTA_COMMITS);
+    let storage = table.storage();
+    let writer = crate::fdw::modify::writer_id();
+    let scheduled = block_on(compaction::schedule_due_compaction(&storage, &writer, &lock_options(), due)).unwrap_or_else(|e| crate::error::report(e));
+    if let Some(instant) = scheduled {
+        let outcome = block_on(compaction::run_compaction(&storage, &instant, &writer, &lock_options(), heartbeat_expiry()));
+        done.compacted_groups = outcome.unwrap_or_else(|e| crate::error::report(e)).file_groups;
+    }
+    crate::fdw::table_state::forget_all();
+    done.cleaned_files = crate::api::clean::clean(relation(relid)).map(|c| c.2 as usize).sum();
+    done
+}
+
+fn relation_name(relid: pg_sys::Oid) -> String {
+    // SAFETY: a catalog lookup on the main thread inside a transaction.
+    let name = unsafe { pg_sys::get_rel_name(relid) };
+    if name.is_null() {
+        relid.to_u32().to_string()
+    } else {
+        // SAFETY: a NUL-terminated name palloc'd by get_rel_name.
+        unsafe { std::ffi::CStr::from_ptr(name) }.to_string_lossy().into_owned()
+    }
+}
+
+/// One round over the served tables, each in a transaction of its own.
+pub fn run_round(worker: &str) {
+    let tables = pgrx::bgworkers::BackgroundWorker::transaction(served_tables);
+    for (relid, owner) in tables {
+        pgrx::bgworkers::BackgroundWorker::transaction(|| {
+            match in_subtransaction(|| as_role(owner, || serve(relid))) {
+                Ok(done) if done.rolled_back + done.compacted_groups + done.cleaned_files > 0 => {
+                    log!("{worker}: table {}: {done}", relation_name(relid))
+                }
+                Ok(_) => {}
+                Err(e) => log!("{worker}: services of table {} failed: {e}", relation_name(relid)),
+            }
+        });
+    }
+}
