@@ -108,4 +108,7 @@ def test_the_worker_compacts_and_cleans_tables_with_services_auto(lake, cluster)
     assert count("commit", "untouched") == 0 and count("clean", "untouched") == 0
     log = cluster.log()
     assert "services of table broken failed" in log and "services of table customers failed" not in log
+    waits = [int(line.rsplit("next attempt in ", 1)[1].split()[0]) for line in log.splitlines()
+             if "services of table broken failed" in line]
+    assert waits == sorted(waits) and waits[0] == 2 and len(set(waits)) == len(waits), f"a doubling back-off: {waits}"
     assert worker_pid(conn) == worker, "the worker never restarted"

@@ -37,9 +37,10 @@ pub extern "C-unwind" fn pg_hudi_worker_main(_argument: pg_sys::Datum) {
     BackgroundWorker::connect_worker_to_spi(Some(&database), None);
     log!("{WORKER_NAME} started (database \"{database}\")");
 
+    let mut backoff = services::Backoff::default();
     loop {
         finish_pending_commits();
-        services::run_round(WORKER_NAME);
+        services::run_round(WORKER_NAME, &mut backoff);
         if !BackgroundWorker::wait_latch(Some(guc::worker_naptime())) {
             break;
         }

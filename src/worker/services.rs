@@ -3,7 +3,7 @@
 //! file groups that are due, and cleaning. Each table is served in a transaction of its own as
 //! the table's owner (so that its privileges and `file://` roots apply, not the worker's), and
 //! an ERROR of one table's services is logged and rolled back without touching the others or
-//! the worker.
+//! the worker; that table is tried again after a wait that doubles with every failure.
 
 use engine::services::compaction;
 use pgrx::prelude::*;
@@ -137,18 +137,51 @@ fn relation_name(relid: pg_sys::Oid) -> String {
     }
 }
 
-/// One round over the served tables, each in a transaction of its own.
-pub fn run_round(worker: &str) {
+/// Tables whose services failed: how often in a row, and when to try again.
+#[derive(Default)]
+pub struct Backoff {
+    failed: std::collections::HashMap<pg_sys::Oid, (u32, std::time::Instant)>,
+}
+
+/// The longest a failing table waits between two attempts.
+const MAX_BACKOFF: std::time::Duration = std::time::Duration::from_secs(600);
+
+impl Backoff {
+    fn due(&self, relid: pg_sys::Oid) -> bool {
+        self.failed.get(&relid).is_none_or(|(_, next)| *next <= std::time::Instant::now())
+    }
+
+    /// Another failure: the wait doubles from one nap, up to [`MAX_BACKOFF`].
+    fn failed(&mut self, relid: pg_sys::Oid, nap: std::time::Duration) -> std::time::Duration {
+        let failures = self.failed.get(&relid).map_or(0, |(n, _)| *n) + 1;
+        let wait = nap.saturating_mul(1 << failures.min(16)).min(MAX_BACKOFF);
+        self.failed.insert(relid, (failures, std::time::Instant::now() + wait));
+        wait
+    }
+}
+
+/// One round over the served tables that are due, each in a transaction of its own.
+pub fn run_round(worker: &str, backoff: &mut Backoff) {
     let tables = pgrx::bgworkers::BackgroundWorker::transaction(served_tables);
     for (relid, owner) in tables {
-        pgrx::bgworkers::BackgroundWorker::transaction(|| {
-            match in_subtransaction(|| as_role(owner, || serve(relid))) {
-                Ok(done) if done.rolled_back + done.compacted_groups + done.cleaned_files > 0 => {
-                    log!("{worker}: table {}: {done}", relation_name(relid))
-                }
-                Ok(_) => {}
-                Err(e) => log!("{worker}: services of table {} failed: {e}", relation_name(relid)),
-            }
+        if !backoff.due(relid) {
+            continue;
+        }
+        let (name, outcome) = pgrx::bgworkers::BackgroundWorker::transaction(|| {
+            let outcome = in_subtransaction(|| as_role(owner, || serve(relid)));
+            (relation_name(relid), outcome)
         });
+        match outcome {
+            Ok(done) => {
+                backoff.failed.remove(&relid);
+                if done.rolled_back + done.compacted_groups + done.cleaned_files > 0 {
+                    log!("{worker}: table {name}: {done}")
+                }
+            }
+            Err(e) => {
+                let wait = backoff.failed(relid, crate::guc::worker_naptime());
+                log!("{worker}: services of table {name} failed: {e}; next attempt in {} s", wait.as_secs())
+            }
+        }
     }
 }
