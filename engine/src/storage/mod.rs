@@ -387,6 +387,8 @@ impl Storage {
     /// attempt made. An existing object with exactly `bytes` is therefore taken as this
     /// caller's — sound because every caller that reads the answer writes content that names
     /// it (an owner, an instant, metadata); empty content proves nothing and is never claimed.
+    /// What no retry can rule out: when every attempt timed out, the first may still land later,
+    /// after the caller gave up (and, for a completion, after its lock passed on).
     pub async fn put_if_absent(&self, relative: &str, bytes: Bytes) -> Result<bool> {
         let path = self.path(relative);
         let mut attempt = 1;
