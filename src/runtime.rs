@@ -2,11 +2,43 @@
 //! never before fork), that drives the engine's async I/O on the backend's main thread.
 
 use std::cell::OnceCell;
+
+use pgrx::pg_sys;
 use std::future::Future;
 use std::time::Duration;
 
 thread_local! {
     static RUNTIME: OnceCell<tokio::runtime::Runtime> = const { OnceCell::new() };
+    /// Set in the background worker, whose SIGTERM handler only raises a flag: a wait there
+    /// checks the flag (and the postmaster) instead of PostgreSQL's interrupts.
+    static IN_WORKER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    static STOPPING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Marks this process as the background worker (see [`stopping`]).
+pub fn in_worker() {
+    IN_WORKER.with(|w| w.set(true));
+}
+
+/// Whether the worker was asked to stop (SIGTERM) or lost its postmaster: a wait in
+/// [`block_on`] that noticed it ended with an ERROR, and the worker should exit.
+pub fn stopping() -> bool {
+    STOPPING.with(|s| s.get())
+}
+
+/// In the worker: notices SIGTERM and postmaster death during a wait.
+fn worker_should_stop() -> bool {
+    if !IN_WORKER.with(|w| w.get()) {
+        return false;
+    }
+    // SAFETY: plain reads of a backend global and the worker's signal flag. A process whose
+    // postmaster died has been reparented.
+    let orphaned = unsafe { libc::getppid() != pg_sys::PostmasterPid };
+    let stop = pgrx::bgworkers::BackgroundWorker::sigterm_received() || orphaned;
+    if stop {
+        STOPPING.with(|s| s.set(true));
+    }
+    stop
 }
 
 /// How often a waiting backend checks for query cancel and termination.
@@ -53,6 +85,13 @@ pub fn block_on<F: Future>(future: F) -> F::Output {
                     _ = tokio::time::sleep(INTERRUPT_CHECK_INTERVAL) => {
                         if !engine::write::time::holding_a_lock() {
                             pgrx::check_for_interrupts!();
+                            if worker_should_stop() {
+                                crate::error::raise(
+                                    pgrx::PgSqlErrorCode::ERRCODE_ADMIN_SHUTDOWN,
+                                    "the pg_hudi worker is stopping",
+                                    None,
+                                );
+                            }
                         }
                     }
                 }

@@ -112,3 +112,45 @@ def test_the_worker_compacts_and_cleans_tables_with_services_auto(lake, cluster)
              if "services of table broken failed" in line]
     assert waits == sorted(waits) and waits[0] == 2 and len(set(waits)) == len(waits), f"a doubling back-off: {waits}"
     assert worker_pid(conn) == worker, "the worker never restarted"
+
+
+def test_a_worker_waiting_on_storage_stops_at_once_on_sigterm(cluster):
+    """The worker's services wait on a store that accepts connections and never answers (a
+    request timeout of a minute): SIGTERM still ends the worker within seconds, cleanly."""
+    import socket
+    import threading
+    listener = socket.create_server(("127.0.0.1", 0))
+    held, accepted = [], threading.Event()
+
+    def hold():
+        while True:
+            try:
+                connection, _ = listener.accept()
+            except OSError:
+                return
+            held.append(connection)
+            accepted.set()
+    threading.Thread(target=hold, daemon=True).start()
+    port = listener.getsockname()[1]
+    try:
+        with cluster.connect() as conn:
+            conn.execute("CREATE EXTENSION pg_hudi")
+            conn.execute("ALTER SYSTEM SET hudi.worker_naptime = 1")
+            conn.execute("SELECT pg_reload_conf()")
+            conn.execute("CREATE SERVER silent FOREIGN DATA WRAPPER hudi_fdw OPTIONS (base_uri 's3://lake', "
+                         "request_timeout '60s')")
+            conn.execute("CREATE USER MAPPING FOR PUBLIC SERVER silent OPTIONS (aws_access_key_id 'k', "
+                         f"aws_secret_access_key 's', aws_endpoint 'http://127.0.0.1:{port}', aws_allow_http 'true')")
+            conn.execute("CREATE FOREIGN TABLE waiting (id bigint) SERVER silent OPTIONS (path 't', services 'auto')")
+            assert accepted.wait(30), "the worker reached the store"
+            pid = worker_pid(conn)
+            started = time.monotonic()
+            assert conn.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone()[0]
+            assert wait_for(lambda: not alive(pid), timeout=20), "the worker went on waiting"
+            assert time.monotonic() - started < 10
+            assert wait_for(lambda: "pg_hudi worker exiting" in cluster.log())
+            assert "exited with exit code" not in cluster.log()
+    finally:
+        listener.close()
+        for connection in held:
+            connection.close()

@@ -37,11 +37,13 @@ pub extern "C-unwind" fn pg_hudi_worker_main(_argument: pg_sys::Datum) {
     BackgroundWorker::connect_worker_to_spi(Some(&database), None);
     log!("{WORKER_NAME} started (database \"{database}\")");
 
+    crate::runtime::in_worker();
     let mut backoff = services::Backoff::default();
     loop {
         finish_pending_commits();
         services::run_round(WORKER_NAME, &mut backoff);
-        if !BackgroundWorker::wait_latch(Some(guc::worker_naptime())) {
+        // A storage wait that SIGTERM (or the postmaster's death) cut short ends the worker.
+        if crate::runtime::stopping() || !BackgroundWorker::wait_latch(Some(guc::worker_naptime())) {
             break;
         }
         if BackgroundWorker::sighup_received() {
@@ -58,10 +60,16 @@ pub extern "C-unwind" fn pg_hudi_worker_main(_argument: pg_sys::Datum) {
 /// Failures are kept in the intents; none raises an ERROR.
 fn finish_pending_commits() {
     BackgroundWorker::transaction(|| {
-        if crate::intents::table_exists() {
-            for (intent, outcome) in crate::intents::finish_committed(None, false) {
-                log!("{WORKER_NAME}: write {} to {}: {outcome:?}", intent.commit.instant, intent.location);
+        // A stop requested during a storage wait arrives as an ERROR.
+        let finished = services::in_subtransaction(|| {
+            if crate::intents::table_exists() {
+                for (intent, outcome) in crate::intents::finish_committed(None, false) {
+                    log!("{WORKER_NAME}: write {} to {}: {outcome:?}", intent.commit.instant, intent.location);
+                }
             }
+        });
+        if let Err(e) = finished {
+            log!("{WORKER_NAME}: finishing committed writes stopped: {e}");
         }
     });
 }

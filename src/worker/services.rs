@@ -54,7 +54,7 @@ fn served_tables() -> Vec<(pg_sys::Oid, pg_sys::Oid)> {
 }
 
 /// Runs `f` in a subtransaction: an ERROR inside rolls it back and comes back as its message.
-fn in_subtransaction<R>(f: impl FnOnce() -> R) -> Result<R, String> {
+pub(crate) fn in_subtransaction<R>(f: impl FnOnce() -> R) -> Result<R, String> {
     // SAFETY: the pattern PL/pgSQL uses for exception blocks, on the main thread inside a
     // transaction: the memory context and resource owner are restored on both paths.
     unsafe {
@@ -164,6 +164,9 @@ impl Backoff {
 pub fn run_round(worker: &str, backoff: &mut Backoff) {
     let tables = pgrx::bgworkers::BackgroundWorker::transaction(served_tables);
     for (relid, owner) in tables {
+        if crate::runtime::stopping() {
+            return;
+        }
         if !backoff.due(relid) {
             continue;
         }
@@ -178,6 +181,7 @@ pub fn run_round(worker: &str, backoff: &mut Backoff) {
                     log!("{worker}: table {name}: {done}")
                 }
             }
+            Err(_) if crate::runtime::stopping() => return,
             Err(e) => {
                 let wait = backoff.failed(relid, crate::guc::worker_naptime());
                 log!("{worker}: services of table {name} failed: {e}; next attempt in {} s", wait.as_secs())
