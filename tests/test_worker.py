@@ -76,7 +76,7 @@ def test_the_worker_compacts_and_cleans_tables_with_services_auto(lake, cluster)
     compacts the file groups that gathered enough logs and cleans the slices no read needs;
     the rows stay those of a heap copy (and of the reference reader); a table without the
     option is left alone, and one whose services fail is logged without stopping the rest."""
-    from conftest import our_rows, reference_rows, wait_for as wait_until
+    from conftest import our_rows, reference_rows
     conn, table = lake
     conn.execute("ALTER SYSTEM SET hudi.worker_naptime = 1")
     conn.execute("SELECT pg_reload_conf()")
@@ -101,9 +101,9 @@ def test_the_worker_compacts_and_cleans_tables_with_services_auto(lake, cluster)
                              f"'2026-01-01'::timestamptz + interval '{round_ * 3 + n} hour' FROM generate_series(1, 20) g "
                              + ("ON CONFLICT (id) DO UPDATE SET name = excluded.name, ts = excluded.ts" if t == "heap" else ""))
             conn.execute("INSERT INTO untouched VALUES (%s, 'x')", (round_ * 3 + n,))
-        wait_until(f"compaction {round_ + 1}", lambda: count("commit") >= round_ + 1, timeout=60)
+        assert wait_for(lambda: count("commit") >= round_ + 1, timeout=60), f"compaction {round_ + 1}"
         assert our_rows(conn) == sorted(conn.execute("SELECT id, name, country, balance FROM heap").fetchall())
-    wait_until("a clean", lambda: count("clean") >= 1, timeout=60)
+    assert wait_for(lambda: count("clean") >= 1, timeout=60), "a clean"
     assert our_rows(conn) == sorted(conn.execute("SELECT id, name, country, balance FROM heap").fetchall()) == reference_rows(table)
     assert count("commit", "untouched") == 0 and count("clean", "untouched") == 0
     log = cluster.log()

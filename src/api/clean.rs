@@ -11,7 +11,7 @@ use pgrx::PgRelation;
 use crate::api::service_target;
 use crate::error::OrReport;
 use crate::fdw::modify::writer_id;
-use crate::fdw::table::{options_of, ForeignHudiTable};
+use crate::fdw::table::{foreign_table_location, ForeignHudiTable};
 use crate::guc::lock_options;
 use crate::runtime::block_on;
 
@@ -62,21 +62,5 @@ fn consumers_floor(location: &StorageUri, max_retain: &str) -> Option<String> {
             rows.filter_map(|row| Some((row.get::<pg_sys::Oid>(1).ok()??, row.get::<String>(2).ok()??))).collect()
         })
     });
-    positions.into_iter().filter(|(relation, _)| location_of(*relation).as_ref() == Some(location)).map(|(_, p)| p).min()
-}
-
-/// Where the foreign table `relid` points (server `base_uri` + `path`), without the access
-/// checks of opening it: only to compare with a location already checked. `None` for a
-/// relation that is gone or not a foreign table.
-fn location_of(relid: pg_sys::Oid) -> Option<StorageUri> {
-    // SAFETY: catalog lookups on the main thread; a dropped relation is skipped.
-    unsafe {
-        if pg_sys::get_rel_name(relid).is_null() || pg_sys::get_rel_relkind(relid) != pg_sys::RELKIND_FOREIGN_TABLE as std::ffi::c_char {
-            return None;
-        }
-        let table = pg_sys::GetForeignTable(relid);
-        let server = pg_sys::GetForeignServer((*table).serverid);
-        let base = StorageUri::parse(options_of((*server).options).get("base_uri")?).ok()?;
-        base.resolve(options_of((*table).options).get("path").map_or("", String::as_str)).ok()
-    }
+    positions.into_iter().filter(|(relation, _)| foreign_table_location(*relation).as_ref() == Some(location)).map(|(_, p)| p).min()
 }

@@ -247,10 +247,6 @@ fn slices_to_read(reader: &TableReader, spec: &ReadSpec, options: &ScanOptions) 
     (slices, stats)
 }
 
-unsafe fn relation_name(relid: pg_sys::Oid) -> String {
-    let name = pg_sys::get_rel_name(relid);
-    if name.is_null() { relid.to_u32().to_string() } else { CStr::from_ptr(name).to_string_lossy().into_owned() }
-}
 
 /// Plan time: check the declared columns against the table and estimate its size.
 #[pg_guard]
@@ -264,7 +260,7 @@ pub unsafe extern "C-unwind" fn get_foreign_rel_size(
     let reader = open_for(&table, &spec);
     let relation = pg_sys::RelationIdGetRelation(relid);
     let schema = spec.schema(&reader);
-    let columns = bind_columns((*relation).rd_att, schema, &relation_name(relid), &table.uri.to_string());
+    let columns = bind_columns((*relation).rd_att, schema, &crate::fdw::table::relation_name(relid), &table.uri.to_string());
     pg_sys::RelationClose(relation);
     let fields = field_names(&columns, schema);
     let options = ScanOptions {
@@ -397,7 +393,7 @@ pub unsafe extern "C-unwind" fn begin_foreign_scan(node: *mut pg_sys::ForeignSca
     let spec = read_spec(&table);
     let reader = open_for(&table, &spec);
     let schema = spec.schema(&reader);
-    let columns = bind_columns((*relation).rd_att, schema, &relation_name(relid), &table.uri.to_string());
+    let columns = bind_columns((*relation).rd_att, schema, &crate::fdw::table::relation_name(relid), &table.uri.to_string());
     // Deletes are reported only to scans that can show them.
     let with_deletes = schema
         .index_of(OPERATION_COLUMN)
@@ -617,7 +613,7 @@ unsafe extern "C-unwind" fn acquire_sample_rows(
     let table = ForeignHudiTable::of_relation(relid);
     let reader = open_for(&table, &ReadSpec::Snapshot { bound: ReadBound::Latest, read_optimized: false });
     let tupdesc = (*relation).rd_att;
-    let columns = used_bindings(bind_columns(tupdesc, reader.schema(), &relation_name(relid), &table.uri.to_string()), None, reader.schema());
+    let columns = used_bindings(bind_columns(tupdesc, reader.schema(), &crate::fdw::table::relation_name(relid), &table.uri.to_string()), None, reader.schema());
     let slices = block_on(reader.slices(&ReadBound::Latest)).or_report();
     let query = SliceQuery::Snapshot(ReadBound::Latest);
     let mut scan = SliceScan::new(reader, query, ScanOptions::default(), slices, ScanStats::default(), guc::read_ahead_slices());

@@ -54,18 +54,47 @@ pub unsafe fn store_settings(role: pg_sys::Oid, server: pg_sys::Oid, uri: &Stora
     crate::fdw::options::store_settings(&server_options, options)
 }
 
+/// The name of relation `relid`, or its number when it has none (dropped).
+pub fn relation_name(relid: pg_sys::Oid) -> String {
+    // SAFETY: a catalog lookup on the main thread inside a transaction; the name is a
+    // NUL-terminated string palloc'd by get_rel_name.
+    unsafe {
+        let name = pg_sys::get_rel_name(relid);
+        if name.is_null() { relid.to_u32().to_string() } else { CStr::from_ptr(name).to_string_lossy().into_owned() }
+    }
+}
+
+/// Where the foreign table `relid` points: its server's `base_uri` with its `path` resolved
+/// below it (a path that leaves the base is an error), without the access checks of
+/// [`ForeignHudiTable::of_relation`].
+///
+/// # Safety
+/// `relid` must be a foreign table.
+unsafe fn location_of(relid: pg_sys::Oid) -> engine::Result<StorageUri> {
+    let table = pg_sys::GetForeignTable(relid);
+    let server = pg_sys::GetForeignServer((*table).serverid);
+    let base = StorageUri::parse(options_of((*server).options).get("base_uri").map_or("", String::as_str))?;
+    base.resolve(options_of((*table).options).get("path").map_or("", String::as_str))
+}
+
+/// [`location_of`] for any relation: `None` for one that is gone, is not a foreign table, or
+/// whose location does not resolve. Only to compare with a location already checked.
+pub fn foreign_table_location(relid: pg_sys::Oid) -> Option<StorageUri> {
+    // SAFETY: catalog lookups on the main thread; other relations are refused first.
+    unsafe {
+        let foreign = !pg_sys::get_rel_name(relid).is_null()
+            && pg_sys::get_rel_relkind(relid) == pg_sys::RELKIND_FOREIGN_TABLE as std::ffi::c_char;
+        if foreign { location_of(relid).ok() } else { None }
+    }
+}
+
 impl ForeignHudiTable {
     /// Resolves `relid` for a SQL function: it must be a `hudi_fdw` foreign table the user may
     /// read.
     pub fn for_function(relid: pg_sys::Oid) -> ForeignHudiTable {
         // SAFETY: catalog lookups on the main thread.
         unsafe {
-            let name = pg_sys::get_rel_name(relid);
-            let name = if name.is_null() {
-                relid.to_u32().to_string()
-            } else {
-                CStr::from_ptr(name).to_string_lossy().into_owned()
-            };
+            let name = relation_name(relid);
             let is_hudi = pg_sys::get_rel_relkind(relid) == pg_sys::RELKIND_FOREIGN_TABLE as std::ffi::c_char && {
                 let table = pg_sys::GetForeignTable(relid);
                 let server = pg_sys::GetForeignServer((*table).serverid);
@@ -100,13 +129,10 @@ impl ForeignHudiTable {
         // SAFETY: catalog lookups for an existing foreign table, on the main thread.
         unsafe {
             let table = pg_sys::GetForeignTable(relid);
-            let server = pg_sys::GetForeignServer((*table).serverid);
-            let server_options = options_of((*server).options);
             let options = options_of((*table).options);
-            let base = StorageUri::parse(server_options.get("base_uri").map_or("", String::as_str)).or_report();
-            let uri = base.resolve(options.get("path").map_or("", String::as_str)).or_report();
+            let uri = location_of(relid).or_report();
             check_location_access(&uri);
-            let store = store_settings(pg_sys::GetUserId(), (*server).serverid, &uri);
+            let store = store_settings(pg_sys::GetUserId(), (*table).serverid, &uri);
             ForeignHudiTable { uri, store, options }
         }
     }

@@ -121,20 +121,8 @@ fn serve(relid: pg_sys::Oid) -> Done {
         let outcome = block_on(compaction::run_compaction(&storage, &instant, &writer, &lock_options(), heartbeat_expiry()));
         done.compacted_groups = outcome.unwrap_or_else(|e| crate::error::report(e)).file_groups;
     }
-    crate::fdw::table_state::forget_all();
     done.cleaned_files = crate::api::clean::clean(relation(relid)).map(|c| c.2 as usize).sum();
     done
-}
-
-fn relation_name(relid: pg_sys::Oid) -> String {
-    // SAFETY: a catalog lookup on the main thread inside a transaction.
-    let name = unsafe { pg_sys::get_rel_name(relid) };
-    if name.is_null() {
-        relid.to_u32().to_string()
-    } else {
-        // SAFETY: a NUL-terminated name palloc'd by get_rel_name.
-        unsafe { std::ffi::CStr::from_ptr(name) }.to_string_lossy().into_owned()
-    }
 }
 
 /// Tables whose services failed: how often in a row, and when to try again.
@@ -172,7 +160,7 @@ pub fn run_round(worker: &str, backoff: &mut Backoff) {
         }
         let (name, outcome) = pgrx::bgworkers::BackgroundWorker::transaction(|| {
             let outcome = in_subtransaction(|| as_role(owner, || serve(relid)));
-            (relation_name(relid), outcome)
+            (crate::fdw::table::relation_name(relid), outcome)
         });
         match outcome {
             Ok(done) => {

@@ -172,9 +172,17 @@ fn check_credentials(uri: &StorageUri, settings: &StoreSettings) -> Result<()> {
     Ok(())
 }
 
-fn invalid_option<'a>(name: &str, uri: &'a StorageUri) -> impl FnOnce(object_store::Error) -> Error + 'a {
-    let name = name.to_owned();
-    move |e| Error::new(ErrorKind::InvalidArgument, format!("invalid option \"{name}\" for {uri}")).with_source(e)
+/// `options` as the configuration keys of one store's builder.
+fn config_keys<'o, K: FromStr<Err = object_store::Error>>(options: &'o [(String, String)], uri: &StorageUri) -> Result<Vec<(K, &'o str)>> {
+    options
+        .iter()
+        .map(|(name, value)| {
+            let key = K::from_str(name).map_err(|e| {
+                Error::new(ErrorKind::InvalidArgument, format!("invalid option \"{name}\" for {uri}")).with_source(e)
+            })?;
+            Ok((key, value.as_str()))
+        })
+        .collect()
 }
 
 /// The object store of a cloud location (`s3://`, `az://`, `gs://`), its path the whole of
@@ -191,33 +199,20 @@ pub(super) fn cloud_store(uri: &StorageUri, settings: &StoreSettings) -> Result<
     let url = uri.as_str();
     let built = match uri.scheme() {
         Scheme::S3 => {
-            let mut builder = if settings.credential_chain { AmazonS3Builder::from_env() } else { AmazonS3Builder::new() };
-            builder = builder.with_url(url).with_retry(retry);
-            for (name, value) in &options {
-                let key = AmazonS3ConfigKey::from_str(name).map_err(invalid_option(name, uri))?;
-                builder = builder.with_config(key, value);
-            }
-            builder.build().map(|s| Arc::new(s) as Arc<dyn ObjectStore>)
+            let base = if settings.credential_chain { AmazonS3Builder::from_env() } else { AmazonS3Builder::new() };
+            let configured = config_keys(&options, uri)?.into_iter().fold(base, |b, (k, v)| b.with_config(k, v));
+            configured.with_url(url).with_retry(retry).build().map(|s| Arc::new(s) as Arc<dyn ObjectStore>)
         }
         Scheme::Azure => {
-            let mut builder =
-                if settings.credential_chain { MicrosoftAzureBuilder::from_env() } else { MicrosoftAzureBuilder::new() };
-            builder = builder.with_url(url).with_retry(retry);
-            for (name, value) in &options {
-                let key = AzureConfigKey::from_str(name).map_err(invalid_option(name, uri))?;
-                builder = builder.with_config(key, value);
-            }
-            builder.build().map(|s| Arc::new(s) as Arc<dyn ObjectStore>)
+            let base = if settings.credential_chain { MicrosoftAzureBuilder::from_env() } else { MicrosoftAzureBuilder::new() };
+            let configured = config_keys(&options, uri)?.into_iter().fold(base, |b, (k, v)| b.with_config(k, v));
+            configured.with_url(url).with_retry(retry).build().map(|s| Arc::new(s) as Arc<dyn ObjectStore>)
         }
         Scheme::Gcs => {
-            let mut builder =
+            let base =
                 if settings.credential_chain { GoogleCloudStorageBuilder::from_env() } else { GoogleCloudStorageBuilder::new() };
-            builder = builder.with_url(url).with_retry(retry);
-            for (name, value) in &options {
-                let key = GoogleConfigKey::from_str(name).map_err(invalid_option(name, uri))?;
-                builder = builder.with_config(key, value);
-            }
-            builder.build().map(|s| Arc::new(s) as Arc<dyn ObjectStore>)
+            let configured = config_keys(&options, uri)?.into_iter().fold(base, |b, (k, v)| b.with_config(k, v));
+            configured.with_url(url).with_retry(retry).build().map(|s| Arc::new(s) as Arc<dyn ObjectStore>)
         }
         Scheme::File | Scheme::Memory => {
             return Err(Error::new(ErrorKind::Internal, format!("{uri} is not a cloud location")));
