@@ -80,6 +80,22 @@ def reference_rows(path):
     return reference_rows_at(str(path))
 
 
+def archived_instants(table):
+    """The rows of the LSM history of the table at `table` (a path), read as Hudi's readers
+    read it: `_version_`, that manifest, then its Parquet files; {} without a history."""
+    import json
+    import pyarrow.parquet as pq
+    history = table / ".hoodie/timeline/history"
+    if not (history / "_version_").exists():
+        return {}
+    manifest = json.loads((history / f"manifest_{(history / '_version_').read_text()}").read_text())
+    rows = {}
+    for entry in manifest["files"]:
+        for row in pq.read_table(history / entry["fileName"]).to_pylist():
+            rows.setdefault(row["instantTime"], row)
+    return rows
+
+
 def our_rows(conn):
     """The rows pg_hudi reads from `customers`."""
     return sorted(conn.execute("SELECT id, name, country, balance FROM customers").fetchall())

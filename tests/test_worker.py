@@ -73,11 +73,13 @@ def test_worker_exits_when_the_postmaster_dies(cluster):
 
 def test_the_worker_compacts_and_cleans_tables_with_services_auto(lake, cluster):
     """With `services 'auto'` and small thresholds, and no call of any service, the worker
-    compacts the file groups that gathered enough logs and cleans the slices no read needs;
+    compacts the file groups that gathered enough logs, cleans the slices no read needs and
+    archives the oldest instants;
     the rows stay those of a heap copy (and of the reference reader); a table without the
     option is left alone, and one whose services fail is logged without stopping the rest."""
-    from conftest import our_rows, reference_rows
+    from conftest import archived_instants, our_rows, reference_rows
     conn, table = lake
+    lake_root = table.parent
     conn.execute("ALTER SYSTEM SET hudi.worker_naptime = 1")
     conn.execute("SELECT pg_reload_conf()")
     conn.execute("CREATE TABLE heap (id bigint PRIMARY KEY, name text, country text, balance numeric(12, 2), ts timestamptz)")
@@ -85,14 +87,16 @@ def test_the_worker_compacts_and_cleans_tables_with_services_auto(lake, cluster)
                     OPTIONS (path 'untouched', primary_key 'id', merge_mode 'commit_time')""")
     conn.execute("SELECT hudi.create_table('untouched')")
     conn.execute("ALTER FOREIGN TABLE customers OPTIONS (ADD services 'auto', ADD compaction_delta_commits '2', "
-                 "ADD clean_retain_commits '2')")
+                 "ADD clean_retain_commits '2', ADD archive_min_instants '3', ADD archive_max_instants '4')")
     # A table whose services fail every round: logged, and nothing else is disturbed.
     conn.execute("CREATE FOREIGN TABLE broken (id bigint) SERVER lake OPTIONS (path 'nowhere', services 'auto')")
     worker = worker_pid(conn)
 
     def count(action, name="customers"):
-        return conn.execute(f"SELECT count(*) FROM hudi.timeline('{name}') WHERE action = %s AND state = 'completed'",
-                            (action,)).fetchone()[0]
+        """Completed instants of `action`, active or archived."""
+        archived = [r for r in archived_instants(lake_root / name).values() if r["action"] == action]
+        return len(archived) + conn.execute(f"SELECT count(*) FROM hudi.timeline('{name}') WHERE action = %s AND state = 'completed'",
+                                            (action,)).fetchone()[0]
 
     for round_ in range(3):
         for n in range(3):
@@ -104,6 +108,12 @@ def test_the_worker_compacts_and_cleans_tables_with_services_auto(lake, cluster)
         assert wait_for(lambda: count("commit") >= round_ + 1, timeout=60), f"compaction {round_ + 1}"
         assert our_rows(conn) == sorted(conn.execute("SELECT id, name, country, balance FROM heap").fetchall())
     assert wait_for(lambda: count("clean") >= 1, timeout=60), "a clean"
+    assert wait_for(lambda: archived_instants(table), timeout=60), "an archival"
+
+    def active_commits():
+        return conn.execute("SELECT count(*) FROM hudi.timeline('customers') WHERE action IN ('commit', 'deltacommit') "
+                            "AND state = 'completed'").fetchone()[0]
+    assert wait_for(lambda: 3 <= active_commits() <= 4, timeout=60), f"{active_commits()} commits active"
     assert our_rows(conn) == sorted(conn.execute("SELECT id, name, country, balance FROM heap").fetchall()) == reference_rows(table)
     assert count("commit", "untouched") == 0 and count("clean", "untouched") == 0
     log = cluster.log()

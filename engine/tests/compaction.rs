@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use arrow::array::{Array, AsArray};
 use bytes::Bytes;
-use common::customers::{local, rows, snapshot, spec, writer};
+use common::customers::{local, rows, snapshot, snapshot_of, spec, writer};
 use engine::read::{ChangeRange, TableReader};
 use engine::services::compaction::{compact, run_compaction, schedule_compaction, CompactionPlan};
 use engine::storage::Storage;
@@ -333,5 +333,102 @@ async fn a_clean_deletes_the_slices_no_read_needs_and_reads_stay_the_same() {
     let reader = TableReader::open(storage.clone()).await.unwrap();
     let cleans: Vec<_> = reader.timeline().instants().iter().filter(|i| i.action == "clean").collect();
     assert!(cleans.len() == 1 && cleans[0].timestamp == cleaned.instant && cleans[0].is_completed(), "{cleans:?}");
+    assert_eq!(snapshot(&storage).await, expected);
+}
+
+/// The snapshot, time travel and change reads of every range stay what they were when the
+/// oldest commits move to the LSM history, including a write that completed after a later one
+/// had (its range is decided by the completion time the history keeps, not by its request);
+/// the history is what Hudi's layout says; a second archival finds nothing to do and one
+/// redone after a crash (its active files back) ends the same.
+#[tokio::test]
+async fn archived_commits_read_as_before_from_the_lsm_history() {
+    use engine::services::archive::{archive, ArchiveOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let storage = local(dir.path());
+    let config = create_table(&storage, &spec()).await.unwrap();
+    // A slow write requested before a fast one and completed after it.
+    let mut slow_write = Transaction::begin(storage.clone(), config.clone(), writer(1), LockOptions::default()).await.unwrap();
+    slow_write.upsert(&rows(&[(1, "slow", "nl", 1)])).await.unwrap();
+    let slow = slow_write.instant().to_owned();
+    let fast_completed = commit(&storage, &config, &[(2, "fast", "be", 1)]).await;
+    let slow_completed = slow_write.commit().await.unwrap();
+    assert!(slow_completed > fast_completed);
+    let fast = requested_of(&TableReader::open(storage.clone()).await.unwrap(), &fast_completed);
+    assert!(slow < fast, "requested first");
+    let mut model = std::collections::BTreeMap::from([(1, "slow".to_owned()), (2, "fast".to_owned())]);
+    for round in 0..6i64 {
+        for step in 0..3i64 {
+            let id = 3 + step;
+            let name = format!("r{round}s{step}");
+            commit(&storage, &config, &[(id, &name, if id % 2 == 0 { "nl" } else { "be" }, round * 10 + step + 2)]).await;
+            model.insert(id, name);
+        }
+        if round % 2 == 1 {
+            compact(&storage, &writer(2), &LockOptions::default(), EXPIRY).await.unwrap().unwrap();
+        }
+    }
+    let expected: Vec<(i64, String)> = model.into_iter().collect();
+    let before = TableReader::open(storage.clone()).await.unwrap();
+    assert_eq!(snapshot_of(&before).await, expected);
+    let commits: Vec<(String, String)> =
+        before.timeline().completed_writes().map(|i| (i.timestamp.clone(), i.completion.clone().unwrap())).collect();
+    // Ranges starting at every completion time, and time travel to every commit.
+    let steps: Vec<String> = commits.iter().map(|(t, _)| t.clone()).collect();
+    let mut reads = Vec::new();
+    for (instant, completion) in &commits {
+        let range = ChangeRange { start: Some(completion.clone()), end: None };
+        reads.push((changes_by_step(&before, &range, &steps, None).await, snapshot_of(&before).await, before.read_snapshot(Some(instant)).await.unwrap().len()));
+    }
+    let since_fast = changes_by_step(&before, &ChangeRange { start: Some(fast_completed.clone()), end: None }, &steps, None).await;
+    assert!(since_fast.iter().any(|(_, _, name, _)| name.as_deref() == Some("slow")), "the slow write completed after the fast one: {since_fast:?}");
+
+    let timeline_before: std::collections::BTreeMap<String, Vec<u8>> = std::fs::read_dir(dir.path().join(".hoodie/timeline"))
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_type().unwrap().is_file())
+        .map(|e| (e.file_name().into_string().unwrap(), std::fs::read(e.path()).unwrap()))
+        .collect();
+    let options = ArchiveOptions { min_commits: 4, max_commits: 6, compaction_delta_commits: 1 };
+    let archived = archive(&storage, &writer(3), &LockOptions::default(), &options).await.unwrap().unwrap();
+    assert!(archived.commits >= 2 && archived.first == slow, "{archived:?}");
+    let history = dir.path().join(".hoodie/timeline/history");
+    let version = std::fs::read_to_string(history.join("_version_")).unwrap();
+    assert_eq!(version, "1");
+    let manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(history.join("manifest_1")).unwrap()).unwrap();
+    let file = &manifest["files"][0];
+    let name = file["fileName"].as_str().unwrap();
+    assert_eq!(name, format!("{}_{}_0.parquet", archived.first, archived.last));
+    assert_eq!(file["fileLen"].as_u64().unwrap(), std::fs::metadata(history.join(name)).unwrap().len());
+
+    let after = TableReader::open(storage.clone()).await.unwrap();
+    assert!(after.timeline().is_archived(&slow) && after.timeline().is_archived(&fast));
+    assert_eq!(after.timeline().completion_time(&fast), Some(fast_completed.as_str()), "from the history");
+    let active = after.timeline().completed_writes().count();
+    assert_eq!(active, commits.len() - archived.commits);
+    for ((instant, completion), (changes, latest, as_of)) in commits.iter().zip(&reads) {
+        let range = ChangeRange { start: Some(completion.clone()), end: None };
+        assert_eq!(&changes_by_step(&after, &range, &steps, None).await, changes, "changes after {completion}");
+        assert_eq!(&snapshot_of(&after).await, latest);
+        assert_eq!(after.read_snapshot(Some(instant)).await.unwrap().len(), *as_of, "as of {instant}");
+    }
+    assert_eq!(archive(&storage, &writer(3), &LockOptions::default(), &options).await.unwrap(), None, "nothing more to archive");
+
+    // Redone after a crash between publishing and deleting (the archived files back): the
+    // history gains nothing, and the same files go.
+    let timeline_dir = dir.path().join(".hoodie/timeline");
+    let names = |d: &std::path::Path| -> std::collections::BTreeSet<String> {
+        std::fs::read_dir(d).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).filter(|n| n != "history").collect()
+    };
+    let archived_names: Vec<String> = timeline_before.keys().filter(|n| !names(&timeline_dir).contains(*n)).cloned().collect();
+    assert_eq!(archived_names.len(), archived.files_deleted);
+    let after_names = names(&timeline_dir);
+    for name in &archived_names {
+        std::fs::write(timeline_dir.join(name), &timeline_before[name]).unwrap();
+    }
+    let redone = archive(&storage, &writer(3), &LockOptions::default(), &options).await.unwrap().unwrap();
+    assert_eq!(redone, archived);
+    assert_eq!(names(&timeline_dir), after_names);
+    assert_eq!(std::fs::read_to_string(history.join("_version_")).unwrap(), "1", "the history was complete");
     assert_eq!(snapshot(&storage).await, expected);
 }

@@ -34,7 +34,7 @@ pub(crate) fn clean(table: PgRelation) -> TableIterator<
 > {
     let storage = service_target(&table, "clean it");
     let foreign = ForeignHudiTable::of_relation(table.oid());
-    let retain_commits = foreign.options.get("clean_retain_commits").and_then(|v| v.trim().parse().ok()).unwrap_or(DEFAULT_RETAIN_COMMITS);
+    let retain_commits = foreign.count_option("clean_retain_commits", DEFAULT_RETAIN_COMMITS);
     let max_retain = foreign.options.get("clean_max_retain").map_or(DEFAULT_MAX_RETAIN, String::as_str);
     let options = CleanOptions { retain_commits, keep_changes_after: consumers_floor(&foreign.uri, max_retain) };
     let outcome = block_on(clean::clean(&storage, &writer_id(), &lock_options(), &options)).or_report();

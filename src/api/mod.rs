@@ -1,5 +1,6 @@
 //! SQL functions in schema `hudi`.
 
+pub mod archive;
 pub mod clean;
 pub mod compaction;
 pub mod create;

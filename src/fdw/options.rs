@@ -4,7 +4,7 @@
 //! |---------------|---------|
 //! | server        | `base_uri` (required): `file://`, `s3://`, `gs://`, `az://` or `memory://`; `credential_chain` (superusers only); `max_retries`, `retry_timeout`, `request_timeout`, `connect_timeout` |
 //! | user mapping  | object-store credentials (`aws_access_key_id`, ...): secrets live only here |
-//! | foreign table | `path`, `query_type`, `as_of_instant`, `start_instant`, `end_instant`, `primary_key`, `ordering_field`, `partition_by`, `buckets`, `merge_mode`, `clean_retain_commits`, `clean_max_retain`, `services`, `compaction_delta_commits` |
+//! | foreign table | `path`, `query_type`, `as_of_instant`, `start_instant`, `end_instant`, `primary_key`, `ordering_field`, `partition_by`, `buckets`, `merge_mode`, `clean_retain_commits`, `clean_max_retain`, `services`, `compaction_delta_commits`, `archive_min_instants`, `archive_max_instants` |
 
 use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
@@ -36,6 +36,8 @@ pub const TABLE_OPTIONS: &[&str] = &[
     "clean_max_retain",
     "services",
     "compaction_delta_commits",
+    "archive_min_instants",
+    "archive_max_instants",
 ];
 pub const SERVICES: &[&str] = &["auto", "off"];
 pub const QUERY_TYPES: &[&str] = &["snapshot", "read_optimized", "incremental"];
@@ -263,7 +265,7 @@ fn validate_table(options: &[(String, String)]) {
             "services" if !SERVICES.contains(&value.as_str()) => {
                 bad_value(name, value, format_args!("expected one of {}", SERVICES.join(", ")))
             }
-            "compaction_delta_commits" => match value.trim().parse::<u32>() {
+            "compaction_delta_commits" | "archive_min_instants" | "archive_max_instants" => match value.trim().parse::<u32>() {
                 Ok(n) if n >= 1 => {}
                 _ => bad_value(name, value, "expected a positive integer"),
             },

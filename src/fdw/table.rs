@@ -89,6 +89,12 @@ pub fn foreign_table_location(relid: pg_sys::Oid) -> Option<StorageUri> {
 }
 
 impl ForeignHudiTable {
+    /// The table option `name` as a count (the validator accepted only positive integers), or
+    /// `default` when it is not set.
+    pub fn count_option(&self, name: &str, default: usize) -> usize {
+        self.options.get(name).and_then(|v| v.trim().parse().ok()).unwrap_or(default)
+    }
+
     /// Resolves `relid` for a SQL function: it must be a `hudi_fdw` foreign table the user may
     /// read.
     pub fn for_function(relid: pg_sys::Oid) -> ForeignHudiTable {

@@ -1,6 +1,6 @@
 //! The table services the worker runs by itself, for every `hudi_fdw` foreign table of its
 //! database whose option `services` is `auto`: rollback of failed writes, compaction of the
-//! file groups that are due, and cleaning. Each table is served in a transaction of its own as
+//! file groups that are due, cleaning, and archival. Each table is served in a transaction of its own as
 //! the table's owner (so that its privileges and `file://` roots apply, not the worker's), and
 //! an ERROR of one table's services is logged and rolled back without touching the others or
 //! the worker; that table is tried again after a wait that doubles with every failure.
@@ -13,24 +13,21 @@ use crate::fdw::table::ForeignHudiTable;
 use crate::guc::{heartbeat_expiry, lock_options};
 use crate::runtime::block_on;
 
-/// Hudi's `hoodie.compact.inline.max.delta.commits`: log files a file slice gathers before the
-/// worker compacts it.
-pub const DEFAULT_COMPACTION_DELTA_COMMITS: usize = 5;
-
 /// What one round did for one table, for the log.
 #[derive(Debug, Default)]
 struct Done {
     rolled_back: usize,
     compacted_groups: usize,
     cleaned_files: usize,
+    archived_instants: usize,
 }
 
 impl std::fmt::Display for Done {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "rolled back {} failed writes, compacted {} file groups, cleaned {} files",
-            self.rolled_back, self.compacted_groups, self.cleaned_files
+            "rolled back {} failed writes, compacted {} file groups, cleaned {} files, archived {} instants",
+            self.rolled_back, self.compacted_groups, self.cleaned_files, self.archived_instants
         )
     }
 }
@@ -113,7 +110,7 @@ fn serve(relid: pg_sys::Oid) -> Done {
     let mut done = Done::default();
     done.rolled_back = crate::api::tables::rollback_failed_writes(relation(relid)).count();
     let table = ForeignHudiTable::of_relation(relid);
-    let due = table.options.get("compaction_delta_commits").and_then(|v| v.trim().parse().ok()).unwrap_or(DEFAULT_COMPACTION_DELTA_COMMITS);
+    let due = table.count_option("compaction_delta_commits", compaction::DEFAULT_DELTA_COMMITS);
     let storage = table.storage();
     let writer = crate::fdw::modify::writer_id();
     let scheduled = block_on(compaction::schedule_due_compaction(&storage, &writer, &lock_options(), due)).unwrap_or_else(|e| crate::error::report(e));
@@ -122,6 +119,7 @@ fn serve(relid: pg_sys::Oid) -> Done {
         done.compacted_groups = outcome.unwrap_or_else(|e| crate::error::report(e)).file_groups;
     }
     done.cleaned_files = crate::api::clean::clean(relation(relid)).map(|c| c.2 as usize).sum();
+    done.archived_instants = crate::api::archive::archive(relation(relid)).map(|a| a.0 as usize).sum();
     done
 }
 
@@ -165,7 +163,7 @@ pub fn run_round(worker: &str, backoff: &mut Backoff) {
         match outcome {
             Ok(done) => {
                 backoff.failed.remove(&relid);
-                if done.rolled_back + done.compacted_groups + done.cleaned_files > 0 {
+                if done.rolled_back + done.compacted_groups + done.cleaned_files + done.archived_instants > 0 {
                     log!("{worker}: table {name}: {done}")
                 }
             }

@@ -33,6 +33,7 @@ pub use crate::read::slice::SliceRead;
 use crate::read::slice::{FetchedBase, RangeStart, SliceOutput};
 use crate::storage::Storage;
 use crate::table::{self, TableConfig};
+use crate::timeline::history::History;
 use crate::timeline::{metadata, ReadBound, Timeline, WritesInRange};
 use crate::view::{FileSlice, FileSystemView};
 
@@ -133,8 +134,8 @@ impl TableReader {
     /// completed has all its files in the listing), and the latest schema.
     pub async fn open(storage: Storage) -> Result<TableReader> {
         let config = table::load_config(&storage).await?;
-        let listing = storage.list_dir(&config.timeline_dir).await?;
-        Self::load(storage, config, listing).await
+        let listing = storage.list_dir_and_subdirs(&config.timeline_dir).await?;
+        Self::load(storage, config, listing, None).await
     }
 
     /// The table as it is now. One LIST of the timeline tells whether anything happened since
@@ -143,15 +144,15 @@ impl TableReader {
     /// rollback makes to the files shows in the timeline directory; a `hoodie.properties`
     /// rewritten without any instant (an upgrade by hand) is seen only with the next instant.
     pub async fn refreshed(&self) -> Result<TableReader> {
-        let listing = self.storage.list_dir(&self.config.timeline_dir).await?;
-        if sorted(listing.clone()) == *self.timeline_listing {
+        let listing = self.storage.list_dir_and_subdirs(&self.config.timeline_dir).await?;
+        if sorted(listing.0.clone()) == *self.timeline_listing {
             return Ok(self.clone());
         }
         let config = table::load_config(&self.storage).await?;
         if config.timeline_dir != self.config.timeline_dir {
             return Self::open(self.storage.clone()).await;
         }
-        Self::load(self.storage.clone(), config, listing).await
+        Self::load(self.storage.clone(), config, listing, Some(&self.timeline)).await
     }
 
     /// Reads also see the data files `files` (`(relative path, size)` pairs) that were written
@@ -169,8 +170,26 @@ impl TableReader {
         Arc::ptr_eq(&self.view, &other.view)
     }
 
-    async fn load(storage: Storage, config: TableConfig, timeline_listing: Vec<(String, u64)>) -> Result<TableReader> {
-        let timeline = Timeline::from_listing(&config, &timeline_listing);
+    /// Loads the table from the timeline directory's listing (files and subdirectories).
+    /// Archived actions' completion times come from the LSM history when the table has one;
+    /// `before`, the timeline of an earlier load, lends its history while the first write is
+    /// the same (archival always moves writes out of the active timeline).
+    async fn load(
+        storage: Storage,
+        config: TableConfig,
+        (timeline_listing, subdirs): (Vec<(String, u64)>, Vec<String>),
+        before: Option<&Timeline>,
+    ) -> Result<TableReader> {
+        let mut timeline = Timeline::from_listing(&config, &timeline_listing);
+        let history = History::of(&storage, &config);
+        if config.timeline_layout >= 2 && subdirs.iter().any(|d| d == history.dir_name()) {
+            let first_write = |t: &Timeline| t.first_write().map(|i| i.timestamp.clone());
+            let archived = match before.filter(|b| first_write(b) == first_write(&timeline)) {
+                Some(before) => before.archived().clone(),
+                None => Arc::new(history.completions().await?),
+            };
+            timeline = timeline.with_archived(archived);
+        }
         let view = FileSystemView::load(&storage).await?;
         let avro = match metadata::latest_schema(&storage, &timeline).await? {
             Some(schema) => schema,

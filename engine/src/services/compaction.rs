@@ -147,6 +147,10 @@ pub async fn schedule_compaction(storage: &Storage, writer: &WriterId, lock_opti
     schedule_due_compaction(storage, writer, lock_options, 1).await
 }
 
+/// Hudi's `hoodie.compact.inline.max.delta.commits`: the log files a file slice gathers before
+/// it is due for compaction.
+pub const DEFAULT_DELTA_COMMITS: usize = 5;
+
 /// [`schedule_compaction`] of the file slices that have at least `min_log_files` log files
 /// (Hudi's `hoodie.compact.inline.max.delta.commits`, per file group): `None` when none has.
 pub async fn schedule_due_compaction(storage: &Storage, writer: &WriterId, lock_options: &LockOptions, min_log_files: usize) -> Result<Option<String>> {

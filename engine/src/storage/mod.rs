@@ -346,14 +346,19 @@ impl Storage {
     /// Objects directly in the directory `relative` (not below it): `(name, size)` pairs. A
     /// missing directory is empty.
     pub async fn list_dir(&self, relative: &str) -> Result<Vec<(String, u64)>> {
+        Ok(self.list_dir_and_subdirs(relative).await?.0)
+    }
+
+    /// [`Self::list_dir`], and the names of the directories in `relative` (on object stores,
+    /// the prefixes that some object below it has).
+    pub async fn list_dir_and_subdirs(&self, relative: &str) -> Result<(Vec<(String, u64)>, Vec<String>)> {
         let prefix = self.path(relative);
         match self.store.list_with_delimiter(Some(&prefix)).await {
-            Ok(listing) => Ok(listing
-                .objects
-                .into_iter()
-                .filter_map(|o| o.location.filename().map(|n| (n.to_owned(), o.size)))
-                .collect()),
-            Err(object_store::Error::NotFound { .. }) => Ok(Vec::new()),
+            Ok(listing) => Ok((
+                listing.objects.into_iter().filter_map(|o| o.location.filename().map(|n| (n.to_owned(), o.size))).collect(),
+                listing.common_prefixes.into_iter().filter_map(|p| p.filename().map(str::to_owned)).collect(),
+            )),
+            Err(object_store::Error::NotFound { .. }) => Ok(Default::default()),
             Err(e) => Err(Error::from(e).context(format!("listing {}/{}", self.uri, relative))),
         }
     }

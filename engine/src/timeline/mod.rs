@@ -3,11 +3,14 @@
 //! records no completion time; layout 2 (v8, v9) keeps them in `.hoodie/timeline/` and names
 //! completed instants `<requested>_<completion>.<action>`.
 
+pub mod history;
 pub mod instant;
 pub mod metadata;
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
 
+pub use history::{ArchivedCompletion, ArchivedCompletions};
 pub use instant::{InstantFile, State};
 
 use crate::error::Result;
@@ -62,15 +65,17 @@ pub struct WritesInRange {
     archived: Option<ArchivedWrites>,
 }
 
-/// Archived writes in a range: those requested before the active timeline's first instant,
-/// after `after` and up to `until`. Their completion times stay in the archive, so requested
-/// times stand in for them (exact in layout 1; in layout 2 an archived write completes before
-/// every active instant is requested, and after its own request).
+/// Archived writes in a range that the LSM history does not list (layout 1, whose archive is
+/// not read, and tables archived before their history began): those requested before the
+/// active timeline's first write, after `after` and up to `until`. Requested times stand in
+/// for their completion times (exact in layout 1). Writes the history lists are decided by
+/// their completion times, in [`WritesInRange::active`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct ArchivedWrites {
     after: Option<String>,
     until: Option<String>,
     before: String,
+    listed: Arc<ArchivedCompletions>,
 }
 
 impl WritesInRange {
@@ -79,6 +84,7 @@ impl WritesInRange {
         self.active.contains(instant)
             || self.archived.as_ref().is_some_and(|a| {
                 instant < a.before.as_str()
+                    && !a.listed.contains_key(instant)
                     && a.after.as_deref().is_none_or(|s| instant > s)
                     && a.until.as_deref().is_none_or(|e| instant <= e)
             })
@@ -97,6 +103,11 @@ impl<S: Into<String>> FromIterator<S> for WritesInRange {
     }
 }
 
+/// Actions of the write timeline, as requested: those whose files readers see.
+fn is_write_action(action: &str) -> bool {
+    matches!(action, "commit" | "deltacommit" | "replacecommit" | "compaction" | "clustering" | "logcompaction")
+}
+
 /// The completion time given to decided writes ([`Timeline::with_decided_writes`]): later than
 /// any real one.
 pub const DECIDED_COMPLETION: &str = "99999999999999999";
@@ -108,6 +119,8 @@ pub struct Timeline {
     dir: String,
     instants: Vec<Instant>,
     by_timestamp: BTreeMap<String, usize>,
+    /// Completion times of archived actions, from the LSM history ([`Timeline::with_archived`]).
+    archived: Arc<ArchivedCompletions>,
 }
 
 impl Timeline {
@@ -144,7 +157,24 @@ impl Timeline {
         }
         let by_timestamp =
             instants.iter().enumerate().map(|(i, instant)| (instant.timestamp.clone(), i)).collect();
-        Timeline { layout, dir: dir.to_owned(), instants, by_timestamp }
+        Timeline { layout, dir: dir.to_owned(), instants, by_timestamp, archived: Default::default() }
+    }
+
+    /// This timeline with the completion times of the actions archived to the LSM history.
+    pub fn with_archived(mut self, archived: Arc<ArchivedCompletions>) -> Timeline {
+        self.archived = archived;
+        self
+    }
+
+    /// The archived actions known from the LSM history.
+    pub fn archived(&self) -> &Arc<ArchivedCompletions> {
+        &self.archived
+    }
+
+    /// The first instant of the write timeline (writes and compactions, in any state): what
+    /// is older was archived.
+    pub fn first_write(&self) -> Option<&Instant> {
+        self.instants.iter().find(|i| is_write_action(&i.requested_action))
     }
 
     pub fn layout(&self) -> u32 {
@@ -168,20 +198,21 @@ impl Timeline {
         self.get(timestamp).is_some_and(Instant::is_completed)
     }
 
-    /// Whether `timestamp` is older than every instant of this (active) timeline: archival
+    /// Whether `timestamp` is older than the first write of this (active) timeline: archival
     /// moved it out, and only completed actions are archived (Java's
-    /// `containsOrBeforeTimelineStarts`). Data files of such instants are committed.
+    /// `containsOrBeforeTimelineStarts` on the commits and compactions). Data files of such
+    /// instants are committed.
     pub fn is_archived(&self, timestamp: &str) -> bool {
-        self.instants.first().is_some_and(|first| timestamp < first.timestamp.as_str())
+        self.first_write().is_some_and(|first| timestamp < first.timestamp.as_str())
     }
 
     /// When the action requested at `timestamp` completed, for ordering and slicing: the
     /// completion time in layout 2, the requested time itself in layout 1 (which orders
-    /// actions by requested time) and for archived actions (whose completion times only the
-    /// archive holds; they precede every active one). `None` while pending or unknown.
+    /// actions by requested time). For archived actions, the time the LSM history records,
+    /// or, for those it does not list, the requested time. `None` while pending or unknown.
     pub fn completion_time<'a>(&'a self, timestamp: &'a str) -> Option<&'a str> {
         if self.is_archived(timestamp) {
-            return Some(timestamp);
+            return Some(self.archived.get(timestamp).map_or(timestamp, |a| a.completion.as_str()));
         }
         let instant = self.get(timestamp).filter(|i| i.is_completed())?;
         Some(instant.completion.as_deref().unwrap_or(&instant.timestamp))
@@ -200,16 +231,15 @@ impl Timeline {
     /// The completed writes whose completion time (layout 2) or requested time (layout 1)
     /// lies in `(start, end]`; `None` bounds are open.
     pub fn writes_in_range(&self, start: Option<&str>, end: Option<&str>) -> WritesInRange {
-        let active = self
-            .completed_writes()
-            .filter(|i| {
-                let t = i.completion.as_deref().unwrap_or(&i.timestamp);
-                start.is_none_or(|s| t > s) && end.is_none_or(|e| t <= e)
-            })
-            .map(|i| i.timestamp.clone())
-            .collect();
-        let archived = self.instants.first().filter(|first| start.is_none_or(|s| s < first.timestamp.as_str())).map(|first| {
-            ArchivedWrites { after: start.map(str::to_owned), until: end.map(str::to_owned), before: first.timestamp.clone() }
+        let in_range = |t: &str| start.is_none_or(|s| t > s) && end.is_none_or(|e| t <= e);
+        let active = self.completed_writes().filter(|i| in_range(i.completion.as_deref().unwrap_or(&i.timestamp))).map(|i| &i.timestamp);
+        let listed = self.archived.iter().filter(|(_, a)| is_write_action(&a.action) && in_range(&a.completion)).map(|(t, _)| t);
+        let active = active.chain(listed).cloned().collect();
+        let archived = self.first_write().filter(|first| start.is_none_or(|s| s < first.timestamp.as_str())).map(|first| ArchivedWrites {
+            after: start.map(str::to_owned),
+            until: end.map(str::to_owned),
+            before: first.timestamp.clone(),
+            listed: self.archived.clone(),
         });
         WritesInRange { active, archived }
     }
