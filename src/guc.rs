@@ -8,9 +8,16 @@ use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
 /// `file://` servers and tables (comma-separated absolute paths or `file://` URIs).
 pub static ALLOWED_FILE_ROOTS: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
 
-/// `hudi.worker_database`: the database the background worker connects to.
+/// `hudi.worker_database`: the database the launcher connects to, to list the databases.
 pub static WORKER_DATABASE: GucSetting<Option<CString>> =
     GucSetting::<Option<CString>>::new(Some(c"postgres"));
+
+/// `hudi.worker_databases`: the databases the workers serve (comma-separated names; all that
+/// allow connections when empty).
+pub static WORKER_DATABASES: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
+
+/// `hudi.max_database_workers`: how many databases the workers serve at once.
+pub static MAX_DATABASE_WORKERS: GucSetting<i32> = GucSetting::<i32>::new(2);
 
 /// `hudi.worker_naptime`: seconds the background worker sleeps between rounds.
 pub static WORKER_NAPTIME: GucSetting<i32> = GucSetting::<i32>::new(10);
@@ -193,15 +200,33 @@ pub fn register() {
     );
     GucRegistry::define_string_guc(
         c"hudi.worker_database",
-        c"Database the pg_hudi background worker connects to.",
+        c"Database the pg_hudi launcher connects to, to list the databases.",
         c"",
         &WORKER_DATABASE,
         GucContext::Postmaster,
         GucFlags::default(),
     );
+    GucRegistry::define_string_guc(
+        c"hudi.worker_databases",
+        c"Databases whose tables the pg_hudi workers serve.",
+        c"Comma-separated names; empty: every database that allows connections.",
+        &WORKER_DATABASES,
+        GucContext::Sighup,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"hudi.max_database_workers",
+        c"How many databases the pg_hudi workers serve at once.",
+        c"Each takes a background worker slot (max_worker_processes) while it runs its round.",
+        &MAX_DATABASE_WORKERS,
+        1,
+        64,
+        GucContext::Sighup,
+        GucFlags::default(),
+    );
     GucRegistry::define_int_guc(
         c"hudi.worker_naptime",
-        c"Seconds the pg_hudi background worker sleeps between rounds.",
+        c"Seconds between two rounds of the pg_hudi worker of a database.",
         c"Each round finishes committed writes and runs the services of tables with services 'auto'.",
         &WORKER_NAPTIME,
         1,

@@ -21,6 +21,7 @@ mod xact;
 extension_sql_file!("../sql/fdw.sql", name = "fdw", requires = [fdw::options::hudi_fdw_validator]);
 extension_sql_file!("../sql/consume.sql", name = "consume", requires = ["fdw", api::tables::latest_commit]);
 extension_sql_file!("../sql/commit_intents.sql", name = "commit_intents", requires = ["fdw"]);
+extension_sql_file!("../sql/services.sql", name = "services", requires = ["fdw"]);
 
 /// Library load: GUCs always; the background worker only when loaded at server start.
 #[pg_guard]
@@ -122,7 +123,7 @@ mod tests {
         let mut seen = 0;
         for _ in 0..100 {
             seen = Spi::get_one::<i64>(
-                "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_hudi worker'",
+                "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_hudi launcher'",
             )
             .unwrap()
             .unwrap();

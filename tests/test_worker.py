@@ -1,5 +1,8 @@
-"""The pg_hudi background worker: runs under its backend_type, exits cleanly on SIGTERM and
-when the postmaster dies, and never takes the cluster down."""
+"""The pg_hudi background processes: a launcher that starts a worker per database and round;
+both run under their backend_type, exit cleanly on SIGTERM and when the postmaster dies, and
+never take the cluster down. The workers run the table services of tables with services
+'auto', record them in hudi.table_services and hudi.service_history, and serve every database
+that has the extension, without keeping DROP DATABASE from dropping it."""
 
 import os
 import signal
@@ -16,9 +19,9 @@ def wait_for(predicate, timeout=30.0, interval=0.1):
     return predicate()
 
 
-def worker_pid(conn):
+def launcher_pid(conn):
     row = conn.execute(
-        "SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_hudi worker'").fetchone()
+        "SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_hudi launcher'").fetchone()
     return row[0] if row else None
 
 
@@ -36,37 +39,37 @@ def alive(pid):
         return False
 
 
-def test_worker_starts_and_logs_once(cluster):
+def test_launcher_starts_and_logs_once(cluster):
     with cluster.connect() as conn:
-        pid = wait_for(lambda: worker_pid(conn))
-        assert pid, "no backend with backend_type 'pg_hudi worker'"
+        pid = wait_for(lambda: launcher_pid(conn))
+        assert pid, "no backend with backend_type 'pg_hudi launcher'"
         name = conn.execute(
             "SELECT backend_type, datname FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()
-        assert name == ("pg_hudi worker", "postgres")
-    assert wait_for(lambda: "pg_hudi worker started" in cluster.log())
-    assert cluster.log().count("pg_hudi worker started") == 1
+        assert name == ("pg_hudi launcher", "postgres")
+    assert wait_for(lambda: "pg_hudi launcher started" in cluster.log())
+    assert cluster.log().count("pg_hudi launcher started") == 1
 
 
-def test_worker_exits_cleanly_on_sigterm_and_cluster_stays_up(cluster):
+def test_launcher_exits_cleanly_on_sigterm_and_cluster_stays_up(cluster):
     with cluster.connect() as conn:
-        pid = wait_for(lambda: worker_pid(conn))
+        pid = wait_for(lambda: launcher_pid(conn))
         assert pid
         assert conn.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone()[0]
-        assert wait_for(lambda: not alive(pid)), "worker did not exit on SIGTERM"
-        assert wait_for(lambda: "pg_hudi worker exiting" in cluster.log())
+        assert wait_for(lambda: not alive(pid)), "launcher did not exit on SIGTERM"
+        assert wait_for(lambda: "pg_hudi launcher exiting" in cluster.log())
         # Exit status 0: the postmaster neither restarts the cluster nor reports a crash.
         log = cluster.log()
         assert "terminated by signal" not in log and "exited with exit code" not in log, log
         assert conn.execute("SELECT 1").fetchone() == (1,)
 
 
-def test_worker_exits_when_the_postmaster_dies(cluster):
+def test_launcher_exits_when_the_postmaster_dies(cluster):
     with cluster.connect() as conn:
-        pid = wait_for(lambda: worker_pid(conn))
+        pid = wait_for(lambda: launcher_pid(conn))
         assert pid
     postmaster = int((cluster.data_dir / "postmaster.pid").read_text().split()[0])
     os.kill(postmaster, signal.SIGKILL)
-    assert wait_for(lambda: not alive(pid), timeout=30), "worker outlived the postmaster"
+    assert wait_for(lambda: not alive(pid), timeout=30), "launcher outlived the postmaster"
     # Leave nothing behind for the fixture's stop: remove the stale pid file.
     (cluster.data_dir / "postmaster.pid").unlink(missing_ok=True)
 
@@ -90,7 +93,7 @@ def test_the_worker_compacts_and_cleans_tables_with_services_auto(lake, cluster)
                  "ADD clean_retain_commits '2', ADD archive_min_instants '3', ADD archive_max_instants '4')")
     # A table whose services fail every round: logged, and nothing else is disturbed.
     conn.execute("CREATE FOREIGN TABLE broken (id bigint) SERVER lake OPTIONS (path 'nowhere', services 'auto')")
-    worker = worker_pid(conn)
+    launcher = launcher_pid(conn)
 
     def count(action, name="customers"):
         """Completed instants of `action`, active or archived."""
@@ -117,16 +120,40 @@ def test_the_worker_compacts_and_cleans_tables_with_services_auto(lake, cluster)
     assert our_rows(conn) == sorted(conn.execute("SELECT id, name, country, balance FROM heap").fetchall()) == reference_rows(table)
     assert count("commit", "untouched") == 0 and count("clean", "untouched") == 0
     log = cluster.log()
-    assert "services of table broken failed" in log and "services of table customers failed" not in log
+    assert "rollback of table broken failed" in log and "of table customers failed" not in log
     waits = [int(line.rsplit("next attempt in ", 1)[1].split()[0]) for line in log.splitlines()
-             if "services of table broken failed" in line]
+             if "rollback of table broken failed" in line]
     assert waits == sorted(waits) and waits[0] == 2 and len(set(waits)) == len(waits), f"a doubling back-off: {waits}"
-    assert worker_pid(conn) == worker, "the worker never restarted"
+    assert launcher_pid(conn) == launcher, "the launcher never restarted"
+
+    # What the worker did, as the views show it.
+    services = {(t, s): (state, success, detail, error, failures, next_attempt) for t, s, state, success, detail, error, failures, next_attempt in
+                conn.execute("SELECT \"table\"::text, service, state, last_success, last_detail, last_error, failures, next_attempt "
+                             "FROM hudi.table_services").fetchall()}
+    assert {t for t, _ in services} == {"customers", "broken"}, "tables without services 'auto' are not listed"
+    state, success, detail, error, failures, _ = services[("customers", "compaction")]
+    assert state == "idle" and success is not None and detail.startswith("compaction ") and error is None and failures == 0
+    assert services[("customers", "archive")][2].startswith("archived ")
+    state, success, _, error, failures, next_attempt = services[("broken", "rollback")]
+    assert state == "failed" and success is None and failures >= 2 and next_attempt is not None and "nowhere" in error
+    history = conn.execute("SELECT service, outcome, detail FROM hudi.service_history WHERE \"table\" = 'customers'::regclass "
+                           "ORDER BY started").fetchall()
+    compactions = [d for s, o, d in history if s == "compaction" and o == "succeeded"]
+    assert len(compactions) == count("commit"), "every compaction is in the history"
+    assert not [h for h in history if h[1] == "failed"]
+    # Another role sees only the tables it may read.
+    conn.execute("CREATE ROLE onlooker LOGIN")
+    conn.execute("GRANT SELECT ON customers TO onlooker")
+    with cluster.connect(user="onlooker") as other:
+        seen = {t for (t,) in other.execute("SELECT DISTINCT \"table\"::text FROM hudi.table_services").fetchall()}
+        assert seen == {"customers"}
+        assert other.execute("SELECT count(*) FROM hudi.service_history WHERE \"table\" = 'broken'::regclass").fetchone()[0] == 0
 
 
 def test_a_worker_waiting_on_storage_stops_at_once_on_sigterm(cluster):
     """The worker's services wait on a store that accepts connections and never answers (a
-    request timeout of a minute): SIGTERM still ends the worker within seconds, cleanly."""
+    request timeout of a minute): hudi.table_services shows the service running, and SIGTERM
+    still ends the worker within seconds, cleanly."""
     import socket
     import threading
     listener = socket.create_server(("127.0.0.1", 0))
@@ -153,14 +180,78 @@ def test_a_worker_waiting_on_storage_stops_at_once_on_sigterm(cluster):
                          f"aws_secret_access_key 's', aws_endpoint 'http://127.0.0.1:{port}', aws_allow_http 'true')")
             conn.execute("CREATE FOREIGN TABLE waiting (id bigint) SERVER silent OPTIONS (path 't', services 'auto')")
             assert accepted.wait(30), "the worker reached the store"
-            pid = worker_pid(conn)
+            (pid, state, progress), = conn.execute(
+                "SELECT worker_pid, state, progress FROM hudi.table_services WHERE \"table\" = 'waiting'::regclass "
+                "AND state = 'running'").fetchall()
+            assert pid and state == "running", "the view shows the service running"
+            backend, = conn.execute("SELECT backend_type FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()
+            assert backend == "pg_hudi worker"
             started = time.monotonic()
             assert conn.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone()[0]
             assert wait_for(lambda: not alive(pid), timeout=20), "the worker went on waiting"
             assert time.monotonic() - started < 10
-            assert wait_for(lambda: "pg_hudi worker exiting" in cluster.log())
+            assert wait_for(lambda: "pg_hudi worker stopped before the end of its round" in cluster.log())
             assert "exited with exit code" not in cluster.log()
     finally:
         listener.close()
         for connection in held:
             connection.close()
+
+
+def test_every_database_with_the_extension_gets_a_worker_and_can_still_be_dropped(cluster):
+    """A database gains a worker within a nap of CREATE EXTENSION (its committed writes are
+    finished and its tables served), hudi.worker_databases restricts the set, and DROP
+    DATABASE succeeds while the workers run their rounds every second."""
+    from conftest import give_to_postgres
+    root = cluster.directory / "lake"
+    root.mkdir(exist_ok=True)
+    give_to_postgres(root)
+    with cluster.connect() as conn:
+        conn.execute("ALTER SYSTEM SET hudi.worker_naptime = 1")
+        conn.execute("SELECT pg_reload_conf()")
+        for db in ("sales", "ignored"):
+            conn.execute(f"CREATE DATABASE {db}")
+    for db in ("sales", "ignored"):
+        with cluster.connect(dbname=db) as conn:
+            conn.execute("CREATE EXTENSION pg_hudi")
+            conn.execute(f"CREATE SERVER lake FOREIGN DATA WRAPPER hudi_fdw OPTIONS (base_uri 'file://{root}')")
+            conn.execute(f"""CREATE FOREIGN TABLE t (id bigint, v text) SERVER lake
+                             OPTIONS (path '{db}', primary_key 'id', merge_mode 'commit_time', buckets '2',
+                                      services 'auto', compaction_delta_commits '2')""")
+            conn.execute("SELECT hudi.create_table('t')")
+            for n in range(2):
+                conn.execute("INSERT INTO t SELECT g, %s FROM generate_series(1, 10) g", (f"v{n}",))
+
+    def compactions(db):
+        with cluster.connect(dbname=db) as conn:
+            return conn.execute("SELECT count(*) FROM hudi.service_history WHERE service = 'compaction'").fetchone()[0]
+    assert wait_for(lambda: compactions("sales") >= 1 and compactions("ignored") >= 1, timeout=60)
+    with cluster.connect() as conn:
+        conn.execute("ALTER SYSTEM SET hudi.worker_databases = 'postgres, sales'")
+        conn.execute("SELECT pg_reload_conf()")
+    # Once the launcher took the new set, a round of the ignored database that began before
+    # ends, and none starts.
+    assert wait_for(lambda: "pg_hudi launcher: serving databases postgres, sales\n" in cluster.log(), timeout=30)
+    assert wait_for(lambda: "ignored" not in worker_databases(cluster), timeout=30)
+    before = compactions("ignored")
+    for db in ("sales", "ignored"):
+        with cluster.connect(dbname=db) as conn:
+            for n in range(2, 4):
+                conn.execute("INSERT INTO t SELECT g, %s FROM generate_series(1, 10) g", (f"v{n}",))
+    assert wait_for(lambda: compactions("sales") >= 2, timeout=60)
+    assert compactions("ignored") == before, "a database outside hudi.worker_databases is not served"
+    # DROP DATABASE while rounds run every second: it waits out a round, never fails on one.
+    with cluster.connect() as conn:
+        for _ in range(3):
+            conn.execute("CREATE DATABASE doomed")
+            with cluster.connect(dbname="doomed") as doomed:
+                doomed.execute("CREATE EXTENSION pg_hudi")
+            conn.execute("DROP DATABASE doomed")
+        conn.execute("DROP DATABASE sales")
+        assert conn.execute("SELECT count(*) FROM pg_database WHERE datname IN ('sales', 'doomed')").fetchone()[0] == 0
+
+
+def worker_databases(cluster):
+    """The databases whose worker runs now."""
+    with cluster.connect() as conn:
+        return [d for (d,) in conn.execute("SELECT datname FROM pg_stat_activity WHERE backend_type = 'pg_hudi worker'").fetchall()]

@@ -87,15 +87,15 @@ SELECT pg_temp.try($$CREATE FOREIGN TABLE sneaky (id int) SERVER mine_s3 OPTIONS
 RESET ROLE;
 SELECT srvname, srvowner::regrole FROM pg_foreign_server WHERE srvname LIKE 'mine%' ORDER BY 1;
 
--- the background worker runs (the library is in shared_preload_libraries); it starts
+-- the launcher of the background workers runs (the library is in shared_preload_libraries); it starts
 -- asynchronously, so wait for it
 DO $$ BEGIN
   FOR i IN 1..300 LOOP
-    EXIT WHEN EXISTS (SELECT FROM pg_stat_activity WHERE backend_type = 'pg_hudi worker');
+    EXIT WHEN EXISTS (SELECT FROM pg_stat_activity WHERE backend_type = 'pg_hudi launcher');
     PERFORM pg_sleep(0.1);
   END LOOP;
 END $$;
-SELECT count(*) AS workers FROM pg_stat_activity WHERE backend_type = 'pg_hudi worker';
+SELECT count(*) AS launchers FROM pg_stat_activity WHERE backend_type = 'pg_hudi launcher';
 
 -- the extension drops cleanly with everything that depends on it
 DROP SERVER mine, mine_s3 CASCADE;

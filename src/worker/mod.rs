@@ -1,59 +1,200 @@
-//! The `pg_hudi worker` background process. In its database (`hudi.worker_database`), every
-//! round (`hudi.worker_naptime`) it finishes the Hudi writes whose PostgreSQL transaction
-//! committed but whose completion did not happen (first at start, which follows every crash
-//! restart), and runs the table services of the tables with `services 'auto'`
-//! ([`services`]). It exits cleanly on SIGTERM or when the postmaster dies.
+//! The background processes: a launcher, and a worker per database and round.
+//!
+//! The launcher (`pg_hudi launcher`), started with the server, connects to
+//! `hudi.worker_database` only to list the databases. Every `hudi.worker_naptime` it starts a
+//! `pg_hudi worker` for each database that allows connections (those named in
+//! `hudi.worker_databases`, when set), at most `hudi.max_database_workers` at once. A worker
+//! connects to its database and, when the extension is installed there, finishes the Hudi
+//! writes whose PostgreSQL transaction committed but whose completion did not happen
+//! ([`crate::intents`]) and runs the table services of its tables with `services 'auto'`
+//! ([`services`]), then exits. No process stays connected to a database between rounds, so
+//! `DROP DATABASE` does not fail on one (it waits out a round in progress, and `WITH (FORCE)`
+//! stops the round at its next safe point), and a database gains a worker within a nap of
+//! `CREATE EXTENSION`. Both exit cleanly on SIGTERM or when the postmaster dies.
 
-use std::time::Duration;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, SignalWakeFlags};
 use pgrx::prelude::*;
 
 use crate::guc;
 
-mod services;
+pub(crate) mod services;
 
-/// The worker's name and its `backend_type` in `pg_stat_activity`.
+/// The launcher's name and its `backend_type` in `pg_stat_activity`.
+pub const LAUNCHER_NAME: &str = "pg_hudi launcher";
+/// The per-database worker's `backend_type`.
 pub const WORKER_NAME: &str = "pg_hudi worker";
 
-/// Registers the worker with the postmaster (only valid during `shared_preload_libraries`).
+/// Registers the launcher with the postmaster (only valid during `shared_preload_libraries`).
 pub fn register() {
-    BackgroundWorkerBuilder::new(WORKER_NAME)
-        .set_type(WORKER_NAME)
+    BackgroundWorkerBuilder::new(LAUNCHER_NAME)
+        .set_type(LAUNCHER_NAME)
         .set_library("pg_hudi")
-        .set_function("pg_hudi_worker_main")
+        .set_function("pg_hudi_launcher_main")
         .enable_spi_access()
-        // A failed worker is restarted after this delay; it never takes the cluster down.
+        // A failed launcher is restarted after this delay; it never takes the cluster down.
         .set_restart_time(Some(Duration::from_secs(10)))
         .load();
 }
 
-/// Entry point, looked up by name by the postmaster (hence exported unmangled).
+/// The launcher's entry point, looked up by name by the postmaster (hence exported unmangled).
 #[pg_guard]
 #[unsafe(no_mangle)]
-pub extern "C-unwind" fn pg_hudi_worker_main(_argument: pg_sys::Datum) {
+pub extern "C-unwind" fn pg_hudi_launcher_main(_argument: pg_sys::Datum) {
     BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
     let database = guc::string_value(&guc::WORKER_DATABASE);
     BackgroundWorker::connect_worker_to_spi(Some(&database), None);
-    log!("{WORKER_NAME} started (database \"{database}\")");
-
-    crate::runtime::in_worker();
-    let mut backoff = services::Backoff::default();
+    log!("{LAUNCHER_NAME} started (listing databases from \"{database}\")");
+    let mut launched = Launched::default();
+    let mut served = Vec::new();
     loop {
-        finish_pending_commits();
-        services::run_round(WORKER_NAME, &mut backoff);
-        // A storage wait that SIGTERM (or the postmaster's death) cut short ends the worker.
-        if crate::runtime::stopping() || !BackgroundWorker::wait_latch(Some(guc::worker_naptime())) {
+        let databases = BackgroundWorker::transaction(databases_to_serve);
+        let names: Vec<&str> = databases.iter().map(|(_, name)| name.as_str()).collect();
+        if names != served {
+            log!("{LAUNCHER_NAME}: serving databases {}", names.join(", "));
+            served = names.iter().map(|n| n.to_string()).collect();
+        }
+        launched.reap();
+        for (oid, name) in launched.due(&databases, guc::worker_naptime(), guc::MAX_DATABASE_WORKERS.get().max(1) as usize) {
+            if !launched.start(oid, &name) {
+                log!("{LAUNCHER_NAME}: no background worker slot for database \"{name}\" (max_worker_processes); trying again next round");
+                break;
+            }
+        }
+        // A worker's start and exit set the latch too (it notifies the launcher).
+        if !BackgroundWorker::wait_latch(Some(launched.next_wake(guc::worker_naptime()))) {
             break;
         }
         if BackgroundWorker::sighup_received() {
-            // SAFETY: called on the worker's main thread, outside any transaction.
+            // SAFETY: called on the launcher's main thread, outside any transaction.
             unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
         }
     }
     // wait_latch returns false on SIGTERM or postmaster death; returning exits with status 0,
-    // which tells the postmaster not to restart us.
-    log!("{WORKER_NAME} exiting");
+    // which tells the postmaster not to restart us. Running workers finish their rounds.
+    log!("{LAUNCHER_NAME} exiting");
+}
+
+/// The databases that allow connections, by oid, restricted to `hudi.worker_databases`.
+fn databases_to_serve() -> Vec<(pg_sys::Oid, String)> {
+    let wanted: Vec<String> =
+        guc::string_value(&guc::WORKER_DATABASES).split(',').map(|d| d.trim().to_owned()).filter(|d| !d.is_empty()).collect();
+    let all: Vec<(pg_sys::Oid, String)> = Spi::connect(|client| {
+        let rows = client
+            .select(
+                "SELECT oid, datname::text FROM pg_catalog.pg_database WHERE datallowconn AND NOT datistemplate ORDER BY oid",
+                None,
+                &[],
+            )
+            .unwrap_or_else(|e| crate::error::raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string(), None));
+        rows.filter_map(|row| Some((row.get::<pg_sys::Oid>(1).ok()??, row.get::<String>(2).ok()??))).collect()
+    });
+    all.into_iter().filter(|(_, name)| wanted.is_empty() || wanted.contains(name)).collect()
+}
+
+/// The workers the launcher started: those running, and when each database's last one ended.
+#[derive(Default)]
+struct Launched {
+    running: HashMap<pg_sys::Oid, *mut pg_sys::BackgroundWorkerHandle>,
+    ended: HashMap<pg_sys::Oid, Instant>,
+}
+
+impl Launched {
+    /// Forgets the workers that exited.
+    fn reap(&mut self) {
+        let now = Instant::now();
+        self.running.retain(|oid, handle| {
+            let mut pid = 0;
+            // SAFETY: a handle from RegisterDynamicBackgroundWorker in this process, freed
+            // only here, once its worker stopped.
+            let status = unsafe { pg_sys::GetBackgroundWorkerPid(*handle, &mut pid) };
+            if status == pg_sys::BgwHandleStatus::BGWH_STOPPED {
+                unsafe { pg_sys::pfree((*handle).cast()) };
+                self.ended.insert(*oid, now);
+                return false;
+            }
+            true
+        });
+    }
+
+    /// The databases whose worker should start now: without one running and without one that
+    /// ended less than a nap ago, those waiting longest first, up to `max` running.
+    fn due(&self, databases: &[(pg_sys::Oid, String)], nap: Duration, max: usize) -> Vec<(pg_sys::Oid, String)> {
+        let mut due: Vec<&(pg_sys::Oid, String)> = databases
+            .iter()
+            .filter(|(oid, _)| !self.running.contains_key(oid) && self.ended.get(oid).is_none_or(|t| t.elapsed() >= nap))
+            .collect();
+        due.sort_by_key(|(oid, _)| self.ended.get(oid).copied());
+        due.into_iter().take(max.saturating_sub(self.running.len())).cloned().collect()
+    }
+
+    /// Starts the worker of database `oid`; false when no slot is free.
+    fn start(&mut self, oid: pg_sys::Oid, name: &str) -> bool {
+        // SAFETY: a zeroed BackgroundWorker filled as the postmaster expects; the handle is
+        // allocated in the launcher's top memory context (outside any transaction).
+        unsafe {
+            let mut worker: pg_sys::BackgroundWorker = std::mem::zeroed();
+            copy_name(&mut worker.bgw_name, &format!("{WORKER_NAME} for database {name}"));
+            copy_name(&mut worker.bgw_type, WORKER_NAME);
+            copy_name(&mut worker.bgw_library_name, "pg_hudi");
+            copy_name(&mut worker.bgw_function_name, "pg_hudi_database_worker_main");
+            worker.bgw_flags = (pg_sys::BGWORKER_SHMEM_ACCESS | pg_sys::BGWORKER_BACKEND_DATABASE_CONNECTION) as i32;
+            worker.bgw_start_time = pg_sys::BgWorkerStartTime::BgWorkerStart_RecoveryFinished;
+            worker.bgw_restart_time = pg_sys::BGW_NEVER_RESTART as i32;
+            worker.bgw_main_arg = pg_sys::Datum::from(oid.to_u32());
+            worker.bgw_notify_pid = pg_sys::MyProcPid;
+            let mut handle = std::ptr::null_mut();
+            let context = pg_sys::MemoryContextSwitchTo(pg_sys::TopMemoryContext);
+            let started = pg_sys::RegisterDynamicBackgroundWorker(&mut worker, &mut handle);
+            pg_sys::MemoryContextSwitchTo(context);
+            if started {
+                self.running.insert(oid, handle);
+            }
+            started
+        }
+    }
+
+    /// How long to sleep: until the next database is due (a worker's exit wakes us earlier).
+    fn next_wake(&self, nap: Duration) -> Duration {
+        let soonest = self.ended.values().map(|t| nap.saturating_sub(t.elapsed())).filter(|d| !d.is_zero()).min();
+        soonest.unwrap_or(nap).max(Duration::from_millis(100))
+    }
+}
+
+/// Copies `text` into a fixed-size C name buffer, cut to fit, NUL-terminated.
+fn copy_name(buffer: &mut [std::ffi::c_char], text: &str) {
+    let bytes = text.as_bytes();
+    let n = bytes.len().min(buffer.len() - 1);
+    for (slot, &b) in buffer.iter_mut().zip(&bytes[..n]) {
+        *slot = b as std::ffi::c_char;
+    }
+    buffer[n] = 0;
+}
+
+/// A database worker's entry point: one round in the database `argument` (an oid).
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub extern "C-unwind" fn pg_hudi_database_worker_main(argument: pg_sys::Datum) {
+    BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
+    let database = pg_sys::Oid::from(argument.value() as u32);
+    BackgroundWorker::connect_worker_to_spi_by_oid(Some(database), None);
+    crate::runtime::in_worker();
+    let installed = BackgroundWorker::transaction(|| {
+        Spi::get_one::<bool>("SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'pg_hudi')")
+            .ok()
+            .flatten()
+            .unwrap_or(false)
+    });
+    if !installed {
+        return;
+    }
+    finish_pending_commits();
+    services::run_round();
+    if crate::runtime::stopping() || BackgroundWorker::sigterm_received() {
+        log!("{WORKER_NAME} stopped before the end of its round");
+    }
 }
 
 /// One round of finishing committed writes ([`crate::intents`]), in a transaction of its own.

@@ -1,11 +1,15 @@
-//! The table services the worker runs by itself, for every `hudi_fdw` foreign table of its
-//! database whose option `services` is `auto`: rollback of failed writes, compaction of the
-//! file groups that are due, cleaning, and archival. Each table is served in a transaction of its own as
-//! the table's owner (so that its privileges and `file://` roots apply, not the worker's), and
-//! an ERROR of one table's services is logged and rolled back without touching the others or
-//! the worker; that table is tried again after a wait that doubles with every failure.
+//! The table services a database's worker runs by itself, for every `hudi_fdw` foreign table
+//! of its database whose option `services` is `auto`: rollback of failed writes, compaction of
+//! the file groups that are due, cleaning, and archival. Each service of each table runs in a
+//! transaction of its own as the table's owner (so that its privileges and `file://` roots
+//! apply, not the worker's); an ERROR is rolled back without touching the other services or
+//! tables. What a run did or why it failed is recorded in `hudi.service_state` and
+//! `hudi.service_runs` (the views `hudi.table_services` and `hudi.service_history`), and the
+//! worker's `pg_stat_activity.query` names the service running. A failing service is tried
+//! again after a wait that doubles with every failure in a row.
 
 use engine::services::compaction;
+use pgrx::datum::DatumWithOid;
 use pgrx::prelude::*;
 use pgrx::PgRelation;
 
@@ -13,23 +17,76 @@ use crate::fdw::table::ForeignHudiTable;
 use crate::guc::{heartbeat_expiry, lock_options};
 use crate::runtime::block_on;
 
-/// What one round did for one table, for the log.
-#[derive(Debug, Default)]
-struct Done {
-    rolled_back: usize,
-    compacted_groups: usize,
-    cleaned_files: usize,
-    archived_instants: usize,
+/// The services, in the order a round runs them: failed writes go before anything plans
+/// around them, compaction before the clean that removes what it replaced, archival last.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Service {
+    Rollback,
+    Compaction,
+    Clean,
+    Archive,
 }
 
-impl std::fmt::Display for Done {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "rolled back {} failed writes, compacted {} file groups, cleaned {} files, archived {} instants",
-            self.rolled_back, self.compacted_groups, self.cleaned_files, self.archived_instants
-        )
+impl Service {
+    const ALL: [Service; 4] = [Service::Rollback, Service::Compaction, Service::Clean, Service::Archive];
+
+    /// The name in `hudi.table_services`.
+    fn name(self) -> &'static str {
+        match self {
+            Service::Rollback => "rollback",
+            Service::Compaction => "compaction",
+            Service::Clean => "clean",
+            Service::Archive => "archive",
+        }
     }
+
+    /// Runs the service on `relid` as the current role: what it did, `None` when nothing was due.
+    fn run(self, relid: pg_sys::Oid) -> Option<String> {
+        match self {
+            Service::Rollback => {
+                let rolled_back: Vec<_> = crate::api::tables::rollback_failed_writes(relation(relid)).collect();
+                (!rolled_back.is_empty()).then(|| {
+                    let instants: Vec<&str> = rolled_back.iter().map(|r| r.0.as_str()).collect();
+                    format!("rolled back {} failed writes ({})", instants.len(), instants.join(", "))
+                })
+            }
+            Service::Compaction => {
+                let table = ForeignHudiTable::of_relation(relid);
+                let due = table.count_option("compaction_delta_commits", compaction::DEFAULT_DELTA_COMMITS);
+                let (storage, writer) = (table.storage(), crate::fdw::modify::writer_id());
+                let scheduled = block_on(compaction::schedule_due_compaction(&storage, &writer, &lock_options(), due));
+                let instant = scheduled.unwrap_or_else(|e| crate::error::report(e))?;
+                report_activity(&format!("{} — compacting the plan {instant}", activity(self, relid)));
+                let outcome = block_on(compaction::run_compaction(&storage, &instant, &writer, &lock_options(), heartbeat_expiry()));
+                let outcome = outcome.unwrap_or_else(|e| crate::error::report(e));
+                Some(format!("compaction {instant}: {} file groups", outcome.file_groups))
+            }
+            Service::Clean => crate::api::clean::clean(relation(relid)).next().map(|(instant, _, files, bytes, earliest)| {
+                format!("clean {instant}: deleted {files} files ({bytes} bytes); earliest commit to retain {earliest}")
+            }),
+            Service::Archive => crate::api::archive::archive(relation(relid)).next().map(|(actions, commits, first, last)| {
+                format!("archived {actions} instants ({commits} commits) from {first} to {last}")
+            }),
+        }
+    }
+}
+
+/// The start of the worker's `pg_stat_activity.query` while `service` runs on `relid`, which
+/// `hudi.table_services` matches.
+fn activity(service: Service, relid: pg_sys::Oid) -> String {
+    format!("pg_hudi: {} of {} ({})", service.name(), relid.to_u32(), crate::fdw::table::relation_name(relid))
+}
+
+/// Shows `text` as the worker's current query in `pg_stat_activity` (idle when `None`).
+fn report_activity(text: &str) {
+    let text = std::ffi::CString::new(text.replace('\0', "")).unwrap_or_default();
+    // SAFETY: called on the main thread; PostgreSQL copies the text.
+    unsafe { pg_sys::pgstat_report_activity(pg_sys::BackendState::STATE_RUNNING, text.as_ptr()) };
+}
+
+fn report_idle() {
+    // SAFETY: as above; a null text keeps the last query shown, as for an idle backend.
+    unsafe { pg_sys::pgstat_report_activity(pg_sys::BackendState::STATE_IDLE, std::ptr::null()) };
 }
 
 /// The foreign tables of this database that have `services 'auto'`, with their owners.
@@ -105,72 +162,134 @@ fn relation(relid: pg_sys::Oid) -> PgRelation {
     unsafe { PgRelation::with_lock(relid, pg_sys::AccessShareLock as pg_sys::LOCKMODE) }
 }
 
-/// The services of one table, as its owner.
-fn serve(relid: pg_sys::Oid) -> Done {
-    let mut done = Done::default();
-    done.rolled_back = crate::api::tables::rollback_failed_writes(relation(relid)).count();
-    let table = ForeignHudiTable::of_relation(relid);
-    let due = table.count_option("compaction_delta_commits", compaction::DEFAULT_DELTA_COMMITS);
-    let storage = table.storage();
-    let writer = crate::fdw::modify::writer_id();
-    let scheduled = block_on(compaction::schedule_due_compaction(&storage, &writer, &lock_options(), due)).unwrap_or_else(|e| crate::error::report(e));
-    if let Some(instant) = scheduled {
-        let outcome = block_on(compaction::run_compaction(&storage, &instant, &writer, &lock_options(), heartbeat_expiry()));
-        done.compacted_groups = outcome.unwrap_or_else(|e| crate::error::report(e)).file_groups;
-    }
-    done.cleaned_files = crate::api::clean::clean(relation(relid)).map(|c| c.2 as usize).sum();
-    done.archived_instants = crate::api::archive::archive(relation(relid)).map(|a| a.0 as usize).sum();
-    done
-}
-
-/// Tables whose services failed: how often in a row, and when to try again.
-#[derive(Default)]
-pub struct Backoff {
-    failed: std::collections::HashMap<pg_sys::Oid, (u32, std::time::Instant)>,
-}
-
-/// The longest a failing table waits between two attempts.
+/// The most runs of one table `hudi.service_runs` keeps.
+const HISTORY_PER_TABLE: i64 = 1000;
+/// The longest a failing service waits between two attempts.
 const MAX_BACKOFF: std::time::Duration = std::time::Duration::from_secs(600);
 
-impl Backoff {
-    fn due(&self, relid: pg_sys::Oid) -> bool {
-        self.failed.get(&relid).is_none_or(|(_, next)| *next <= std::time::Instant::now())
-    }
+fn spi_error(e: pgrx::spi::SpiError) -> ! {
+    crate::error::raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string(), None)
+}
 
-    /// Another failure: the wait doubles from one nap, up to [`MAX_BACKOFF`].
-    fn failed(&mut self, relid: pg_sys::Oid, nap: std::time::Duration) -> std::time::Duration {
-        let failures = self.failed.get(&relid).map_or(0, |(n, _)| *n) + 1;
-        let wait = nap.saturating_mul(1 << failures.min(16)).min(MAX_BACKOFF);
-        self.failed.insert(relid, (failures, std::time::Instant::now() + wait));
-        wait
+/// Whether `service` of `relid` may run now: not while it waits after a failure.
+fn is_due(relid: pg_sys::Oid, service: Service) -> bool {
+    let args: Vec<DatumWithOid> = vec![relid.into(), service.name().into()];
+    Spi::get_one_with_args::<bool>(
+        "SELECT next_attempt > pg_catalog.clock_timestamp() FROM hudi.service_state \
+         WHERE relation = $1 AND service = $2 AND failures > 0",
+        &args,
+    )
+    .unwrap_or_else(|e| match e {
+        pgrx::spi::SpiError::InvalidPosition => None,
+        e => spi_error(e),
+    })
+    .is_none_or(|waiting| !waiting)
+}
+
+/// Records a run of `service` on `relid` that began at `started`: `Ok(None)` (nothing was
+/// due) only clears a failure streak; a run that did something or failed goes into the
+/// history. Returns the wait before the next attempt after a failure.
+fn record(relid: pg_sys::Oid, service: Service, started: pgrx::datum::TimestampWithTimeZone, outcome: &Result<Option<String>, String>) -> Option<std::time::Duration> {
+    let key = || -> [DatumWithOid<'static>; 2] { [relid.into(), service.name().into()] };
+    let run = |outcome: &str, detail: &str| {
+        let args: Vec<DatumWithOid> = key().into_iter().chain([started.into(), outcome.into(), detail.into(), HISTORY_PER_TABLE.into()]).collect();
+        Spi::run_with_args(
+            "WITH added AS (INSERT INTO hudi.service_runs (relation, service, started, finished, outcome, detail) \
+                            VALUES ($1, $2, $3, pg_catalog.clock_timestamp(), $4, $5) RETURNING id) \
+             DELETE FROM hudi.service_runs WHERE relation = $1 AND id <= \
+                 (SELECT id FROM hudi.service_runs WHERE relation = $1 ORDER BY id DESC OFFSET $6 LIMIT 1)",
+            &args,
+        )
+        .unwrap_or_else(|e| spi_error(e));
+    };
+    match outcome {
+        Ok(None) => {
+            let args: Vec<DatumWithOid> = key().into();
+            Spi::run_with_args(
+                "UPDATE hudi.service_state SET failures = 0, next_attempt = NULL WHERE relation = $1 AND service = $2 AND failures > 0",
+                &args,
+            )
+            .unwrap_or_else(|e| spi_error(e));
+            None
+        }
+        Ok(Some(detail)) => {
+            run("succeeded", detail);
+            let args: Vec<DatumWithOid> = key().into_iter().chain([detail.as_str().into()]).collect();
+            Spi::run_with_args(
+                "INSERT INTO hudi.service_state AS s (relation, service, last_run, last_success, last_detail) \
+                 VALUES ($1, $2, pg_catalog.clock_timestamp(), pg_catalog.clock_timestamp(), $3) \
+                 ON CONFLICT (relation, service) DO UPDATE SET failures = 0, next_attempt = NULL, \
+                     last_run = excluded.last_run, last_success = excluded.last_success, last_detail = excluded.last_detail",
+                &args,
+            )
+            .unwrap_or_else(|e| spi_error(e));
+            None
+        }
+        Err(error) => {
+            run("failed", error);
+            let args: Vec<DatumWithOid> = key().into();
+            let failures = Spi::get_one_with_args::<i32>(
+                "SELECT failures FROM hudi.service_state WHERE relation = $1 AND service = $2",
+                &args,
+            )
+            .unwrap_or(None)
+            .unwrap_or(0)
+                + 1;
+            let nap = crate::guc::worker_naptime();
+            let wait = nap.saturating_mul(1 << failures.clamp(1, 16)).min(MAX_BACKOFF);
+            let args: Vec<DatumWithOid> =
+                key().into_iter().chain([error.as_str().into(), failures.into(), (wait.as_millis() as f64 / 1000.0).into()]).collect();
+            Spi::run_with_args(
+                "INSERT INTO hudi.service_state AS s (relation, service, failures, last_run, last_error, next_attempt) \
+                 VALUES ($1, $2, $4, pg_catalog.clock_timestamp(), $3, \
+                         pg_catalog.clock_timestamp() + pg_catalog.make_interval(secs => $5)) \
+                 ON CONFLICT (relation, service) DO UPDATE SET failures = excluded.failures, \
+                     last_run = excluded.last_run, last_error = excluded.last_error, next_attempt = excluded.next_attempt",
+                &args,
+            )
+            .unwrap_or_else(|e| spi_error(e));
+            Some(wait)
+        }
     }
 }
 
-/// One round over the served tables that are due, each in a transaction of its own.
-pub fn run_round(worker: &str, backoff: &mut Backoff) {
-    let tables = pgrx::bgworkers::BackgroundWorker::transaction(served_tables);
+/// One round over the served tables, each service of each table in a transaction of its own.
+pub fn run_round() {
+    use pgrx::bgworkers::BackgroundWorker;
+    let tables = BackgroundWorker::transaction(served_tables);
     for (relid, owner) in tables {
-        if crate::runtime::stopping() {
-            return;
-        }
-        if !backoff.due(relid) {
-            continue;
-        }
-        let (name, outcome) = pgrx::bgworkers::BackgroundWorker::transaction(|| {
-            let outcome = in_subtransaction(|| as_role(owner, || serve(relid)));
-            (crate::fdw::table::relation_name(relid), outcome)
-        });
-        match outcome {
-            Ok(done) => {
-                backoff.failed.remove(&relid);
-                if done.rolled_back + done.compacted_groups + done.cleaned_files + done.archived_instants > 0 {
-                    log!("{worker}: table {name}: {done}")
-                }
+        for service in Service::ALL {
+            if crate::runtime::stopping() || BackgroundWorker::sigterm_received() {
+                return;
             }
-            Err(_) if crate::runtime::stopping() => return,
-            Err(e) => {
-                let wait = backoff.failed(relid, crate::guc::worker_naptime());
-                log!("{worker}: services of table {name} failed: {e}; next attempt in {} s", wait.as_secs())
+            let finished = BackgroundWorker::transaction(|| {
+                // A table dropped since the listing is skipped.
+                let args: Vec<DatumWithOid> = vec![relid.into()];
+                let exists = Spi::get_one_with_args::<bool>("SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class WHERE oid = $1)", &args);
+                if !exists.ok().flatten().unwrap_or(false) || !is_due(relid, service) {
+                    return None;
+                }
+                let started = Spi::get_one::<pgrx::datum::TimestampWithTimeZone>("SELECT pg_catalog.clock_timestamp()")
+                    .unwrap_or_else(|e| spi_error(e))?;
+                report_activity(&activity(service, relid));
+                let outcome = in_subtransaction(|| as_role(owner, || service.run(relid)));
+                report_idle();
+                if crate::runtime::stopping() {
+                    // Stopped midway: not a failure of the service.
+                    return None;
+                }
+                let wait = record(relid, service, started, &outcome);
+                Some((crate::fdw::table::relation_name(relid), outcome, wait))
+            });
+            match finished {
+                Some((name, Ok(Some(detail)), _)) => log!("{}: table {name}: {detail}", super::WORKER_NAME),
+                Some((name, Err(e), wait)) => log!(
+                    "{}: {} of table {name} failed: {e}; next attempt in {} s",
+                    super::WORKER_NAME,
+                    service.name(),
+                    wait.unwrap_or_default().as_secs()
+                ),
+                _ => {}
             }
         }
     }
