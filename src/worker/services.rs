@@ -9,6 +9,7 @@
 //! again after a wait that doubles with every failure in a row.
 
 use engine::services::compaction;
+use engine::services::lease::ServiceLease;
 use pgrx::datum::DatumWithOid;
 use pgrx::prelude::*;
 use pgrx::PgRelation;
@@ -253,44 +254,110 @@ fn record(relid: pg_sys::Oid, service: Service, started: pgrx::datum::TimestampW
     }
 }
 
+/// Takes the service lease of `relid` for this process, or renews `held`: `None` while another
+/// process holds it (logged at DEBUG1) or the table is gone.
+fn lease_of(relid: pg_sys::Oid, held: Option<ServiceLease>) -> Option<ServiceLease> {
+    let duration = heartbeat_expiry();
+    let taken = match held {
+        Some(lease) => block_on(lease.renew(duration)),
+        None => {
+            let storage = ForeignHudiTable::of_relation(relid).storage();
+            // Only where a table is: a lease would create its location.
+            block_on(async {
+                engine::table::load_config(&storage).await?;
+                ServiceLease::take(&storage, &crate::fdw::modify::writer_id().owner(), duration).await
+            })
+        }
+    };
+    match taken.unwrap_or_else(|e| crate::error::report(e)) {
+        Ok(lease) => Some(lease),
+        Err(holder) => {
+            debug1!("table {}: services run by {} for {} s more", crate::fdw::table::relation_name(relid), holder.owner, holder.expires_in.as_secs());
+            None
+        }
+    }
+}
+
+/// What one service's transaction came to.
+enum Step {
+    /// Not due, or the table is gone.
+    Skipped,
+    /// Another process holds the table's service lease: the table waits for the next round.
+    Leased,
+    /// Ran: what it did, or its error, and then the wait before the next attempt.
+    Ran(String, Result<Option<String>, String>, Option<std::time::Duration>),
+}
+
 /// One round over the served tables, each service of each table in a transaction of its own.
+/// The table's service lease is taken (or, past half its time, renewed) in the transaction of
+/// its first due service, under that service's activity, and given up after the last.
 pub fn run_round() {
     use pgrx::bgworkers::BackgroundWorker;
     let tables = BackgroundWorker::transaction(served_tables);
     for (relid, owner) in tables {
+        let mut lease: Option<ServiceLease> = None;
         for service in Service::ALL {
             if crate::runtime::stopping() || BackgroundWorker::sigterm_received() {
                 return;
             }
-            let finished = BackgroundWorker::transaction(|| {
+            // The lease holds its table's store, which is not unwind-safe; after an ERROR
+            // nothing of it is used but to give it up.
+            let step = BackgroundWorker::transaction(std::panic::AssertUnwindSafe(|| {
                 // A table dropped since the listing is skipped.
                 let args: Vec<DatumWithOid> = vec![relid.into()];
                 let exists = Spi::get_one_with_args::<bool>("SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class WHERE oid = $1)", &args);
                 if !exists.ok().flatten().unwrap_or(false) || !is_due(relid, service) {
-                    return None;
+                    return Step::Skipped;
                 }
                 let started = Spi::get_one::<pgrx::datum::TimestampWithTimeZone>("SELECT pg_catalog.clock_timestamp()")
-                    .unwrap_or_else(|e| spi_error(e))?;
+                    .unwrap_or_else(|e| spi_error(e))
+                    .unwrap_or_else(|| spi_error(pgrx::spi::SpiError::InvalidPosition));
+                if lease.as_ref().is_none_or(|l| l.remaining() < heartbeat_expiry() / 2) {
+                    report_activity(&format!("{} — taking the service lease", activity(service, relid)));
+                    let held = lease.take();
+                    match in_subtransaction(move || as_role(owner, move || lease_of(relid, held))) {
+                        Ok(Some(taken)) => lease = Some(taken),
+                        Ok(None) => {
+                            report_idle();
+                            return Step::Leased;
+                        }
+                        // Unreachable storage or no table there: this service's failure.
+                        Err(error) => {
+                            report_idle();
+                            let outcome = Err(error);
+                            let wait = record(relid, service, started, &outcome);
+                            return Step::Ran(crate::fdw::table::relation_name(relid), outcome, wait);
+                        }
+                    }
+                }
                 report_activity(&activity(service, relid));
                 let outcome = in_subtransaction(|| as_role(owner, || service.run(relid)));
                 report_idle();
                 if crate::runtime::stopping() {
                     // Stopped midway: not a failure of the service.
-                    return None;
+                    return Step::Skipped;
                 }
                 let wait = record(relid, service, started, &outcome);
-                Some((crate::fdw::table::relation_name(relid), outcome, wait))
-            });
-            match finished {
-                Some((name, Ok(Some(detail)), _)) => log!("{}: table {name}: {detail}", super::WORKER_NAME),
-                Some((name, Err(e), wait)) => log!(
+                Step::Ran(crate::fdw::table::relation_name(relid), outcome, wait)
+            }));
+            match step {
+                Step::Ran(name, Ok(Some(detail)), _) => log!("{}: table {name}: {detail}", super::WORKER_NAME),
+                Step::Ran(name, Err(e), wait) => log!(
                     "{}: {} of table {name} failed: {e}; next attempt in {} s",
                     super::WORKER_NAME,
                     service.name(),
                     wait.unwrap_or_default().as_secs()
                 ),
-                _ => {}
+                Step::Leased => break,
+                Step::Ran(..) | Step::Skipped => {}
             }
         }
+        let Some(lease) = lease else { continue };
+        BackgroundWorker::transaction(std::panic::AssertUnwindSafe(move || {
+            let release = move || block_on(lease.release()).unwrap_or_else(|e| crate::error::report(e));
+            if let Err(e) = in_subtransaction(move || as_role(owner, release)) {
+                log!("{}: giving up the service lease of table {} failed: {e}", super::WORKER_NAME, crate::fdw::table::relation_name(relid));
+            }
+        }));
     }
 }

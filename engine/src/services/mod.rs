@@ -3,4 +3,5 @@
 pub mod archive;
 pub mod clean;
 pub mod compaction;
+pub mod lease;
 pub mod rollback;

@@ -75,14 +75,14 @@ struct Epoch {
 }
 
 /// A random number, from the standard library's per-process random hash keys.
-fn random_nonce() -> u64 {
+pub(crate) fn random_nonce() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
     hasher.write_u128(now_ms());
     hasher.finish()
 }
 
-fn now_ms() -> u128 {
+pub(crate) fn now_ms() -> u128 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_millis()
 }
 
