@@ -175,13 +175,59 @@ async fn failed_writes_are_rolled_back_after_their_heartbeat_expires() {
     let alive = rollback_failed_writes(&storage, &config, Duration::from_secs(600), "cleaner", &LockOptions::default()).await.unwrap();
     assert!(alive.is_empty());
     tokio::time::sleep(Duration::from_millis(20)).await;
+    let mut written = Vec::new();
+    for (path, _) in storage.list_recursive("").await.unwrap().into_iter().filter(|(p, _)| p.contains(&instant)) {
+        written.push((path.clone(), storage.get(&path).await.unwrap()));
+    }
     let rolled = rollback_failed_writes(&storage, &config, Duration::from_millis(10), "cleaner", &LockOptions::default()).await.unwrap();
     assert_eq!(rolled.len(), 1);
     assert_eq!((rolled[0].instant.as_str(), rolled[0].files_deleted), (instant.as_str(), 2));
     let leftovers: Vec<_> = storage.list_recursive("").await.unwrap().into_iter().filter(|(p, _)| p.contains(&instant)).collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
     let reader = TableReader::open(storage.clone()).await.unwrap();
-    assert!(reader.timeline().instants().iter().any(|i| i.action == "rollback" && i.is_completed()));
+    let rollback = reader.timeline().instants().iter().find(|i| i.action == "rollback" && i.is_completed()).unwrap().clone();
+    assert_eq!(snapshot(&storage).await, before);
+    // The plan came first and lists the write's files by absolute path, as Java's does; the
+    // completed rollback says the same.
+    let base = storage.uri().to_string();
+    let data_files: Vec<String> =
+        written.iter().filter(|(p, _)| !p.starts_with(".hoodie/")).map(|(p, _)| format!("{base}/{p}")).collect();
+    assert_eq!(data_files.len(), 2);
+    let requested = format!(".hoodie/timeline/{}.rollback.requested", rollback.timestamp);
+    let plan = engine::timeline::metadata::decode(&storage.get(&requested).await.unwrap()).unwrap();
+    assert_eq!(plan["instantToRollback"]["commitTime"], instant.as_str());
+    assert_eq!(plan["version"], 1);
+    let mut planned: Vec<String> = plan["RollbackRequests"].as_array().unwrap().iter()
+        .flat_map(|r| r["filesToBeDeleted"].as_array().unwrap().iter().map(|f| f.as_str().unwrap().to_owned()))
+        .collect();
+    planned.sort();
+    let mut expected_files = data_files.clone();
+    expected_files.sort();
+    assert_eq!(planned, expected_files);
+    assert!(plan["RollbackRequests"].as_array().unwrap().iter().all(|r| r["logBlocksToBeDeleted"] == serde_json::json!({})));
+    let completed = engine::timeline::metadata::decode(&storage.get(&format!(".hoodie/timeline/{}", rollback.file_name)).await.unwrap()).unwrap();
+    let mut deleted: Vec<String> = completed["partitionMetadata"].as_object().unwrap().values()
+        .flat_map(|p| p["successDeleteFiles"].as_array().unwrap().iter().map(|f| f.as_str().unwrap().to_owned()))
+        .collect();
+    deleted.sort();
+    assert_eq!(deleted, expected_files);
+
+    // A rollback that stopped after its plan (the write's files and requested file still
+    // there, no completed rollback) is finished from that plan, under its own instant: the
+    // write is not planned again.
+    for (path, bytes) in &written {
+        storage.put(path, bytes.clone()).await.unwrap();
+    }
+    storage.delete(&format!(".hoodie/timeline/{}", rollback.file_name)).await.unwrap();
+    storage.delete(&format!(".hoodie/timeline/{instant}.deltacommit.inflight")).await.unwrap();
+    let resumed = rollback_failed_writes(&storage, &config, Duration::from_millis(10), "cleaner", &LockOptions::default()).await.unwrap();
+    assert_eq!(resumed.len(), 1);
+    assert_eq!((resumed[0].instant.as_str(), resumed[0].rollback_instant.as_str()), (instant.as_str(), rollback.timestamp.as_str()));
+    let leftovers: Vec<_> = storage.list_recursive("").await.unwrap().into_iter().filter(|(p, _)| p.contains(&instant)).collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+    let timeline = TableReader::open(storage.clone()).await.unwrap();
+    let rollbacks: Vec<_> = timeline.timeline().instants().iter().filter(|i| i.action == "rollback").collect();
+    assert!(rollbacks.len() == 1 && rollbacks[0].is_completed(), "{rollbacks:?}");
     assert_eq!(snapshot(&storage).await, before);
 
     let err = crashed.commit().await.unwrap_err();

@@ -1,6 +1,7 @@
 //! Rolling back failed writes: pending deltacommits whose writer's heartbeat expired lose their
-//! files and timeline entries, and a completed rollback instant (Avro `HoodieRollbackMetadata`)
-//! records what was removed, as Java does for table version 8.
+//! files and timeline entries. A plan (Avro `HoodieRollbackPlan`) says what goes before anything
+//! goes, and a completed rollback instant (Avro `HoodieRollbackMetadata`) records what went, as
+//! Java does for table version 8, which can also finish a rollback of ours from its plan.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -18,6 +19,7 @@ use crate::write::prepared::{self, PreparedMark};
 use crate::write::time::{LockOptions, TableLock};
 
 const ROLLBACK_METADATA_SCHEMA: &str = include_str!("../write/HoodieRollbackMetadata.avsc");
+const ROLLBACK_PLAN_SCHEMA: &str = include_str!("HoodieRollbackPlan.avsc");
 
 /// One rolled-back write.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,8 +43,9 @@ fn rollback_metadata(started: &str, instant: &str, deleted: &BTreeMap<String, Ve
                     ("partitionPath".into(), Avro::String(partition.clone())),
                     ("successDeleteFiles".into(), strings(files)),
                     ("failedDeleteFiles".into(), Avro::Array(vec![])),
-                    ("rollbackLogFiles".into(), Avro::Union(0, Box::new(Avro::Null))),
-                    ("logFilesFromFailedCommit".into(), Avro::Union(0, Box::new(Avro::Null))),
+                    // Table version 8 appends no rollback blocks: empty maps, as Hudi 1.x writes.
+                    ("rollbackLogFiles".into(), Avro::Union(1, Box::new(Avro::Map(Default::default())))),
+                    ("logFilesFromFailedCommit".into(), Avro::Union(1, Box::new(Avro::Map(Default::default())))),
                 ]),
             )
         })
@@ -108,11 +111,122 @@ pub async fn rollback_failed_writes(
     rollback_writes(storage, config, &failed, owner, lock_options).await
 }
 
-/// Rolls back the pending deltacommits `instants` (which must have failed: their writers gone):
-/// first, under the table lock, the inflight file goes, so that no completer can complete the
-/// write any more (a completed one is left alone); then its data files, then, under the lock
-/// again, a completed rollback instant replaces its requested file. A rollback interrupted
-/// midway leaves the write requested, and the next rollback of failed writes finishes it.
+/// The plan of one rollback (`<r>.rollback.requested`, Avro `HoodieRollbackPlan` version 1):
+/// the failed deltacommit and its data files, by partition, relative to the table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct RollbackPlan {
+    instant: String,
+    files: BTreeMap<String, Vec<String>>,
+}
+
+impl RollbackPlan {
+    fn to_avro(&self, base_uri: &str) -> Result<Vec<u8>> {
+        use apache_avro::types::Value as Avro;
+        let internal = |e: apache_avro::Error| Error::new(ErrorKind::Internal, "cannot encode a rollback plan").with_source(e);
+        let schema = apache_avro::Schema::parse_str(ROLLBACK_PLAN_SCHEMA).map_err(internal)?;
+        let requests = self
+            .files
+            .iter()
+            .map(|(partition, paths)| {
+                Avro::Record(vec![
+                    ("partitionPath".into(), Avro::String(partition.clone())),
+                    ("fileId".into(), Avro::Union(1, Box::new(Avro::String(String::new())))),
+                    ("latestBaseInstant".into(), Avro::Union(1, Box::new(Avro::String(String::new())))),
+                    ("filesToBeDeleted".into(), Avro::Array(paths.iter().map(|p| Avro::String(format!("{base_uri}/{p}"))).collect())),
+                    // Table version 8 deletes files; Java rejects log blocks to delete.
+                    ("logBlocksToBeDeleted".into(), Avro::Union(1, Box::new(Avro::Map(Default::default())))),
+                ])
+            })
+            .collect();
+        let record = Avro::Record(vec![
+            (
+                "instantToRollback".into(),
+                Avro::Union(
+                    1,
+                    Box::new(Avro::Record(vec![
+                        ("commitTime".into(), Avro::String(self.instant.clone())),
+                        ("action".into(), Avro::String("deltacommit".into())),
+                    ])),
+                ),
+            ),
+            ("RollbackRequests".into(), Avro::Union(1, Box::new(Avro::Array(requests)))),
+            ("version".into(), Avro::Union(0, Box::new(Avro::Int(1)))),
+        ]);
+        let mut writer = apache_avro::Writer::new(&schema, Vec::new());
+        writer.append(record).map_err(internal)?;
+        writer.into_inner().map_err(internal)
+    }
+
+    /// A plan as [`Self::to_avro`] (or Java) wrote it; paths relative to the table again.
+    fn from_json(value: &serde_json::Value, base_uri: &str) -> Result<RollbackPlan> {
+        let corrupt = |what: String| Error::new(ErrorKind::Corrupt, format!("invalid rollback plan: {what}"));
+        let instant = value["instantToRollback"]["commitTime"].as_str().ok_or_else(|| corrupt("no instant to roll back".into()))?;
+        let mut files: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for request in value["RollbackRequests"].as_array().into_iter().flatten() {
+            let partition = request["partitionPath"].as_str().unwrap_or_default().to_owned();
+            for path in request["filesToBeDeleted"].as_array().into_iter().flatten() {
+                let path = path.as_str().ok_or_else(|| corrupt("a file path".into()))?;
+                let relative = path.strip_prefix(base_uri).map(|p| p.trim_start_matches('/')).ok_or_else(|| corrupt(format!("{path} is not below {base_uri}")))?;
+                files.entry(partition.clone()).or_default().push(relative.to_owned());
+            }
+        }
+        Ok(RollbackPlan { instant: instant.to_owned(), files })
+    }
+}
+
+/// The pending rollbacks of `timeline` with their plans, by rollback instant.
+async fn pending_rollbacks(storage: &Storage, config: &TableConfig, timeline: &Timeline) -> Result<Vec<(String, RollbackPlan)>> {
+    let base_uri = storage.uri().to_string();
+    let mut out = Vec::new();
+    for pending in timeline.instants().iter().filter(|i| i.action == "rollback" && !i.is_completed()) {
+        let path = format!("{}/{}.rollback.requested", config.timeline_dir, pending.timestamp);
+        let bytes = storage.get(&path).await?;
+        // A rollback requested with no plan (by an earlier version of this engine, which
+        // deleted the files first) has nothing left to do but completing: its target is gone.
+        if bytes.is_empty() {
+            continue;
+        }
+        out.push((pending.timestamp.clone(), RollbackPlan::from_json(&crate::timeline::metadata::decode(&bytes)?, &base_uri)?));
+    }
+    Ok(out)
+}
+
+/// Deletes the plan's files (a missing one was deleted before), then under the table lock the
+/// failed write's timeline files, and completes the rollback — once: one another process
+/// completed meanwhile is left as it is.
+async fn execute(storage: &Storage, config: &TableConfig, rollback: &str, plan: &RollbackPlan, owner: &str, lock_options: &LockOptions) -> Result<()> {
+    let base_uri = storage.uri().to_string();
+    for path in plan.files.values().flatten() {
+        storage.delete(path).await?;
+    }
+    let dir = &config.timeline_dir;
+    let absolute: BTreeMap<String, Vec<String>> =
+        plan.files.iter().map(|(p, files)| (p.clone(), files.iter().map(|f| format!("{base_uri}/{f}")).collect())).collect();
+    let metadata = Bytes::from(rollback_metadata(rollback, &plan.instant, &absolute)?);
+    TableLock::hold(storage, owner, lock_options, async |lock| {
+        let names = storage.list_dir(dir).await?;
+        if completion_in(names.iter().map(|(n, _)| n.as_str()), rollback, "rollback").is_some() {
+            return Ok(());
+        }
+        storage.delete(&format!("{dir}/{}.deltacommit.inflight", plan.instant)).await?;
+        storage.delete(&format!("{dir}/{}.deltacommit.requested", plan.instant)).await?;
+        let completion = lock.next_time(lock_options).await?;
+        lock.check().await?;
+        storage.put_if_absent(&format!("{dir}/{rollback}_{completion}.rollback"), metadata).await?;
+        Ok(())
+    })
+    .await?;
+    heartbeat::stop(storage, &plan.instant).await?;
+    prepared::clear(storage, &plan.instant).await
+}
+
+/// Rolls back the pending deltacommits `instants` (which must have failed: their writers gone),
+/// as Hudi 1.x does (hudi-services-format.md §3.5): under the table lock, a plan listing the
+/// write's data files (`<r>.rollback.requested`) and an empty `<r>.rollback.inflight` are
+/// written, and the write's inflight file goes, so that no completer can complete it any more
+/// (a completed write is left alone); then the files are deleted and, under the lock again,
+/// the write's requested file goes and the completed rollback is written. Rollbacks that
+/// stopped midway are finished from their plans first, and their writes are not planned again.
 pub async fn rollback_writes(
     storage: &Storage,
     config: &TableConfig,
@@ -120,26 +234,23 @@ pub async fn rollback_writes(
     owner: &str,
     lock_options: &LockOptions,
 ) -> Result<Vec<RolledBack>> {
+    let timeline = Timeline::load(storage, config).await?;
+    let mut out = Vec::new();
+    let mut done = std::collections::HashSet::new();
+    for (rollback, plan) in pending_rollbacks(storage, config, &timeline).await? {
+        execute(storage, config, &rollback, &plan, owner, lock_options).await?;
+        done.insert(plan.instant.clone());
+        out.push(RolledBack { instant: plan.instant.clone(), rollback_instant: rollback, files_deleted: plan.files.values().map(Vec::len).sum() });
+    }
+    let instants: Vec<&String> = instants.iter().filter(|i| !done.contains(*i)).collect();
     if instants.is_empty() {
-        return Ok(Vec::new());
+        return Ok(out);
     }
     let dir = &config.timeline_dir;
+    let base_uri = storage.uri().to_string();
     let listing = storage.list_recursive("").await?;
-    let mut out = Vec::new();
     for instant in instants {
-        let still_pending = TableLock::hold(storage, owner, lock_options, async |_| {
-            let files = storage.list_dir(dir).await?;
-            if completion_in(files.iter().map(|(n, _)| n.as_str()), instant, "deltacommit").is_some() {
-                return Ok::<_, Error>(false);
-            }
-            storage.delete(&format!("{dir}/{instant}.deltacommit.inflight")).await?;
-            Ok(true)
-        })
-        .await?;
-        if !still_pending {
-            continue;
-        }
-        let mut deleted: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        let mut files: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for (path, size) in &listing {
             if path.starts_with(".hoodie/") {
                 continue;
@@ -151,24 +262,26 @@ pub async fn rollback_writes(
                 None => false,
             };
             if written_by_instant {
-                storage.delete(path).await?;
-                deleted.entry(partition.to_owned()).or_default().push(name.to_owned());
+                files.entry(partition.to_owned()).or_default().push(path.clone());
             }
         }
-        let rollback_instant = TableLock::hold(storage, owner, lock_options, async |lock| {
+        let plan = RollbackPlan { instant: instant.clone(), files };
+        let requested = Bytes::from(plan.to_avro(&base_uri)?);
+        let rollback = TableLock::hold(storage, owner, lock_options, async |lock| {
+            let names = storage.list_dir(dir).await?;
+            if completion_in(names.iter().map(|(n, _)| n.as_str()), instant, "deltacommit").is_some() {
+                return Ok::<_, Error>(None);
+            }
             let rollback = lock.next_time(lock_options).await?;
-            storage.put_if_absent(&format!("{dir}/{rollback}.rollback.requested"), Bytes::new()).await?;
+            storage.put_if_absent(&format!("{dir}/{rollback}.rollback.requested"), requested).await?;
             storage.put_if_absent(&format!("{dir}/{rollback}.rollback.inflight"), Bytes::new()).await?;
-            let metadata = rollback_metadata(&rollback, instant, &deleted)?;
-            let completion = lock.next_time(lock_options).await?;
-            storage.put_if_absent(&format!("{dir}/{rollback}_{completion}.rollback"), Bytes::from(metadata)).await?;
-            storage.delete(&format!("{dir}/{instant}.deltacommit.requested")).await?;
-            Ok::<_, Error>(rollback)
+            storage.delete(&format!("{dir}/{instant}.deltacommit.inflight")).await?;
+            Ok(Some(rollback))
         })
         .await?;
-        heartbeat::stop(storage, instant).await?;
-        prepared::clear(storage, instant).await?;
-        out.push(RolledBack { instant: instant.clone(), rollback_instant, files_deleted: deleted.values().map(Vec::len).sum() });
+        let Some(rollback) = rollback else { continue };
+        execute(storage, config, &rollback, &plan, owner, lock_options).await?;
+        out.push(RolledBack { instant: instant.clone(), rollback_instant: rollback, files_deleted: plan.files.values().map(Vec::len).sum() });
     }
     Ok(out)
 }
