@@ -8,6 +8,9 @@ import os
 import signal
 import time
 
+import psycopg
+import pytest
+
 
 def wait_for(predicate, timeout=30.0, interval=0.1):
     deadline = time.monotonic() + timeout
@@ -322,3 +325,33 @@ def test_two_servers_never_run_a_tables_services_at_once(cluster):
 def reference_rows_of(path):
     from conftest import reference_rows_at
     return reference_rows_at(str(path), columns=("id", "v"))
+
+
+def test_compaction_is_due_by_log_count_size_or_age(lake, cluster):
+    """compaction_log_bytes and compaction_max_delay make a file slice due before it has
+    compaction_delta_commits logs; a table with neither waits for the count."""
+    conn, _ = lake
+    conn.execute("ALTER SYSTEM SET hudi.worker_naptime = 1")
+    conn.execute("SELECT pg_reload_conf()")
+    for name, trigger in (("sized", "compaction_log_bytes '1kB'"), ("aged", "compaction_max_delay '3 seconds'"), ("counted", None)):
+        options = f", {trigger}" if trigger else ""
+        conn.execute(f"""CREATE FOREIGN TABLE {name} (id bigint, v text) SERVER lake
+                         OPTIONS (path '{name}', primary_key 'id', merge_mode 'commit_time', buckets '1',
+                                  compaction_delta_commits '100'{options})""")
+        conn.execute(f"SELECT hudi.create_table('{name}')")
+    for name in ("sized", "aged", "counted"):
+        conn.execute(f"INSERT INTO {name} SELECT g, repeat('x', 100) FROM generate_series(1, 50) g")
+    written = conn.execute("SELECT clock_timestamp()").fetchone()[0]
+    for name in ("sized", "aged", "counted"):
+        conn.execute(f"ALTER FOREIGN TABLE {name} OPTIONS (ADD services 'auto')")
+
+    def compacted(name):
+        return conn.execute("SELECT min(started) FROM hudi.service_history WHERE \"table\" = %s::regclass "
+                            "AND service = 'compaction' AND outcome = 'succeeded'", (name,)).fetchone()[0]
+    assert wait_for(lambda: compacted("sized") and compacted("aged"), timeout=60)
+    assert (compacted("aged") - written).total_seconds() >= 3, "not before its log was 3 seconds old"
+    assert compacted("counted") is None, "one log of 100 is not due"
+    for bad, value in (("compaction_log_bytes", "lots"), ("compaction_max_delay", "soon")):
+        with pytest.raises(psycopg.Error) as e:
+            conn.execute(f"ALTER FOREIGN TABLE counted OPTIONS (ADD {bad} '{value}')")
+        assert e.value.sqlstate == "HV024"

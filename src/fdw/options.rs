@@ -4,7 +4,7 @@
 //! |---------------|---------|
 //! | server        | `base_uri` (required): `file://`, `s3://`, `gs://`, `az://` or `memory://`; `credential_chain` (superusers only); `max_retries`, `retry_timeout`, `request_timeout`, `connect_timeout` |
 //! | user mapping  | object-store credentials (`aws_access_key_id`, ...): secrets live only here |
-//! | foreign table | `path`, `query_type`, `as_of_instant`, `start_instant`, `end_instant`, `primary_key`, `ordering_field`, `partition_by`, `buckets`, `merge_mode`, `clean_retain_commits`, `clean_max_retain`, `services`, `compaction_delta_commits`, `archive_min_instants`, `archive_max_instants` |
+//! | foreign table | `path`, `query_type`, `as_of_instant`, `start_instant`, `end_instant`, `primary_key`, `ordering_field`, `partition_by`, `buckets`, `merge_mode`, `clean_retain_commits`, `clean_max_retain`, `services`, `compaction_delta_commits`, `archive_min_instants`, `archive_max_instants`, `compaction_log_bytes`, `compaction_max_delay` |
 
 use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
@@ -38,6 +38,8 @@ pub const TABLE_OPTIONS: &[&str] = &[
     "compaction_delta_commits",
     "archive_min_instants",
     "archive_max_instants",
+    "compaction_log_bytes",
+    "compaction_max_delay",
 ];
 pub const SERVICES: &[&str] = &["auto", "off"];
 pub const QUERY_TYPES: &[&str] = &["snapshot", "read_optimized", "incremental"];
@@ -261,7 +263,8 @@ fn validate_table(options: &[(String, String)]) {
                 Ok(n) if n >= 1 => {}
                 _ => bad_value(name, value, "expected a positive integer"),
             },
-            "clean_max_retain" => validate_interval(name, value),
+            "clean_max_retain" | "compaction_max_delay" => validate_interval(name, value),
+            "compaction_log_bytes" => validate_size(name, value),
             "services" if !SERVICES.contains(&value.as_str()) => {
                 bad_value(name, value, format_args!("expected one of {}", SERVICES.join(", ")))
             }
@@ -304,6 +307,18 @@ fn validate_interval(name: &str, value: &str) {
     .execute();
     if positive != Some(true) {
         bad_value(name, value, "expected a positive interval such as '7 days'")
+    }
+}
+
+fn validate_size(name: &str, value: &str) {
+    let args: Vec<pgrx::datum::DatumWithOid> = vec![value.into()];
+    let positive = PgTryBuilder::new(|| {
+        Spi::get_one_with_args::<bool>("SELECT pg_catalog.pg_size_bytes($1) > 0", &args).ok().flatten()
+    })
+    .catch_others(|_| None)
+    .execute();
+    if positive != Some(true) {
+        bad_value(name, value, "expected a positive size such as '64MB'")
     }
 }
 

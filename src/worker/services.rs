@@ -53,9 +53,9 @@ impl Service {
             }
             Service::Compaction => {
                 let table = ForeignHudiTable::of_relation(relid);
-                let due = table.count_option("compaction_delta_commits", compaction::DEFAULT_DELTA_COMMITS);
+                let trigger = compaction_trigger(&table);
                 let (storage, writer) = (table.storage(), crate::fdw::modify::writer_id());
-                let scheduled = block_on(compaction::schedule_due_compaction(&storage, &writer, &lock_options(), due));
+                let scheduled = block_on(compaction::schedule_due_compaction(&storage, &writer, &lock_options(), &trigger));
                 let instant = scheduled.unwrap_or_else(|e| crate::error::report(e))?;
                 report_activity(&format!("{} — compacting the plan {instant}", activity(self, relid)));
                 let outcome = block_on(compaction::run_compaction(&storage, &instant, &writer, &lock_options(), heartbeat_expiry()));
@@ -69,6 +69,23 @@ impl Service {
                 format!("archived {actions} instants ({commits} commits) from {first} to {last}")
             }),
         }
+    }
+}
+
+/// When the file slices of `table` are due for compaction: its options `compaction_delta_commits`
+/// (log files), `compaction_log_bytes` (a size such as '64MB') and `compaction_max_delay` (an
+/// interval), whichever comes first.
+fn compaction_trigger(table: &ForeignHudiTable) -> compaction::CompactionTrigger {
+    let sql = |query: &str, option: &str| -> Option<i64> {
+        let value = table.options.get(option)?;
+        let args: Vec<DatumWithOid> = vec![value.as_str().into()];
+        Spi::get_one_with_args::<i64>(query, &args).unwrap_or_else(|e| spi_error(e))
+    };
+    compaction::CompactionTrigger {
+        log_files: table.count_option("compaction_delta_commits", compaction::DEFAULT_DELTA_COMMITS),
+        log_bytes: sql("SELECT pg_catalog.pg_size_bytes($1)", "compaction_log_bytes").map(|b| b.max(1) as u64),
+        max_delay: sql("SELECT (pg_catalog.date_part('epoch', $1::pg_catalog.interval) * 1000)::bigint", "compaction_max_delay")
+            .map(|ms| std::time::Duration::from_millis(ms.max(1) as u64)),
     }
 }
 

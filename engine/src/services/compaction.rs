@@ -144,18 +144,51 @@ impl CompactionPlan {
 /// covers. Returns the plan's instant, or `None` when there is nothing to compact (then no
 /// timeline file is written).
 pub async fn schedule_compaction(storage: &Storage, writer: &WriterId, lock_options: &LockOptions) -> Result<Option<String>> {
-    schedule_due_compaction(storage, writer, lock_options, 1).await
+    schedule_due_compaction(storage, writer, lock_options, &CompactionTrigger::default()).await
 }
 
 /// Hudi's `hoodie.compact.inline.max.delta.commits`: the log files a file slice gathers before
 /// it is due for compaction.
 pub const DEFAULT_DELTA_COMMITS: usize = 5;
 
-/// [`schedule_compaction`] of the file slices that have at least `min_log_files` log files
-/// (Hudi's `hoodie.compact.inline.max.delta.commits`, per file group): `None` when none has.
-pub async fn schedule_due_compaction(storage: &Storage, writer: &WriterId, lock_options: &LockOptions, min_log_files: usize) -> Result<Option<String>> {
+/// When a file slice with logs is due for compaction (Hudi's `NUM_OR_TIME` trigger, per file
+/// group, with a size bound): any one of these.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompactionTrigger {
+    /// At least this many log files (`hoodie.compact.inline.max.delta.commits`).
+    pub log_files: usize,
+    /// At least this many bytes of logs: every merged read reads them all.
+    pub log_bytes: Option<u64>,
+    /// A log written longer ago than this (`hoodie.compact.inline.max.delta.seconds`).
+    pub max_delay: Option<Duration>,
+}
+
+impl Default for CompactionTrigger {
+    /// Every slice with a log.
+    fn default() -> Self {
+        CompactionTrigger { log_files: 1, log_bytes: None, max_delay: None }
+    }
+}
+
+impl CompactionTrigger {
+    /// Whether `slice` is due at `now_ms` (ms since the epoch).
+    pub fn is_due(&self, slice: &crate::view::FileSlice, now_ms: i64) -> bool {
+        if slice.log_files.is_empty() {
+            return false;
+        }
+        let bytes: u64 = slice.log_files.iter().map(|l| l.size).sum();
+        let oldest = slice.log_files.iter().filter_map(|l| crate::write::time::parse_instant(&l.instant)).min();
+        slice.log_files.len() >= self.log_files.max(1)
+            || self.log_bytes.is_some_and(|b| bytes >= b)
+            || self.max_delay.zip(oldest).is_some_and(|(delay, oldest)| now_ms - oldest >= delay.as_millis() as i64)
+    }
+}
+
+/// [`schedule_compaction`] of the file slices that `trigger` finds due: `None` when none is.
+pub async fn schedule_due_compaction(storage: &Storage, writer: &WriterId, lock_options: &LockOptions, trigger: &CompactionTrigger) -> Result<Option<String>> {
     let instant = TableLock::hold(storage, &writer.owner(), lock_options, async |lock| lock.next_time(lock_options).await).await?;
 
+    let now_ms = crate::write::time::parse_instant(&instant).unwrap_or_default();
     // Listed after taking the instant: every write that completed before it is visible now.
     let reader = TableReader::open(storage.clone()).await?;
     let config = reader.config();
@@ -168,7 +201,7 @@ pub async fn schedule_due_compaction(storage: &Storage, writer: &WriterId, lock_
         .slices(&ReadBound::CompletedBy(instant.clone()))
         .await?
         .into_iter()
-        .filter(|s| s.log_files.len() >= min_log_files.max(1) && !pending.contains(&(s.partition.clone(), s.file_id.clone())))
+        .filter(|s| trigger.is_due(s, now_ms) && !pending.contains(&(s.partition.clone(), s.file_id.clone())))
         .map(|s| CompactionOperation {
             log_bytes: s.log_files.iter().map(|l| l.size).sum(),
             log_files: s.log_files.iter().map(|l| l.name.clone()).collect(),
