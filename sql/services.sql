@@ -18,6 +18,7 @@ CREATE TABLE hudi.service_state (
     last_detail text,                        -- what it did
     last_error text,
     next_attempt timestamptz,                -- after a failure: when the worker tries again
+    note text,                               -- what holds the service back (a consumer)
     PRIMARY KEY (relation, service)
 );
 REVOKE ALL ON hudi.service_state FROM PUBLIC;
@@ -62,7 +63,7 @@ SELECT served."table", served.service,
             ELSE 'idle' END AS state,
        CASE WHEN r.pid IS NOT NULL THEN pg_catalog.split_part(r.query, ' — ', 2) END AS progress,
        r.query_start AS started,
-       st.last_success, st.last_detail, st.last_error, st.failures,
+       st.last_success, st.last_detail, st.last_error, st.failures, st.note,
        CASE WHEN st.failures > 0 THEN st.next_attempt END AS next_attempt,
        r.pid AS worker_pid
 FROM served

@@ -19,7 +19,7 @@ pub static WORKER_DATABASES: GucSetting<Option<CString>> = GucSetting::<Option<C
 /// `hudi.max_database_workers`: how many databases the workers serve at once.
 pub static MAX_DATABASE_WORKERS: GucSetting<i32> = GucSetting::<i32>::new(2);
 
-/// `hudi.worker_naptime`: seconds the background worker sleeps between rounds.
+/// `hudi.worker_naptime`: seconds between the starts of two rounds of a database's worker.
 pub static WORKER_NAPTIME: GucSetting<i32> = GucSetting::<i32>::new(10);
 
 /// `hudi.worker_naptime` as a duration.
@@ -226,7 +226,7 @@ pub fn register() {
     );
     GucRegistry::define_int_guc(
         c"hudi.worker_naptime",
-        c"Seconds between two rounds of the pg_hudi worker of a database.",
+        c"Seconds between the starts of two rounds of the pg_hudi worker of a database.",
         c"Each round finishes committed writes and runs the services of tables with services 'auto'.",
         &WORKER_NAPTIME,
         1,

@@ -33,14 +33,29 @@ pub(crate) fn clean(table: PgRelation) -> TableIterator<
     ),
 > {
     let storage = service_target(&table, "clean it");
-    let foreign = ForeignHudiTable::of_relation(table.oid());
-    let retain_commits = foreign.count_option("clean_retain_commits", DEFAULT_RETAIN_COMMITS);
-    let max_retain = foreign.options.get("clean_max_retain").map_or(DEFAULT_MAX_RETAIN, String::as_str);
-    let options = CleanOptions { retain_commits, keep_changes_after: consumers_floor(&foreign.uri, max_retain) };
+    let options = clean_options(&ForeignHudiTable::of_relation(table.oid()));
     let outcome = block_on(clean::clean(&storage, &writer_id(), &lock_options(), &options)).or_report();
     TableIterator::new(outcome.into_iter().map(|c| {
         (c.instant, c.completion, c.files_deleted as i32, c.bytes_freed as i64, c.earliest_commit_to_retain)
     }))
+}
+
+/// What the options of `table` and its consumers let a clean delete.
+pub(crate) fn clean_options(table: &ForeignHudiTable) -> CleanOptions {
+    let retain_commits = table.count_option("clean_retain_commits", DEFAULT_RETAIN_COMMITS);
+    let max_retain = table.options.get("clean_max_retain").map_or(DEFAULT_MAX_RETAIN, String::as_str);
+    CleanOptions { retain_commits, keep_changes_after: consumers_floor(&table.uri, max_retain) }
+}
+
+/// Why the consumers of `table` hold its cleaning back, for people; `None` when they do not.
+pub(crate) fn held_back(table: &ForeignHudiTable) -> Option<String> {
+    let options = clean_options(table);
+    let (alone, allowed) = block_on(clean::held_back_now(&table.storage(), &options)).or_report()?;
+    let position = options.keep_changes_after.filter(|p| !p.is_empty()).unwrap_or_else(|| "the start (not consumed yet)".into());
+    Some(format!(
+        "held back by a consumer at {position}: retention alone keeps the commits from {alone} on, the consumers {}",
+        allowed.map_or("everything".to_owned(), |a| format!("those from {a} on"))
+    ))
 }
 
 /// The earliest position of the consumers of the table at `location` (through any foreign

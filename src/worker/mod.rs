@@ -94,25 +94,25 @@ fn databases_to_serve() -> Vec<(pg_sys::Oid, String)> {
     all.into_iter().filter(|(_, name)| wanted.is_empty() || wanted.contains(name)).collect()
 }
 
-/// The workers the launcher started: those running, and when each database's last one ended.
+/// The workers the launcher started: those running, and when each database's last one
+/// started (rounds start a nap apart, as autovacuum's do, or back to back when one takes
+/// longer).
 #[derive(Default)]
 struct Launched {
     running: HashMap<pg_sys::Oid, *mut pg_sys::BackgroundWorkerHandle>,
-    ended: HashMap<pg_sys::Oid, Instant>,
+    started: HashMap<pg_sys::Oid, Instant>,
 }
 
 impl Launched {
     /// Forgets the workers that exited.
     fn reap(&mut self) {
-        let now = Instant::now();
-        self.running.retain(|oid, handle| {
+        self.running.retain(|_, handle| {
             let mut pid = 0;
             // SAFETY: a handle from RegisterDynamicBackgroundWorker in this process, freed
             // only here, once its worker stopped.
             let status = unsafe { pg_sys::GetBackgroundWorkerPid(*handle, &mut pid) };
             if status == pg_sys::BgwHandleStatus::BGWH_STOPPED {
                 unsafe { pg_sys::pfree((*handle).cast()) };
-                self.ended.insert(*oid, now);
                 return false;
             }
             true
@@ -120,13 +120,13 @@ impl Launched {
     }
 
     /// The databases whose worker should start now: without one running and without one that
-    /// ended less than a nap ago, those waiting longest first, up to `max` running.
+    /// started less than a nap ago, those waiting longest first, up to `max` running.
     fn due(&self, databases: &[(pg_sys::Oid, String)], nap: Duration, max: usize) -> Vec<(pg_sys::Oid, String)> {
         let mut due: Vec<&(pg_sys::Oid, String)> = databases
             .iter()
-            .filter(|(oid, _)| !self.running.contains_key(oid) && self.ended.get(oid).is_none_or(|t| t.elapsed() >= nap))
+            .filter(|(oid, _)| !self.running.contains_key(oid) && self.started.get(oid).is_none_or(|t| t.elapsed() >= nap))
             .collect();
-        due.sort_by_key(|(oid, _)| self.ended.get(oid).copied());
+        due.sort_by_key(|(oid, _)| self.started.get(oid).copied());
         due.into_iter().take(max.saturating_sub(self.running.len())).cloned().collect()
     }
 
@@ -151,6 +151,7 @@ impl Launched {
             pg_sys::MemoryContextSwitchTo(context);
             if started {
                 self.running.insert(oid, handle);
+                self.started.insert(oid, Instant::now());
             }
             started
         }
@@ -158,7 +159,13 @@ impl Launched {
 
     /// How long to sleep: until the next database is due (a worker's exit wakes us earlier).
     fn next_wake(&self, nap: Duration) -> Duration {
-        let soonest = self.ended.values().map(|t| nap.saturating_sub(t.elapsed())).filter(|d| !d.is_zero()).min();
+        let soonest = self
+            .started
+            .iter()
+            .filter(|(oid, _)| !self.running.contains_key(oid))
+            .map(|(_, t)| nap.saturating_sub(t.elapsed()))
+            .filter(|d| !d.is_zero())
+            .min();
         soonest.unwrap_or(nap).max(Duration::from_millis(100))
     }
 }

@@ -41,8 +41,18 @@ impl Service {
         }
     }
 
-    /// Runs the service on `relid` as the current role: what it did, `None` when nothing was due.
-    fn run(self, relid: pg_sys::Oid) -> Option<String> {
+    /// Runs the service on `relid` as the current role: what it did (`None` when nothing was
+    /// due), and what holds it back, if anything.
+    fn run(self, relid: pg_sys::Oid) -> (Option<String>, Option<String>) {
+        let detail = self.run_once(relid);
+        let note = match self {
+            Service::Clean => crate::api::clean::held_back(&ForeignHudiTable::of_relation(relid)),
+            _ => None,
+        };
+        (detail, note)
+    }
+
+    fn run_once(self, relid: pg_sys::Oid) -> Option<String> {
         match self {
             Service::Rollback => {
                 let rolled_back: Vec<_> = crate::api::tables::rollback_failed_writes(relation(relid)).collect();
@@ -72,9 +82,13 @@ impl Service {
     }
 }
 
+/// Hudi's `hoodie.compact.inline.max.delta.seconds`: a log is compacted within about this long,
+/// also in a file group that gathers no more (archival never passes a log of a latest slice).
+const DEFAULT_COMPACTION_MAX_DELAY: std::time::Duration = std::time::Duration::from_secs(3600);
+
 /// When the file slices of `table` are due for compaction: its options `compaction_delta_commits`
 /// (log files), `compaction_log_bytes` (a size such as '64MB') and `compaction_max_delay` (an
-/// interval), whichever comes first.
+/// interval, default an hour), whichever comes first.
 fn compaction_trigger(table: &ForeignHudiTable) -> compaction::CompactionTrigger {
     let sql = |query: &str, option: &str| -> Option<i64> {
         let value = table.options.get(option)?;
@@ -84,8 +98,10 @@ fn compaction_trigger(table: &ForeignHudiTable) -> compaction::CompactionTrigger
     compaction::CompactionTrigger {
         log_files: table.count_option("compaction_delta_commits", compaction::DEFAULT_DELTA_COMMITS),
         log_bytes: sql("SELECT pg_catalog.pg_size_bytes($1)", "compaction_log_bytes").map(|b| b.max(1) as u64),
-        max_delay: sql("SELECT (pg_catalog.date_part('epoch', $1::pg_catalog.interval) * 1000)::bigint", "compaction_max_delay")
-            .map(|ms| std::time::Duration::from_millis(ms.max(1) as u64)),
+        max_delay: Some(
+            sql("SELECT (pg_catalog.date_part('epoch', $1::pg_catalog.interval) * 1000)::bigint", "compaction_max_delay")
+                .map_or(DEFAULT_COMPACTION_MAX_DELAY, |ms| std::time::Duration::from_millis(ms.max(1) as u64)),
+        ),
     }
 }
 
@@ -305,6 +321,17 @@ enum Step {
     Ran(String, Result<Option<String>, String>, Option<std::time::Duration>),
 }
 
+/// Records what holds `service` of `relid` back (`None`: nothing), when that changed.
+fn record_note(relid: pg_sys::Oid, service: Service, note: Option<&str>) {
+    let args: Vec<DatumWithOid> = vec![relid.into(), service.name().into(), note.into()];
+    Spi::run_with_args(
+        "INSERT INTO hudi.service_state AS s (relation, service, note) VALUES ($1, $2, $3) \
+         ON CONFLICT (relation, service) DO UPDATE SET note = excluded.note WHERE s.note IS DISTINCT FROM excluded.note",
+        &args,
+    )
+    .unwrap_or_else(|e| spi_error(e));
+}
+
 /// One round over the served tables, each service of each table in a transaction of its own.
 /// The table's service lease is taken (or, past half its time, renewed) in the transaction of
 /// its first due service, under that service's activity, and given up after the last.
@@ -354,6 +381,10 @@ pub fn run_round() {
                     // Stopped midway: not a failure of the service.
                     return Step::Skipped;
                 }
+                let outcome = outcome.map(|(detail, note)| {
+                    record_note(relid, service, note.as_deref());
+                    detail
+                });
                 let wait = record(relid, service, started, &outcome);
                 Step::Ran(crate::fdw::table::relation_name(relid), outcome, wait)
             }));

@@ -225,6 +225,21 @@ fn doomed_files(view: &FileSystemView, timeline: &Timeline, earliest: &str, comp
     doomed
 }
 
+/// Why consumers hold cleaning back, when they do: the point retention alone would clean up to,
+/// and the point the consumers allow (`None`: nothing at all).
+pub fn held_back(timeline: &Timeline, options: &CleanOptions) -> Option<(String, Option<String>)> {
+    options.keep_changes_after.as_ref()?;
+    let alone = earliest_to_retain(timeline, &CleanOptions { keep_changes_after: None, ..options.clone() })?;
+    let allowed = earliest_to_retain(timeline, options).map(|e| e.0);
+    (allowed.as_deref() != Some(alone.0.as_str())).then_some((alone.0, allowed))
+}
+
+/// [`held_back`] of the table at `storage` as it is now.
+pub async fn held_back_now(storage: &Storage, options: &CleanOptions) -> Result<Option<(String, Option<String>)>> {
+    let config = crate::table::load_config(storage).await?;
+    Ok(held_back(&Timeline::load(storage, &config).await?, options))
+}
+
 async fn plan(storage: &Storage, config: &TableConfig, timeline: &Timeline, options: &CleanOptions) -> Result<Option<CleanPlan>> {
     let Some(mut earliest) = earliest_to_retain(timeline, options) else { return Ok(None) };
     let mut compacting = HashMap::new();
