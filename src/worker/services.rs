@@ -65,6 +65,17 @@ impl Service {
                 let table = ForeignHudiTable::of_relation(relid);
                 let trigger = compaction_trigger(&table);
                 let (storage, writer) = (table.storage(), crate::fdw::modify::writer_id());
+                // A compaction whose executor crashed is finished first: until then readers
+                // merge its logs and archival cannot pass it.
+                let resumed = block_on(compaction::run_abandoned_compactions(&storage, &writer, &lock_options(), heartbeat_expiry()));
+                let resumed: Vec<String> = resumed
+                    .unwrap_or_else(|e| crate::error::report(e))
+                    .into_iter()
+                    .map(|o| format!("compaction {} (resumed): {} file groups", o.instant, o.file_groups))
+                    .collect();
+                if !resumed.is_empty() {
+                    return Some(resumed.join("; "));
+                }
                 let scheduled = block_on(compaction::schedule_due_compaction(&storage, &writer, &lock_options(), &trigger));
                 let instant = scheduled.unwrap_or_else(|e| crate::error::report(e))?;
                 report_activity(&format!("{} — compacting the plan {instant}", activity(self, relid)));

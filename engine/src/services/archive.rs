@@ -184,6 +184,10 @@ pub async fn archive(storage: &Storage, writer: &WriterId, lock_options: &LockOp
         lock.check().await?;
         let history = History::of(storage, &config);
         history.append(&rows).await?;
+        if !lock_options.pause_before_completing.is_zero() {
+            // Crash tests: published to the history, still in the active timeline.
+            tokio::time::sleep(lock_options.pause_before_completing).await;
+        }
         // Pending files first: a completed file deleted before them would show the action
         // pending again (HUDI-7207); then the completed ones, oldest first, so that the active
         // timeline never has a hole.

@@ -415,6 +415,28 @@ fn key_range(rows: &RecordBatch) -> Vec<KeyValue> {
     ]
 }
 
+/// Executes the pending compactions that nobody executes: those requested but never started,
+/// or whose executor's heartbeat is older than `heartbeat_expiry` (it stopped or crashed). One
+/// running elsewhere is left to it. Their outcomes, oldest first.
+pub async fn run_abandoned_compactions(
+    storage: &Storage,
+    writer: &WriterId,
+    lock_options: &LockOptions,
+    heartbeat_expiry: Duration,
+) -> Result<Vec<CompactionOutcome>> {
+    let config = crate::table::load_config(storage).await?;
+    let timeline = crate::timeline::Timeline::load(storage, &config).await?;
+    let mut out = Vec::new();
+    for pending in timeline.pending_compactions() {
+        match run_compaction(storage, &pending.timestamp, writer, lock_options, heartbeat_expiry).await {
+            Ok(outcome) => out.push(outcome),
+            Err(e) if e.kind() == ErrorKind::InUse => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(out)
+}
+
 /// Plans and executes a compaction in one go; `None` when there was nothing to compact.
 pub async fn compact(
     storage: &Storage,
