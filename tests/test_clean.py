@@ -94,3 +94,43 @@ def test_only_the_owner_cleans(lake, cluster):
     with pytest.raises(psycopg.Error) as e:
         conn.execute("ALTER FOREIGN TABLE customers OPTIONS (ADD clean_max_retain 'soon')")
     assert e.value.sqlstate == "HV024"
+
+
+def test_a_consumer_on_another_server_holds_cleaning_back(lake, cluster):
+    """Consumers' positions are published in the table's storage: a consumer registered on a
+    second server keeps the first server's clean from deleting what it still reads, and once
+    it has consumed (and its server published that), the clean goes on; it received every
+    change."""
+    from conftest import Cluster
+    conn, table = lake
+    conn.execute("ALTER FOREIGN TABLE customers OPTIONS (ADD clean_retain_commits '1')")
+    second = Cluster(cluster.directory / "second").start()
+    try:
+        with second.connect() as other:
+            other.execute("CREATE EXTENSION pg_hudi")
+            other.execute(f"CREATE SERVER lake FOREIGN DATA WRAPPER hudi_fdw OPTIONS (base_uri 'file://{table.parent}')")
+            other.execute("CREATE FOREIGN TABLE customer_changes (_hoodie_record_key text, balance numeric(12, 2), "
+                          "_hoodie_operation text) SERVER lake OPTIONS (path 'customers', query_type 'incremental')")
+            consume = "SELECT _hoodie_record_key, balance, _hoodie_operation FROM hudi.consume(NULL::customer_changes, 'etl')"
+            assert other.execute(consume).fetchall() == []
+            # Its server's clean publishes the position (nothing to clean yet).
+            assert other.execute("SELECT * FROM hudi.clean('customer_changes')").fetchall() == []
+            published = list((table / ".hoodie/.aux/consumers").glob("*.json"))
+            assert len(published) == 1 and '"position": ""' in published[0].read_text()
+            for n in range(3):
+                round_of_writes(conn, n)
+            assert conn.execute("SELECT * FROM hudi.clean('customers')").fetchall() == [], "held back from the other server"
+            latest = {}
+            for key, balance, _ in other.execute(consume).fetchall():
+                latest[int(key)] = balance
+            assert sorted(latest.items()) == sorted((r[0], r[3]) for r in our_rows(conn))
+            # Its server publishes the new position (with its own retention it cleans nothing).
+            assert other.execute("SELECT * FROM hudi.clean('customer_changes')").fetchall() == []
+            round_of_writes(conn, 3)
+            (_, _, deleted, _, _), = conn.execute("SELECT * FROM hudi.clean('customers')").fetchall()
+            assert deleted > 0
+            since = other.execute(consume).fetchall()
+            assert {int(k) for k, _, _ in since} == set(range(1, 41))
+        assert our_rows(conn) == reference_rows(table)
+    finally:
+        second.stop()

@@ -3,6 +3,7 @@
 //! from. Like compaction it commits on its own, whatever becomes of the calling transaction.
 
 use engine::services::clean::{self, CleanOptions};
+use engine::services::consumers::ConsumerPosition;
 use engine::storage::StorageUri;
 use pgrx::datum::DatumWithOid;
 use pgrx::prelude::*;
@@ -33,7 +34,9 @@ pub(crate) fn clean(table: PgRelation) -> TableIterator<
     ),
 > {
     let storage = service_target(&table, "clean it");
-    let options = clean_options(&ForeignHudiTable::of_relation(table.oid()));
+    let foreign = ForeignHudiTable::of_relation(table.oid());
+    publish_positions(&foreign);
+    let options = clean_options(&foreign);
     let outcome = block_on(clean::clean(&storage, &writer_id(), &lock_options(), &options)).or_report();
     TableIterator::new(outcome.into_iter().map(|c| {
         (c.instant, c.completion, c.files_deleted as i32, c.bytes_freed as i64, c.earliest_commit_to_retain)
@@ -44,7 +47,7 @@ pub(crate) fn clean(table: PgRelation) -> TableIterator<
 pub(crate) fn clean_options(table: &ForeignHudiTable) -> CleanOptions {
     let retain_commits = table.count_option("clean_retain_commits", DEFAULT_RETAIN_COMMITS);
     let max_retain = table.options.get("clean_max_retain").map_or(DEFAULT_MAX_RETAIN, String::as_str);
-    CleanOptions { retain_commits, keep_changes_after: consumers_floor(&table.uri, max_retain) }
+    CleanOptions { retain_commits, keep_changes_after: consumers_floor(table, max_retain) }
 }
 
 /// Why the consumers of `table` hold its cleaning back, for people; `None` when they do not.
@@ -58,24 +61,60 @@ pub(crate) fn held_back(table: &ForeignHudiTable) -> Option<String> {
     ))
 }
 
-/// The earliest position of the consumers of the table at `location` (through any foreign
-/// table on it, of any role) that consumed within `max_retain`: `""` for one that has not
-/// consumed yet; `None` without consumers.
-fn consumers_floor(location: &StorageUri, max_retain: &str) -> Option<String> {
-    let args: Vec<DatumWithOid> = vec![max_retain.into()];
+/// The consumers of the table at `location` on this server (through any foreign table on it,
+/// of any role): their positions and when they last consumed.
+fn local_positions(location: &StorageUri) -> Vec<ConsumerPosition> {
     // Row-level security shows each role its own positions only; the cleaner needs them all.
-    let positions: Vec<(pg_sys::Oid, String)> = crate::intents::as_pg_hudi(|| {
+    let rows: Vec<(pg_sys::Oid, String, String, i64)> = crate::intents::as_pg_hudi(|| {
         Spi::connect(|client| {
             let rows = client
                 .select(
-                    "SELECT relation::pg_catalog.oid, position FROM hudi.consumer_positions \
-                     WHERE updated_at > pg_catalog.now() - $1::pg_catalog.interval",
+                    "SELECT relation::pg_catalog.oid, pg_catalog.format('%s/%s', role, consumer), position, \
+                            (pg_catalog.date_part('epoch', updated_at) * 1000)::bigint FROM hudi.consumer_positions",
                     None,
-                    &args,
+                    &[],
                 )
                 .unwrap_or_else(|e| crate::error::raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string(), None));
-            rows.filter_map(|row| Some((row.get::<pg_sys::Oid>(1).ok()??, row.get::<String>(2).ok()??))).collect()
+            rows.filter_map(|row| Some((row.get(1).ok()??, row.get(2).ok()??, row.get(3).ok()??, row.get(4).ok()??))).collect()
         })
     });
-    positions.into_iter().filter(|(relation, _)| foreign_table_location(*relation).as_ref() == Some(location)).map(|(_, p)| p).min()
+    rows.into_iter()
+        .filter(|(relation, ..)| foreign_table_location(*relation).as_ref() == Some(location))
+        .map(|(_, consumer, position, consumed_at_ms)| ConsumerPosition { consumer, position, consumed_at_ms })
+        .collect()
+}
+
+/// The name this server and database publish their consumers' positions under.
+fn publisher() -> String {
+    // SAFETY: a plain read of a backend global.
+    format!("{}-{}", writer_id().node, unsafe { pg_sys::MyDatabaseId }.to_u32())
+}
+
+/// Publishes the positions of this server's consumers of `table` in the table's storage (when
+/// they changed), for the cleaners of other servers.
+pub(crate) fn publish_positions(table: &ForeignHudiTable) {
+    use engine::services::consumers;
+    let mut positions = local_positions(&table.uri);
+    positions.sort_by(|a, b| a.consumer.cmp(&b.consumer));
+    let storage = table.storage();
+    let name = publisher();
+    if block_on(consumers::published_by(&storage, &name)).or_report() != positions {
+        block_on(consumers::publish(&storage, &name, positions)).or_report();
+    }
+}
+
+/// The earliest position of the consumers of the table that consumed within `max_retain`, on
+/// this server and as the others published them: `""` for one that has not consumed yet;
+/// `None` without consumers.
+fn consumers_floor(table: &ForeignHudiTable, max_retain: &str) -> Option<String> {
+    let args: Vec<DatumWithOid> = vec![max_retain.into()];
+    let since_ms = Spi::get_one_with_args::<i64>(
+        "SELECT (pg_catalog.date_part('epoch', pg_catalog.now() - $1::pg_catalog.interval) * 1000)::bigint",
+        &args,
+    )
+    .ok()
+    .flatten()
+    .unwrap_or(i64::MIN);
+    let others = block_on(engine::services::consumers::published(&table.storage(), &publisher())).or_report();
+    local_positions(&table.uri).into_iter().chain(others).filter(|p| p.consumed_at_ms > since_ms).map(|p| p.position).min()
 }

@@ -3,5 +3,6 @@
 pub mod archive;
 pub mod clean;
 pub mod compaction;
+pub mod consumers;
 pub mod lease;
 pub mod rollback;
