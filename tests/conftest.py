@@ -29,6 +29,19 @@ def give_to_postgres(path):
             shutil.chown(os.path.join(root, name), "postgres")
 
 
+def served_lake(cluster, root=None):
+    """A lake directory (`root`, by default in the cluster's folder) and workers every second:
+    (conn, root) with pg_hudi and the server `lake` on it, in the database postgres."""
+    root = root or cluster.directory / "lake"
+    root.mkdir(exist_ok=True)
+    give_to_postgres(root)
+    conn = cluster.connect()
+    conn.execute("ALTER SYSTEM SET hudi.worker_naptime = 1")
+    conn.execute("SELECT pg_reload_conf()")
+    create_lake_server(conn, root)
+    return conn, root
+
+
 def create_lake_server(conn, root):
     """pg_hudi and a server `lake` whose base URI is the directory `root`."""
     conn.execute("CREATE EXTENSION pg_hudi")

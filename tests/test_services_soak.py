@@ -18,7 +18,7 @@ import time
 
 import psycopg
 
-from conftest import archived_instants, give_to_postgres, reference_rows_at
+from conftest import archived_instants, reference_rows_at, served_lake
 
 DELTA_COMMITS = 4
 ARCHIVE_MAX = 8
@@ -50,14 +50,8 @@ def test_the_worker_alone_keeps_busy_tables_healthy(cluster):
     seconds = float(os.environ.get("PG_HUDI_SOAK_SECONDS", "30"))
     seed = random.randrange(1 << 30)
     print(f"seed {seed}, {seconds} s")
-    root = cluster.directory / "lake"
-    root.mkdir(exist_ok=True)
-    give_to_postgres(root)
-    with cluster.connect() as conn:
-        conn.execute("ALTER SYSTEM SET hudi.worker_naptime = 1")
-        conn.execute("SELECT pg_reload_conf()")
-        conn.execute("CREATE EXTENSION pg_hudi")
-        conn.execute(f"CREATE SERVER lake FOREIGN DATA WRAPPER hudi_fdw OPTIONS (base_uri 'file://{root}')")
+    conn, root = served_lake(cluster)
+    with conn:
         for table in TABLES:
             conn.execute(f"""CREATE FOREIGN TABLE {table} (id bigint, v text) SERVER lake
                              OPTIONS (path '{table}', primary_key 'id', merge_mode 'commit_time', buckets '4')""")

@@ -268,19 +268,14 @@ def test_two_servers_never_run_a_tables_services_at_once(cluster):
     services — no run of one server overlaps a run of the other — and the final rows are
     those of a heap model, also for the reference reader."""
     import random
-    from conftest import Cluster, archived_instants, give_to_postgres, reference_rows
-    root = cluster.directory / "lake"
-    root.mkdir(exist_ok=True)
-    give_to_postgres(root)
+    from conftest import Cluster, archived_instants, served_lake
     second = Cluster(cluster.directory / "second").start()
     try:
         servers = [cluster, second]
         for i, server in enumerate(servers):
-            with server.connect() as conn:
-                conn.execute("ALTER SYSTEM SET hudi.worker_naptime = 1")
-                conn.execute("SELECT pg_reload_conf()")
-                conn.execute("CREATE EXTENSION pg_hudi")
-                conn.execute(f"CREATE SERVER lake FOREIGN DATA WRAPPER hudi_fdw OPTIONS (base_uri 'file://{root}')")
+            # Both servers' lake is the first one's directory.
+            conn, root = served_lake(server, cluster.directory / "lake")
+            with conn:
                 conn.execute("""CREATE FOREIGN TABLE t (id bigint, v text) SERVER lake
                                 OPTIONS (path 't', primary_key 'id', merge_mode 'commit_time', buckets '2',
                                          services 'auto', compaction_delta_commits '2', clean_retain_commits '2',

@@ -299,26 +299,21 @@ fn validate_table_path(value: &str) {
 
 /// An interval as PostgreSQL reads one (`7 days`, `12 hours`), positive.
 fn validate_interval(name: &str, value: &str) {
-    let args: Vec<pgrx::datum::DatumWithOid> = vec![value.into()];
-    let positive = PgTryBuilder::new(|| {
-        Spi::get_one_with_args::<bool>("SELECT $1::pg_catalog.interval > '0'::pg_catalog.interval", &args).ok().flatten()
-    })
-    .catch_others(|_| None)
-    .execute();
-    if positive != Some(true) {
-        bad_value(name, value, "expected a positive interval such as '7 days'")
-    }
+    validate_by_sql(name, value, "SELECT $1::pg_catalog.interval > '0'::pg_catalog.interval", "expected a positive interval such as '7 days'")
 }
 
+/// A size as `pg_size_bytes` reads one (`64MB`, `1GB`), positive.
 fn validate_size(name: &str, value: &str) {
+    validate_by_sql(name, value, "SELECT pg_catalog.pg_size_bytes($1) > 0", "expected a positive size such as '64MB'")
+}
+
+/// Refuses `value` unless `query` (of `$1`, the value) answers true; a value PostgreSQL cannot
+/// read at all is refused the same way.
+fn validate_by_sql(name: &str, value: &str, query: &str, expected: &str) {
     let args: Vec<pgrx::datum::DatumWithOid> = vec![value.into()];
-    let positive = PgTryBuilder::new(|| {
-        Spi::get_one_with_args::<bool>("SELECT pg_catalog.pg_size_bytes($1) > 0", &args).ok().flatten()
-    })
-    .catch_others(|_| None)
-    .execute();
-    if positive != Some(true) {
-        bad_value(name, value, "expected a positive size such as '64MB'")
+    let valid = PgTryBuilder::new(|| Spi::get_one_with_args::<bool>(query, &args).ok().flatten()).catch_others(|_| None).execute();
+    if valid != Some(true) {
+        bad_value(name, value, expected)
     }
 }
 

@@ -163,6 +163,10 @@ pub async fn archive(storage: &Storage, writer: &WriterId, lock_options: &LockOp
     TableLock::hold(storage, &writer.owner(), lock_options, async |lock| {
         let listing = storage.list_dir(&dir).await?;
         let timeline = Timeline::from_listing(&config, &listing);
+        // Below the maximum nothing goes: no need to list the table's files.
+        if choose(&timeline, options, &Limits::default()).is_empty() {
+            return Ok(None);
+        }
         let limits = Limits {
             latest_slices_from: latest_slices_from(storage, &timeline).await?,
             retained_by_clean: metadata::retained_by_clean(storage, &timeline).await?.map(|(_, earliest)| earliest),
