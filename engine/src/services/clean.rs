@@ -253,12 +253,17 @@ async fn plan(storage: &Storage, config: &TableConfig, timeline: &Timeline, opti
     }
     let view = FileSystemView::load(storage).await?;
     let files = doomed_files(&view, timeline, &earliest.0, &compacting);
-    if files.is_empty() {
+    let recorded = metadata::retained_by_clean(storage, timeline).await?;
+    // With nothing to delete, a clean is still written when it moves the recorded earliest
+    // commit to retain forward: archival never passes that point, and would otherwise stop at
+    // the last clean that deleted something.
+    let moves_forward = recorded.as_ref().is_some_and(|(_, before)| *before < earliest.0);
+    if files.is_empty() && !moves_forward {
         return Ok(None);
     }
     // What an earlier clean let go stays gone: the recorded point never moves back, also when
     // a consumer held this clean further back.
-    if let Some((_, before)) = metadata::retained_by_clean(storage, timeline).await?.filter(|(_, b)| *b > earliest.0) {
+    if let Some((_, before)) = recorded.filter(|(_, b)| *b > earliest.0) {
         let action = timeline.get(&before).map_or("commit", |i| i.action.as_str()).to_owned();
         earliest = (before, action);
     }
