@@ -32,6 +32,12 @@ pub fn report(err: engine::Error) -> ! {
     unreachable!("ERROR does not return")
 }
 
+/// Raises an SPI failure of the extension's own catalog work (`what` it was doing) as an
+/// internal ERROR.
+pub fn spi_failed(what: &str, error: pgrx::spi::SpiError) -> ! {
+    raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, format!("pg_hudi {what}: {error}"), None)
+}
+
 /// Raises an ERROR that originates in the extension itself (options, types, privileges).
 pub fn raise(code: PgSqlErrorCode, message: impl Into<String>, hint: Option<String>) -> ! {
     let mut report = ErrorReport::new(code, message.into(), "pg_hudi");

@@ -93,7 +93,7 @@ pub(crate) fn as_pg_hudi<R>(f: impl FnOnce() -> R) -> R {
 }
 
 fn spi_error(e: pgrx::spi::SpiError) -> ! {
-    crate::error::raise(pgrx::PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, format!("pg_hudi commit intents: {e}"), None)
+    crate::error::spi_failed("commit intents", e)
 }
 
 /// The current transaction's full id, assigning one if it has none yet.

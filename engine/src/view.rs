@@ -73,13 +73,18 @@ impl FileSystemView {
     /// Builds the view from `(relative path, size)` pairs.
     pub fn from_listing(listing: impl IntoIterator<Item = (String, u64)>) -> FileSystemView {
         let mut view = FileSystemView { groups: BTreeMap::new() };
-        view.extend(listing);
+        // A listing names each file once: no need to look for it among those added before.
+        view.add(listing, false);
         view
     }
 
     /// Adds the data files of `listing` (`(relative path, size)` pairs) that the view does not
     /// hold yet.
     pub fn extend(&mut self, listing: impl IntoIterator<Item = (String, u64)>) {
+        self.add(listing, true)
+    }
+
+    fn add(&mut self, listing: impl IntoIterator<Item = (String, u64)>, skip_known: bool) {
         let groups = &mut self.groups;
         for (path, size) in listing {
             if path.starts_with(".hoodie/") || path == ".hoodie" {
@@ -92,13 +97,13 @@ impl FileSystemView {
             match DataFile::parse(name, size) {
                 Some(DataFile::Base(base)) => {
                     let group = groups.entry((partition, base.file_id.clone())).or_default();
-                    if !group.bases.iter().any(|b| b.name == base.name) {
+                    if !skip_known || !group.bases.iter().any(|b| b.name == base.name) {
                         group.bases.push(base);
                     }
                 }
                 Some(DataFile::Log(log)) if !log.is_cdc => {
                     let group = groups.entry((partition, log.file_id.clone())).or_default();
-                    if !group.logs.iter().any(|l| l.name == log.name) {
+                    if !skip_known || !group.logs.iter().any(|l| l.name == log.name) {
                         group.logs.push(log);
                     }
                 }

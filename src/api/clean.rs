@@ -2,7 +2,7 @@
 //! (Hudi's KEEP_LATEST_COMMITS), keeping those any consumer of the table still reads changes
 //! from. Like compaction it commits on its own, whatever becomes of the calling transaction.
 
-use engine::services::clean::{self, CleanOptions};
+use engine::services::clean::{self, CleanOptions, Cleaned};
 use engine::services::consumers::ConsumerPosition;
 use engine::storage::StorageUri;
 use pgrx::datum::DatumWithOid;
@@ -33,32 +33,35 @@ pub(crate) fn clean(table: PgRelation) -> TableIterator<
         name!(earliest_commit_to_retain, String),
     ),
 > {
-    let storage = service_target(&table, "clean it");
-    let foreign = ForeignHudiTable::of_relation(table.oid());
-    publish_positions(&foreign);
-    let options = clean_options(&foreign);
-    let outcome = block_on(clean::clean(&storage, &writer_id(), &lock_options(), &options)).or_report();
-    TableIterator::new(outcome.into_iter().map(|c| {
+    let (cleaned, _) = clean_table(&table);
+    TableIterator::new(cleaned.into_iter().map(|c| {
         (c.instant, c.completion, c.files_deleted as i32, c.bytes_freed as i64, c.earliest_commit_to_retain)
     }))
 }
 
+/// One clean of `table` (after publishing this server's consumer positions), and why its
+/// consumers hold it back, for people, when they do.
+pub(crate) fn clean_table(table: &PgRelation) -> (Option<Cleaned>, Option<String>) {
+    let storage = service_target(table, "clean it");
+    let foreign = ForeignHudiTable::of_relation(table.oid());
+    publish_positions(&foreign);
+    let options = clean_options(&foreign);
+    let cleaned = block_on(clean::clean(&storage, &writer_id(), &lock_options(), &options)).or_report();
+    let held_back = block_on(clean::held_back_now(&storage, &options)).or_report().map(|(alone, allowed)| {
+        let position = options.keep_changes_after.as_deref().filter(|p| !p.is_empty()).unwrap_or("the start (not consumed yet)");
+        format!(
+            "held back by a consumer at {position}: retention alone keeps the commits from {alone} on, the consumers {}",
+            allowed.map_or("everything".to_owned(), |a| format!("those from {a} on"))
+        )
+    });
+    (cleaned, held_back)
+}
+
 /// What the options of `table` and its consumers let a clean delete.
-pub(crate) fn clean_options(table: &ForeignHudiTable) -> CleanOptions {
+fn clean_options(table: &ForeignHudiTable) -> CleanOptions {
     let retain_commits = table.count_option("clean_retain_commits", DEFAULT_RETAIN_COMMITS);
     let max_retain = table.options.get("clean_max_retain").map_or(DEFAULT_MAX_RETAIN, String::as_str);
     CleanOptions { retain_commits, keep_changes_after: consumers_floor(table, max_retain) }
-}
-
-/// Why the consumers of `table` hold its cleaning back, for people; `None` when they do not.
-pub(crate) fn held_back(table: &ForeignHudiTable) -> Option<String> {
-    let options = clean_options(table);
-    let (alone, allowed) = block_on(clean::held_back_now(&table.storage(), &options)).or_report()?;
-    let position = options.keep_changes_after.filter(|p| !p.is_empty()).unwrap_or_else(|| "the start (not consumed yet)".into());
-    Some(format!(
-        "held back by a consumer at {position}: retention alone keeps the commits from {alone} on, the consumers {}",
-        allowed.map_or("everything".to_owned(), |a| format!("those from {a} on"))
-    ))
 }
 
 /// The consumers of the table at `location` on this server (through any foreign table on it,
@@ -74,7 +77,7 @@ fn local_positions(location: &StorageUri) -> Vec<ConsumerPosition> {
                     None,
                     &[],
                 )
-                .unwrap_or_else(|e| crate::error::raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string(), None));
+                .unwrap_or_else(|e| crate::error::spi_failed("consumer positions", e));
             rows.filter_map(|row| Some((row.get(1).ok()??, row.get(2).ok()??, row.get(3).ok()??, row.get(4).ok()??))).collect()
         })
     });

@@ -259,16 +259,12 @@ fn validate_table(options: &[(String, String)]) {
             "merge_mode" if !MERGE_MODES.contains(&value.as_str()) => {
                 bad_value(name, value, format_args!("expected one of {}", MERGE_MODES.join(", ")))
             }
-            "clean_retain_commits" => match value.trim().parse::<u32>() {
-                Ok(n) if n >= 1 => {}
-                _ => bad_value(name, value, "expected a positive integer"),
-            },
             "clean_max_retain" | "compaction_max_delay" => validate_interval(name, value),
             "compaction_log_bytes" => validate_size(name, value),
             "services" if !SERVICES.contains(&value.as_str()) => {
                 bad_value(name, value, format_args!("expected one of {}", SERVICES.join(", ")))
             }
-            "compaction_delta_commits" | "archive_min_instants" | "archive_max_instants" => match value.trim().parse::<u32>() {
+            "clean_retain_commits" | "compaction_delta_commits" | "archive_min_instants" | "archive_max_instants" => match value.trim().parse::<u32>() {
                 Ok(n) if n >= 1 => {}
                 _ => bad_value(name, value, "expected a positive integer"),
             },

@@ -88,7 +88,7 @@ fn databases_to_serve() -> Vec<(pg_sys::Oid, String)> {
                 None,
                 &[],
             )
-            .unwrap_or_else(|e| crate::error::raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string(), None));
+            .unwrap_or_else(|e| crate::error::spi_failed("listing databases", e));
         rows.filter_map(|row| Some((row.get::<pg_sys::Oid>(1).ok()??, row.get::<String>(2).ok()??))).collect()
     });
     all.into_iter().filter(|(_, name)| wanted.is_empty() || wanted.contains(name)).collect()

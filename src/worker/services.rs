@@ -44,16 +44,7 @@ impl Service {
     /// Runs the service on `relid` as the current role: what it did (`None` when nothing was
     /// due), and what holds it back, if anything.
     fn run(self, relid: pg_sys::Oid) -> (Option<String>, Option<String>) {
-        let detail = self.run_once(relid);
-        let note = match self {
-            Service::Clean => crate::api::clean::held_back(&ForeignHudiTable::of_relation(relid)),
-            _ => None,
-        };
-        (detail, note)
-    }
-
-    fn run_once(self, relid: pg_sys::Oid) -> Option<String> {
-        match self {
+        let detail = match self {
             Service::Rollback => {
                 let rolled_back: Vec<_> = crate::api::tables::rollback_failed_writes(relation(relid)).collect();
                 (!rolled_back.is_empty()).then(|| {
@@ -61,36 +52,48 @@ impl Service {
                     format!("rolled back {} failed writes ({})", instants.len(), instants.join(", "))
                 })
             }
-            Service::Compaction => {
-                let table = ForeignHudiTable::of_relation(relid);
-                let trigger = compaction_trigger(&table);
-                let (storage, writer) = (table.storage(), crate::fdw::modify::writer_id());
-                // A compaction whose executor crashed is finished first: until then readers
-                // merge its logs and archival cannot pass it.
-                let resumed = block_on(compaction::run_abandoned_compactions(&storage, &writer, &lock_options(), heartbeat_expiry()));
-                let resumed: Vec<String> = resumed
-                    .unwrap_or_else(|e| crate::error::report(e))
-                    .into_iter()
-                    .map(|o| format!("compaction {} (resumed): {} file groups", o.instant, o.file_groups))
-                    .collect();
-                if !resumed.is_empty() {
-                    return Some(resumed.join("; "));
-                }
-                let scheduled = block_on(compaction::schedule_due_compaction(&storage, &writer, &lock_options(), &trigger));
-                let instant = scheduled.unwrap_or_else(|e| crate::error::report(e))?;
-                report_activity(&format!("{} — compacting the plan {instant}", activity(self, relid)));
-                let outcome = block_on(compaction::run_compaction(&storage, &instant, &writer, &lock_options(), heartbeat_expiry()));
-                let outcome = outcome.unwrap_or_else(|e| crate::error::report(e));
-                Some(format!("compaction {instant}: {} file groups", outcome.file_groups))
+            Service::Compaction => compact_due(relid),
+            Service::Clean => {
+                let (cleaned, held_back) = crate::api::clean::clean_table(&relation(relid));
+                let detail = cleaned.map(|c| {
+                    format!(
+                        "clean {}: deleted {} files ({} bytes); earliest commit to retain {}",
+                        c.instant, c.files_deleted, c.bytes_freed, c.earliest_commit_to_retain
+                    )
+                });
+                return (detail, held_back);
             }
-            Service::Clean => crate::api::clean::clean(relation(relid)).next().map(|(instant, _, files, bytes, earliest)| {
-                format!("clean {instant}: deleted {files} files ({bytes} bytes); earliest commit to retain {earliest}")
-            }),
             Service::Archive => crate::api::archive::archive(relation(relid)).next().map(|(actions, commits, first, last)| {
                 format!("archived {actions} instants ({commits} commits) from {first} to {last}")
             }),
-        }
+        };
+        (detail, None)
     }
+}
+
+/// Finishes compactions whose executor stopped, or else compacts the file groups of `relid`
+/// that are due: what it did, `None` when nothing was due.
+fn compact_due(relid: pg_sys::Oid) -> Option<String> {
+    let table = ForeignHudiTable::of_relation(relid);
+    let trigger = compaction_trigger(&table);
+    let (storage, writer) = (table.storage(), crate::fdw::modify::writer_id());
+    // A compaction whose executor crashed is finished first: until then readers
+    // merge its logs and archival cannot pass it.
+    let resumed = block_on(compaction::run_abandoned_compactions(&storage, &writer, &lock_options(), heartbeat_expiry()));
+    let resumed: Vec<String> = resumed
+        .unwrap_or_else(|e| crate::error::report(e))
+        .into_iter()
+        .map(|o| format!("compaction {} (resumed): {} file groups", o.instant, o.file_groups))
+        .collect();
+    if !resumed.is_empty() {
+        return Some(resumed.join("; "));
+    }
+    let scheduled = block_on(compaction::schedule_due_compaction(&storage, &writer, &lock_options(), &trigger));
+    let instant = scheduled.unwrap_or_else(|e| crate::error::report(e))?;
+    report_activity(&format!("{} — compacting the plan {instant}", activity(Service::Compaction, relid)));
+    let outcome = block_on(compaction::run_compaction(&storage, &instant, &writer, &lock_options(), heartbeat_expiry()));
+    let outcome = outcome.unwrap_or_else(|e| crate::error::report(e));
+    Some(format!("compaction {instant}: {} file groups", outcome.file_groups))
 }
 
 /// Hudi's `hoodie.compact.inline.max.delta.seconds`: a log is compacted within about this long,
@@ -147,7 +150,7 @@ fn served_tables() -> Vec<(pg_sys::Oid, pg_sys::Oid)> {
                 None,
                 &[],
             )
-            .unwrap_or_else(|e| crate::error::raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string(), None));
+            .unwrap_or_else(|e| spi_error(e));
         rows.filter_map(|row| Some((row.get::<pg_sys::Oid>(1).ok()??, row.get::<pg_sys::Oid>(2).ok()??))).collect()
     })
 }
@@ -213,7 +216,7 @@ const HISTORY_PER_TABLE: i64 = 1000;
 const MAX_BACKOFF: std::time::Duration = std::time::Duration::from_secs(600);
 
 fn spi_error(e: pgrx::spi::SpiError) -> ! {
-    crate::error::raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string(), None)
+    crate::error::spi_failed("table services", e)
 }
 
 /// Whether `service` of `relid` may run now: not while it waits after a failure.
@@ -237,7 +240,9 @@ fn is_due(relid: pg_sys::Oid, service: Service) -> bool {
 fn record(relid: pg_sys::Oid, service: Service, started: pgrx::datum::TimestampWithTimeZone, outcome: &Result<Option<String>, String>) -> Option<std::time::Duration> {
     let key = || -> [DatumWithOid<'static>; 2] { [relid.into(), service.name().into()] };
     let run = |outcome: &str, detail: &str| {
-        let args: Vec<DatumWithOid> = key().into_iter().chain([started.into(), outcome.into(), detail.into(), HISTORY_PER_TABLE.into()]).collect();
+        // The DELETE does not see the row the same statement inserts: it keeps one fewer.
+        let kept_before = HISTORY_PER_TABLE - 1;
+        let args: Vec<DatumWithOid> = key().into_iter().chain([started.into(), outcome.into(), detail.into(), kept_before.into()]).collect();
         Spi::run_with_args(
             "WITH added AS (INSERT INTO hudi.service_runs (relation, service, started, finished, outcome, detail) \
                             VALUES ($1, $2, $3, pg_catalog.clock_timestamp(), $4, $5) RETURNING id) \

@@ -1,9 +1,9 @@
 //! The service lease of a table: which process runs the table's services now, so that the
 //! workers of two servers (or of two databases with foreign tables on one Hudi table) never
 //! run them at once. Like the table lock, the lease is a sequence of epochs
-//! (`.hoodie/.locks/services/<n>`) created with create-if-absent: the process whose create of
-//! epoch `n + 1` succeeds holds the lease until it writes `<n>.released` or the epoch's
-//! expiry passes. The holder renews it by creating the next epoch itself. Each service also
+//! (`.hoodie/.locks/services/<n>`, [`crate::write::epochs`]): the process whose epoch is the
+//! latest holds the lease until it is released or its expiry passes. The holder renews it by
+//! creating the next epoch itself. Each service also
 //! protects itself (a compaction's heartbeat, a clean completing once, archival under the
 //! table lock); the lease keeps servers from doing the same work twice and from racing.
 
@@ -12,8 +12,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::Result;
 use crate::storage::Storage;
+use crate::write::epochs::Epochs;
 use crate::write::time::{now_ms, random_nonce};
 
 /// The folder of the lease's epochs, relative to the table's base path.
@@ -26,17 +27,7 @@ struct Epoch {
     nonce: u64,
 }
 
-fn epoch_name(epoch: u64) -> String {
-    format!("{LEASE_DIR}/{epoch:020}")
-}
-
-/// The latest epoch of a listing, and whether it was released.
-fn latest(names: &[(String, u64)]) -> Option<(u64, bool)> {
-    let number = |name: &str| name.parse::<u64>().ok();
-    let latest = names.iter().filter_map(|(n, _)| number(n)).max()?;
-    let released = names.iter().any(|(n, _)| n.strip_suffix(".released").and_then(number) == Some(latest));
-    Some((latest, released))
-}
+const EPOCHS: Epochs = Epochs { dir: LEASE_DIR };
 
 /// Who holds a table's service lease.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,10 +49,9 @@ impl ServiceLease {
     /// Takes the lease of the table at `storage` for `owner` for `duration`, or renews it when
     /// `owner` holds it: `Err(holder)` when another owner holds an unexpired one.
     pub async fn take(storage: &Storage, owner: &str, duration: Duration) -> Result<std::result::Result<ServiceLease, Holder>> {
-        let names = storage.list_dir(LEASE_DIR).await?;
-        let current = latest(&names);
-        if let Some((epoch, false)) = current {
-            if let Some(held) = read_epoch(storage, epoch).await? {
+        let names = EPOCHS.list(storage).await?;
+        if let Some((epoch, false)) = Epochs::latest(&names) {
+            if let Some(held) = EPOCHS.read::<Epoch>(storage, &EPOCHS.name(epoch)).await? {
                 let now = now_ms();
                 if held.owner != owner && held.expires_at_ms > now {
                     let expires_in = Duration::from_millis((held.expires_at_ms - now) as u64);
@@ -69,26 +59,14 @@ impl ServiceLease {
                 }
             }
         }
-        let epoch = current.map_or(1, |(n, _)| n + 1);
         let expires_at_ms = now_ms() + duration.as_millis();
         let content = Epoch { owner: owner.to_owned(), expires_at_ms, nonce: random_nonce() };
         let bytes = Bytes::from(serde_json::to_vec(&content).unwrap_or_default());
-        if !storage.put_if_absent(&epoch_name(epoch), bytes).await? {
-            // Another contender created it first.
-            let holder = read_epoch(storage, epoch).await?.map(|e| e.owner).unwrap_or_default();
-            return Ok(Err(Holder { owner: holder, expires_in: duration }));
+        match EPOCHS.create_next(storage, &names, bytes).await? {
+            Some(epoch) => Ok(Ok(ServiceLease { storage: storage.clone(), owner: owner.to_owned(), epoch, expires_at_ms })),
+            // Another contender was first.
+            None => Ok(Err(Holder { owner: String::new(), expires_in: duration })),
         }
-        // Epochs before the previous one go; a contender that listed long ago and created a
-        // number deleted since sees the newer epoch and does not count its own.
-        if latest(&storage.list_dir(LEASE_DIR).await?).is_some_and(|(newest, _)| newest > epoch) {
-            return Ok(Err(Holder { owner: String::new(), expires_in: duration }));
-        }
-        for (name, _) in &names {
-            if name.split('.').next().and_then(|n| n.parse::<u64>().ok()).is_some_and(|n| n + 1 < epoch) {
-                storage.delete(&format!("{LEASE_DIR}/{name}")).await?;
-            }
-        }
-        Ok(Ok(ServiceLease { storage: storage.clone(), owner: owner.to_owned(), epoch, expires_at_ms }))
     }
 
     /// How long until the lease expires (zero once it has).
@@ -103,17 +81,7 @@ impl ServiceLease {
 
     /// Gives the lease up for others to take at once.
     pub async fn release(self) -> Result<()> {
-        self.storage.put_if_absent(&format!("{}.released", epoch_name(self.epoch)), Bytes::from(self.owner.clone())).await.map(|_| ())
-    }
-}
-
-async fn read_epoch(storage: &Storage, epoch: u64) -> Result<Option<Epoch>> {
-    match storage.get(&epoch_name(epoch)).await {
-        Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
-            Error::new(ErrorKind::Corrupt, format!("{}/{} is not a service lease", storage.uri(), epoch_name(epoch))).with_source(e)
-        }),
-        Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e),
+        EPOCHS.release(&self.storage, self.epoch, Bytes::from(serde_json::to_vec(&self.owner).unwrap_or_default())).await
     }
 }
 

@@ -2,6 +2,7 @@
 //! non-blocking concurrency control).
 
 pub mod commit;
+pub(crate) mod epochs;
 pub mod heartbeat;
 pub mod prepared;
 pub mod schema;

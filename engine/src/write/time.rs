@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::storage::Storage;
+use crate::write::epochs::Epochs;
 
 /// The folder of the lock's epochs, relative to the table's base path.
 pub const LOCK_DIR: &str = ".hoodie/.locks/epochs";
@@ -98,21 +99,8 @@ pub fn parse_instant(instant: &str) -> Option<i64> {
     Some(time.and_utc().timestamp_millis())
 }
 
-fn epoch_name(epoch: u64) -> String {
-    format!("{LOCK_DIR}/{epoch:020}")
-}
-
-fn released_name(epoch: u64) -> String {
-    format!("{}.released", epoch_name(epoch))
-}
-
-/// The latest epoch in a listing of [`LOCK_DIR`], and whether it was released.
-fn latest_epoch(names: &[(String, u64)]) -> Option<(u64, bool)> {
-    let epoch_of = |name: &str| name.parse::<u64>().ok();
-    let latest = names.iter().filter_map(|(n, _)| epoch_of(n)).max()?;
-    let released = names.iter().any(|(n, _)| n.strip_suffix(".released").and_then(epoch_of) == Some(latest));
-    Some((latest, released))
-}
+/// The table lock's epochs.
+const EPOCHS: Epochs = Epochs { dir: LOCK_DIR };
 
 /// The table lock: one epoch, held until [`TableLock::release`] or until its lease runs out.
 /// Take it through [`TableLock::hold`], which releases it on every path.
@@ -167,17 +155,17 @@ impl<'a> TableLock<'a> {
 
     /// One attempt: the lock, or `None` when it is held or another writer took it first.
     async fn try_acquire(storage: &'a Storage, owner: &str, options: &LockOptions) -> Result<Option<TableLock<'a>>> {
-        let names = storage.list_dir(LOCK_DIR).await?;
-        let floor_ms = match latest_epoch(&names) {
+        let names = EPOCHS.list(storage).await?;
+        let floor_ms = match Epochs::latest(&names) {
             None => match storage.get(LEGACY_LAST_TIME_PATH).await {
                 Ok(bytes) => String::from_utf8_lossy(&bytes).trim().parse::<i64>().unwrap_or(0),
                 Err(e) if e.kind() == ErrorKind::NotFound => 0,
                 Err(e) => return Err(e),
             },
             Some((epoch, released)) => {
-                let Some(held) = read_json::<Epoch>(storage, &epoch_name(epoch)).await? else { return Ok(None) };
+                let Some(held) = EPOCHS.read::<Epoch>(storage, &EPOCHS.name(epoch)).await? else { return Ok(None) };
                 if released {
-                    match read_json::<i64>(storage, &released_name(epoch)).await? {
+                    match EPOCHS.read::<i64>(storage, &EPOCHS.released_name(epoch)).await? {
                         Some(last) => last.max(held.floor_ms),
                         None => return Ok(None),
                     }
@@ -190,25 +178,10 @@ impl<'a> TableLock<'a> {
                 }
             }
         };
-        let epoch = latest_epoch(&names).map_or(1, |(n, _)| n + 1);
         let expires_at_ms = now_ms() + options.lease.as_millis();
         let content = Epoch { owner: owner.to_owned(), expires_at_ms, floor_ms, nonce: random_nonce() };
         let bytes = Bytes::from(serde_json::to_vec(&content).unwrap_or_default());
-        if !storage.put_if_absent(&epoch_name(epoch), bytes).await? {
-            return Ok(None);
-        }
-        // Epochs before the previous one are deleted (below), so a writer that listed long ago
-        // can create a number that was used and deleted since; the latest two epochs always
-        // remain, so a newer epoch is then in sight, and the stale one is not a lock.
-        if latest_epoch(&storage.list_dir(LOCK_DIR).await?).is_some_and(|(latest, _)| latest > epoch) {
-            return Ok(None);
-        }
-        for (name, _) in &names {
-            let number = name.split('.').next().and_then(|n| n.parse::<u64>().ok());
-            if number.is_some_and(|n| n + 1 < epoch) {
-                storage.delete(&format!("{LOCK_DIR}/{name}")).await?;
-            }
-        }
+        let Some(epoch) = EPOCHS.create_next(storage, &names, bytes).await? else { return Ok(None) };
         HELD.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         Ok(Some(TableLock { storage, epoch, expires_at_ms, margin_ms: options.margin(), last_ms: std::cell::Cell::new(floor_ms) }))
     }
@@ -225,7 +198,7 @@ impl<'a> TableLock<'a> {
         if now_ms() + self.margin_ms > self.expires_at_ms {
             return lost("its lease ran out");
         }
-        match latest_epoch(&self.storage.list_dir(LOCK_DIR).await?) {
+        match Epochs::latest(&EPOCHS.list(self.storage).await?) {
             Some((latest, _)) if latest > self.epoch => lost("another writer took it after the lease ran out"),
             _ => Ok(()),
         }
@@ -247,7 +220,7 @@ impl<'a> TableLock<'a> {
     /// and once a later epoch exists nobody reads it.
     async fn release(self) -> Result<()> {
         let last = Bytes::from(self.last_ms.get().to_string());
-        self.storage.put_if_absent(&released_name(self.epoch), last).await.map(|_| ())
+        EPOCHS.release(self.storage, self.epoch, last).await
     }
 }
 
@@ -266,17 +239,6 @@ static HELD: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::ne
 /// holder's completion time.
 pub fn holding_a_lock() -> bool {
     HELD.load(std::sync::atomic::Ordering::SeqCst) > 0
-}
-
-/// The JSON object at `path`, or `None` when it is gone (cleaned up after a newer epoch).
-async fn read_json<T: serde::de::DeserializeOwned>(storage: &Storage, path: &str) -> Result<Option<T>> {
-    match storage.get(path).await {
-        Ok(bytes) => serde_json::from_slice(&bytes)
-            .map(Some)
-            .map_err(|e| Error::new(ErrorKind::Corrupt, format!("{}/{path} is not a lock epoch", storage.uri())).with_source(e)),
-        Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e),
-    }
 }
 
 #[cfg(test)]
