@@ -3,6 +3,8 @@
 #   cluster.sh start DIR [PORT] [SOCKET_DIR]   init (once) and start; prints the port
 #   cluster.sh stop DIR                        fast shutdown, if running
 # Without SOCKET_DIR the cluster listens on 127.0.0.1 only (no Unix socket).
+# PG_HUDI_WORKER_DATABASES, when set, is the cluster's hudi.worker_databases (the tests' clusters
+# serve no database until a test asks for it).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
@@ -33,6 +35,9 @@ full_page_writes = off
 max_connections = 50
 log_line_prefix = '%m [%p] %b '
 CONF
+  if [ -n "${PG_HUDI_WORKER_DATABASES:-}" ]; then
+    echo "hudi.worker_databases = '${PG_HUDI_WORKER_DATABASES}'" >>"$data/postgresql.auto.conf"
+  fi
   echo "$port" >"$dir/port"
   is_root && chown postgres: "$dir/port"
   as_pg "$(pg_bin pg_ctl)" -D "$data" -l "$dir/server.log" -w -t 60 start >/dev/null

@@ -6,14 +6,16 @@
 --
 -- The worker records the outcome of each service it runs: a run that did something or failed
 -- goes into the history (the newest 1000 runs of each table are kept), and the state of each
--- table and service into hudi.service_state. A service running now shows as 'running' with
--- its phase and progress, taken from the worker's row of pg_stat_activity. Each role sees the
--- tables it owns or may read.
+-- table and service into hudi.service_state. A service running now — in the worker, or in a
+-- SQL call of hudi.compact, hudi.run_compaction, hudi.clean or hudi.archive — shows as
+-- 'running' with its phase and progress and the pid of the backend running it, taken from
+-- that backend's row of pg_stat_activity. Each role sees the tables it owns or may read.
 CREATE TABLE hudi.service_state (
     relation oid NOT NULL,
     service text NOT NULL,
     failures integer NOT NULL DEFAULT 0,     -- failed runs in a row
     last_run timestamptz,                    -- the last run that did something or failed
+    last_checked timestamptz,                -- the last time the worker ran it (also when nothing was due)
     last_success timestamptz,                -- the last run that did something
     last_detail text,                        -- what it did
     last_error text,
@@ -54,8 +56,7 @@ WITH served AS (
     WHERE w.fdwname = 'hudi_fdw' AND 'services=auto' = ANY (t.ftoptions)
 ), running AS (
     SELECT a.pid, a.query, a.query_start FROM pg_catalog.pg_stat_activity a
-    WHERE a.backend_type = 'pg_hudi worker' AND a.datname = pg_catalog.current_database()
-      AND a.query LIKE 'pg_hudi: %'
+    WHERE a.datname = pg_catalog.current_database() AND a.state = 'active' AND a.query LIKE 'pg_hudi: %'
 )
 SELECT served."table", served.service,
        CASE WHEN r.pid IS NOT NULL THEN 'running'
@@ -65,7 +66,11 @@ SELECT served."table", served.service,
        r.query_start AS started,
        st.last_success, st.last_detail, st.last_error, st.failures, st.note,
        CASE WHEN st.failures > 0 THEN st.next_attempt END AS next_attempt,
-       r.pid AS worker_pid
+       -- When the worker runs it next: after a failure the back-off, else a nap after it last
+       -- ran it (a commit to the table brings that forward).
+       CASE WHEN st.failures > 0 THEN st.next_attempt
+            ELSE st.last_checked + pg_catalog.current_setting('hudi.worker_naptime')::pg_catalog.interval END AS next_due,
+       r.pid
 FROM served
 LEFT JOIN hudi.service_state st ON st.relation = served.relation AND st.service = served.service
 LEFT JOIN running r ON pg_catalog.starts_with(r.query, pg_catalog.format('pg_hudi: %s of %s ', served.service, served.relation))

@@ -5,6 +5,7 @@
 
 use pgrx::prelude::*;
 
+mod activity;
 mod api;
 mod datum;
 mod error;

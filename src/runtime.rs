@@ -74,15 +74,20 @@ fn block_all_signals() {
 /// termination requests while it waits (the future is dropped when one arrives) — except while
 /// it holds a table lock: that section is bounded by the lock's lease, and is let finish, so
 /// that the lock is released and no storage write of it lands after the lock has passed on.
+/// While a [`crate::activity::ServiceActivity`] is shown, the progress the future reports
+/// appears in `pg_stat_activity`.
 pub fn block_on<F: Future>(future: F) -> F::Output {
+    let progress = crate::activity::progress().unwrap_or_default();
     RUNTIME.with(|cell| {
         let runtime = cell.get_or_init(build_runtime);
         runtime.block_on(async {
+            let future = progress.track(future);
             tokio::pin!(future);
             loop {
                 tokio::select! {
                     output = &mut future => return output,
                     _ = tokio::time::sleep(INTERRUPT_CHECK_INTERVAL) => {
+                        crate::activity::refresh();
                         if !engine::write::time::holding_a_lock() {
                             pgrx::check_for_interrupts!();
                             if worker_should_stop() {

@@ -30,6 +30,8 @@ pub struct OpenWrite {
     /// was opened with.
     location: String,
     relation: pg_sys::Oid,
+    /// The table has `services 'auto'`: the commit wakes the worker.
+    wakes_worker: bool,
     writer: pg_sys::Oid,
     pub upserts: PendingRows,
     pub deletes: PendingRows,
@@ -79,7 +81,9 @@ fn keep_heartbeat(transaction: &Transaction) -> Option<KeptHeartbeat> {
 }
 
 impl OpenWrite {
-    pub fn new(transaction: Transaction, location: String, relation: pg_sys::Oid) -> OpenWrite {
+    /// A write of `transaction` to the table at `location` (foreign table `relation`);
+    /// `wakes_worker`: its commit wakes the database's worker (the table has `services 'auto'`).
+    pub fn new(transaction: Transaction, location: String, relation: pg_sys::Oid, wakes_worker: bool) -> OpenWrite {
         let schema = transaction.data_schema().clone();
         let heartbeat = keep_heartbeat(&transaction);
         // SAFETY: a plain read of the backend's current user.
@@ -88,6 +92,7 @@ impl OpenWrite {
             transaction,
             location,
             relation,
+            wakes_worker,
             writer,
             upserts: PendingRows::new(schema.clone()),
             deletes: PendingRows::new(schema),
@@ -309,6 +314,7 @@ unsafe extern "C-unwind" fn on_transaction_event(event: pg_sys::XactEvent::Type,
             // Saved and restored, not counted down: a PostgreSQL error caught below resets it.
             let holdoff = pg_sys::InterruptHoldoffCount;
             pg_sys::InterruptHoldoffCount += 1;
+            let wake_worker = prepared.iter().any(|p| p.write.wakes_worker);
             for write in prepared {
                 let instant = write.intent.commit.instant.clone();
                 if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| write.complete())).is_err() {
@@ -316,6 +322,10 @@ unsafe extern "C-unwind" fn on_transaction_event(event: pg_sys::XactEvent::Type,
                 }
             }
             pg_sys::InterruptHoldoffCount = holdoff;
+            if wake_worker {
+                // After the completions: the round it starts sees them.
+                crate::worker::wake::request(pg_sys::MyDatabaseId);
+            }
         }
         pg_sys::XactEvent::XACT_EVENT_ABORT | pg_sys::XactEvent::XACT_EVENT_PARALLEL_ABORT => {
             crate::fdw::positions::forget_all();

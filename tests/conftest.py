@@ -29,6 +29,14 @@ def give_to_postgres(path):
             shutil.chown(os.path.join(root, name), "postgres")
 
 
+def serve_databases(conn, naptime=1):
+    """Lets the cluster's workers serve every database, a round every `naptime` seconds (the
+    tests' clusters serve none until asked, see servers.Cluster.start)."""
+    conn.execute(f"ALTER SYSTEM SET hudi.worker_naptime = {naptime}")
+    conn.execute("ALTER SYSTEM RESET hudi.worker_databases")
+    conn.execute("SELECT pg_reload_conf()")
+
+
 def served_lake(cluster, root=None):
     """A lake directory (`root`, by default in the cluster's folder) and workers every second:
     (conn, root) with pg_hudi and the server `lake` on it, in the database postgres."""
@@ -36,8 +44,7 @@ def served_lake(cluster, root=None):
     root.mkdir(exist_ok=True)
     give_to_postgres(root)
     conn = cluster.connect()
-    conn.execute("ALTER SYSTEM SET hudi.worker_naptime = 1")
-    conn.execute("SELECT pg_reload_conf()")
+    serve_databases(conn)
     create_lake_server(conn, root)
     return conn, root
 

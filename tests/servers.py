@@ -20,8 +20,11 @@ class Cluster:
         self.port = None
 
     def start(self, environment=None):
-        """Starts the server; `environment` adds variables to its process's environment."""
-        env = {**os.environ, **(environment or {})}
+        """Starts the server; `environment` adds variables to its process's environment. Its
+        workers serve no database (the tables of hudi.create_table have services 'auto', and
+        commits wake the worker) until a test asks for them (conftest.serve_databases): other
+        tests see only their own writes."""
+        env = {"PG_HUDI_WORKER_DATABASES": "pg_hudi_tests_serve_none", **os.environ, **(environment or {})}
         out = subprocess.run([CLUSTER_SH, "start", self.directory], check=True,
                              capture_output=True, text=True, env=env)
         self.port = int(out.stdout.strip().splitlines()[-1])

@@ -1,16 +1,19 @@
-"""Crashes of the worker in the middle of its services: kill -9 of the worker while a
-compaction has written its base files but not completed, while a clean has deleted its files
-but not completed, and while an archival has published to the history but not removed the
-active instants. Reads never fail meanwhile; after the crash restart the next rounds finish
-each service (or redo it), nothing committed is lost, and the reference reader agrees."""
+"""Crashes in the middle of table services: kill -9 of the worker, or of a backend running the
+service from SQL, while a compaction has written its base files but not completed, while a
+clean has deleted its files but not completed, and while an archival has published to the
+history but not removed the active instants. Reads never fail meanwhile; after the crash
+restart the next run (the worker's round, or the next SQL call) finishes each service (or
+redoes it), nothing committed is lost, and the reference reader agrees."""
 
 import os
 import signal
+import threading
 import time
 
+import psycopg
 import pytest
 
-from conftest import archived_instants, reference_rows
+from conftest import archived_instants, reference_rows, serve_databases
 
 
 def wait_for(what, predicate, timeout=60.0):
@@ -64,8 +67,17 @@ def pending(table, action):
     return ""
 
 
+# service → the SQL call that runs it, and the one that finishes it after a crash.
+SQL_CALLS = {
+    "compaction": ("SELECT * FROM hudi.compact('customers')", "SELECT * FROM hudi.run_compaction('customers', %s)"),
+    "clean": ("SELECT * FROM hudi.clean('customers')", "SELECT * FROM hudi.clean('customers')"),
+    "archive": ("SELECT * FROM hudi.archive('customers')", "SELECT * FROM hudi.archive('customers')"),
+}
+
+
 @pytest.mark.parametrize("service", SERVICES)
-def test_a_worker_killed_mid_service_loses_nothing(lake, cluster, service):
+@pytest.mark.parametrize("killed", ["worker", "backend"])
+def test_a_process_killed_mid_service_loses_nothing(lake, cluster, service, killed):
     conn, table = lake
     options, stopped_at_pause = SERVICES[service]
     conn.execute("CREATE TABLE heap (id bigint PRIMARY KEY, name text, country text, balance numeric(12, 2))")
@@ -79,27 +91,63 @@ def test_a_worker_killed_mid_service_loses_nothing(lake, cluster, service):
             assert conn.execute("SELECT count(*) FROM hudi.compact('customers')").fetchone()[0] == 1
     expected = sorted(conn.execute("SELECT * FROM heap").fetchall())
     assert rows(conn) == expected
-    # The worker pauses at the service's crash point; locks and heartbeats expire fast.
-    for setting, value in (("hudi.debug_pause_before_complete", "60000"), ("hudi.lock_lease", "3"),
-                           ("hudi.heartbeat_expiry", "2"), ("hudi.worker_naptime", "1")):
+    # The table has services 'auto' (hudi.create_table); its thresholds come before the worker
+    # serves it. The worker pauses at the service's crash point; locks and heartbeats expire fast.
+    conn.execute(f"ALTER FOREIGN TABLE customers OPTIONS ({', '.join('ADD ' + o for o in options.split(', '))})")
+    settings = {"hudi.lock_lease": "3", "hudi.heartbeat_expiry": "2"}
+    if killed == "worker":
+        settings["hudi.debug_pause_before_complete"] = "60000"
+    for setting, value in settings.items():
         conn.execute(f"ALTER SYSTEM SET {setting} = '{value}'")
     conn.execute("SELECT pg_reload_conf()")
-    conn.execute(f"ALTER FOREIGN TABLE customers OPTIONS (ADD services 'auto', {', '.join('ADD ' + o for o in options.split(', '))})")
+    if killed == "worker":
+        serve_databases(conn)
+    run_call, finish_call = SQL_CALLS[service]
+    if killed == "backend":
+        # The call pauses at the same point; a crash ends it with an error on its connection.
+        caller = cluster.connect()
+        caller.execute("SET hudi.debug_pause_before_complete = 60000")
+        # Its lock's lease is the reloaded one (the crash leaves the lock to expire).
+        wait_for("the caller's reloaded settings", lambda: caller.execute("SHOW hudi.lock_lease").fetchone()[0] == "3s")
+        ended = []
+
+        def call():
+            try:
+                caller.execute(run_call)
+            except Exception as e:
+                ended.append(e)
+        thread = threading.Thread(target=call)
+        thread.start()
 
     activity = f"pg_hudi: {service} of "
-    worker = wait_for(f"the worker at the {service}'s pause", lambda: stopped_at_pause(table) and conn.execute(
-        "SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_hudi worker' AND starts_with(query, %s)", (activity,)).fetchone())[0]
+    backend_type = "pg_hudi worker" if killed == "worker" else "client backend"
+    pid = wait_for(f"the {killed} at the {service}'s pause", lambda: stopped_at_pause(table) and conn.execute(
+        "SELECT pid FROM pg_stat_activity WHERE backend_type = %s AND starts_with(query, %s)", (backend_type, activity)).fetchone())[0]
     assert rows(conn) == expected, "what the service has not completed is invisible"
     log_before = len(cluster.log())
-    os.kill(worker, signal.SIGKILL)
+    os.kill(pid, signal.SIGKILL)
     conn.close()
+    if killed == "backend":
+        thread.join(30)
+        assert ended, "the call ended with the crash"
 
     conn = reconnect(cluster, log_before)
     assert rows(conn) == expected, "reads after the crash restart"
+    if killed == "backend":
+        # After the crash the worker serves the table too.
+        serve_databases(conn)
     conn.execute("ALTER SYSTEM RESET hudi.debug_pause_before_complete")
     conn.execute("SELECT pg_reload_conf()")
 
     def finished():
+        if killed == "backend":
+            # The next SQL call finishes it (or the worker's first round after the restart:
+            # the table has services 'auto'); one that finds the other's lock or heartbeat
+            # still fresh fails and is tried again.
+            try:
+                conn.execute(finish_call, (pending(table, "compaction"),) if service == "compaction" else None)
+            except psycopg.Error:
+                pass
         if service == "archive":
             names = {p.name for p in (table / ".hoodie/timeline").iterdir()}
             archived = archived_instants(table)

@@ -11,6 +11,8 @@ import time
 import psycopg
 import pytest
 
+from conftest import serve_databases
+
 
 def wait_for(predicate, timeout=30.0, interval=0.1):
     deadline = time.monotonic() + timeout
@@ -78,22 +80,23 @@ def test_launcher_exits_when_the_postmaster_dies(cluster):
 
 
 def test_the_worker_compacts_and_cleans_tables_with_services_auto(lake, cluster):
-    """With `services 'auto'` and small thresholds, and no call of any service, the worker
-    compacts the file groups that gathered enough logs, cleans the slices no read needs and
-    archives the oldest instants;
-    the rows stay those of a heap copy (and of the reference reader); a table without the
-    option is left alone, and one whose services fail is logged without stopping the rest."""
+    """With `services 'auto'` (what hudi.create_table sets) and small thresholds, and no call
+    of any service, the worker compacts the file groups that gathered enough logs, cleans the
+    slices no read needs and archives the oldest instants; the rows stay those of a heap copy
+    (and of the reference reader); a table with `services 'off'` is left alone, and one whose services fail is logged without stopping the rest."""
     from conftest import archived_instants, our_rows, reference_rows
     conn, table = lake
     lake_root = table.parent
-    conn.execute("ALTER SYSTEM SET hudi.worker_naptime = 1")
-    conn.execute("SELECT pg_reload_conf()")
     conn.execute("CREATE TABLE heap (id bigint PRIMARY KEY, name text, country text, balance numeric(12, 2), ts timestamptz)")
     conn.execute("""CREATE FOREIGN TABLE untouched (id bigint, name text) SERVER lake
-                    OPTIONS (path 'untouched', primary_key 'id', merge_mode 'commit_time')""")
+                    OPTIONS (path 'untouched', primary_key 'id', merge_mode 'commit_time', services 'off')""")
     conn.execute("SELECT hudi.create_table('untouched')")
-    conn.execute("ALTER FOREIGN TABLE customers OPTIONS (ADD services 'auto', ADD compaction_delta_commits '2', "
+    options = dict(conn.execute("SELECT c.relname, t.ftoptions FROM pg_foreign_table t JOIN pg_class c ON c.oid = t.ftrelid").fetchall())
+    assert "services=auto" in options["customers"], "hudi.create_table makes its tables services 'auto'"
+    assert "services=off" in options["untouched"] and "services=auto" not in options["untouched"], "unless they say otherwise"
+    conn.execute("ALTER FOREIGN TABLE customers OPTIONS (ADD compaction_delta_commits '2', "
                  "ADD clean_retain_commits '2', ADD archive_min_instants '3', ADD archive_max_instants '4')")
+    serve_databases(conn)
     # A table whose services fail every round: logged, and nothing else is disturbed.
     conn.execute("CREATE FOREIGN TABLE broken (id bigint) SERVER lake OPTIONS (path 'nowhere', services 'auto')")
     launcher = launcher_pid(conn)
@@ -141,6 +144,15 @@ def test_the_worker_compacts_and_cleans_tables_with_services_auto(lake, cluster)
     state, success, _, error, failures, next_attempt = services[("broken", "rollback")]
     # (Its next attempt may be running right now.)
     assert state in ("failed", "running") and success is None and failures >= 2 and next_attempt is not None and "nowhere" in error
+    # Every service was run, and is due again a nap (a second here) after that; a failing one
+    # when its back-off ends.
+    import datetime
+    for table, service, next_due, next_attempt, now in conn.execute(
+            "SELECT \"table\"::text, service, next_due, next_attempt, now() FROM hudi.table_services").fetchall():
+        if table == "broken":
+            assert next_due == next_attempt, (service, next_due, next_attempt)
+        else:
+            assert next_due is not None and next_due <= now + datetime.timedelta(seconds=1), (service, next_due, now)
     history = conn.execute("SELECT service, outcome, detail FROM hudi.service_history WHERE \"table\" = 'customers'::regclass "
                            "ORDER BY started").fetchall()
     compactions = [d for s, o, d in history if s == "compaction" and o == "succeeded"]
@@ -177,8 +189,7 @@ def test_a_worker_waiting_on_storage_stops_at_once_on_sigterm(cluster):
     try:
         with cluster.connect() as conn:
             conn.execute("CREATE EXTENSION pg_hudi")
-            conn.execute("ALTER SYSTEM SET hudi.worker_naptime = 1")
-            conn.execute("SELECT pg_reload_conf()")
+            serve_databases(conn)
             conn.execute("CREATE SERVER silent FOREIGN DATA WRAPPER hudi_fdw OPTIONS (base_uri 's3://lake', "
                          "request_timeout '60s')")
             conn.execute("CREATE USER MAPPING FOR PUBLIC SERVER silent OPTIONS (aws_access_key_id 'k', "
@@ -186,7 +197,7 @@ def test_a_worker_waiting_on_storage_stops_at_once_on_sigterm(cluster):
             conn.execute("CREATE FOREIGN TABLE waiting (id bigint) SERVER silent OPTIONS (path 't', services 'auto')")
             assert accepted.wait(30), "the worker reached the store"
             (pid, state, progress), = conn.execute(
-                "SELECT worker_pid, state, progress FROM hudi.table_services WHERE \"table\" = 'waiting'::regclass "
+                "SELECT pid, state, progress FROM hudi.table_services WHERE \"table\" = 'waiting'::regclass "
                 "AND state = 'running'").fetchall()
             assert pid and state == "running", "the view shows the service running"
             backend, = conn.execute("SELECT backend_type FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()
@@ -212,8 +223,7 @@ def test_every_database_with_the_extension_gets_a_worker_and_can_still_be_droppe
     root.mkdir(exist_ok=True)
     give_to_postgres(root)
     with cluster.connect() as conn:
-        conn.execute("ALTER SYSTEM SET hudi.worker_naptime = 1")
-        conn.execute("SELECT pg_reload_conf()")
+        serve_databases(conn)
         for db in ("sales", "ignored"):
             conn.execute(f"CREATE DATABASE {db}")
     for db in ("sales", "ignored"):
@@ -326,19 +336,18 @@ def test_compaction_is_due_by_log_count_size_or_age(lake, cluster):
     """compaction_log_bytes and compaction_max_delay make a file slice due before it has
     compaction_delta_commits logs; a table with neither waits for the count."""
     conn, _ = lake
-    conn.execute("ALTER SYSTEM SET hudi.worker_naptime = 1")
-    conn.execute("SELECT pg_reload_conf()")
+    serve_databases(conn)
     for name, trigger in (("sized", "compaction_log_bytes '1kB'"), ("aged", "compaction_max_delay '3 seconds'"), ("counted", None)):
         options = f", {trigger}" if trigger else ""
         conn.execute(f"""CREATE FOREIGN TABLE {name} (id bigint, v text) SERVER lake
                          OPTIONS (path '{name}', primary_key 'id', merge_mode 'commit_time', buckets '1',
-                                  compaction_delta_commits '100'{options})""")
+                                  services 'off', compaction_delta_commits '100'{options})""")
         conn.execute(f"SELECT hudi.create_table('{name}')")
     for name in ("sized", "aged", "counted"):
         conn.execute(f"INSERT INTO {name} SELECT g, repeat('x', 100) FROM generate_series(1, 50) g")
     written = conn.execute("SELECT clock_timestamp()").fetchone()[0]
     for name in ("sized", "aged", "counted"):
-        conn.execute(f"ALTER FOREIGN TABLE {name} OPTIONS (ADD services 'auto')")
+        conn.execute(f"ALTER FOREIGN TABLE {name} OPTIONS (SET services 'auto')")
 
     def compacted(name):
         return conn.execute("SELECT min(started) FROM hudi.service_history WHERE \"table\" = %s::regclass "
@@ -350,3 +359,117 @@ def test_compaction_is_due_by_log_count_size_or_age(lake, cluster):
         with pytest.raises(psycopg.Error) as e:
             conn.execute(f"ALTER FOREIGN TABLE counted OPTIONS (ADD {bad} '{value}')")
         assert e.value.sqlstate == "HV024"
+
+
+
+def test_a_commit_wakes_the_worker(lake, cluster):
+    """With rounds an hour apart, a commit to a table with services 'auto' still starts its
+    database's round at once, and the file group it made due is compacted within seconds;
+    commits to a table with services 'off' wake nothing."""
+    conn, _ = lake
+    conn.execute("""CREATE FOREIGN TABLE quiet (id bigint, v text) SERVER lake
+                    OPTIONS (path 'quiet', primary_key 'id', merge_mode 'commit_time', buckets '1',
+                             services 'off', compaction_delta_commits '1')""")
+    conn.execute("SELECT hudi.create_table('quiet')")
+    conn.execute("ALTER FOREIGN TABLE customers OPTIONS (ADD compaction_delta_commits '2')")
+    # The round that serving the database starts: it ends with this table (the last by oid),
+    # whose every service fails and then waits two naps.
+    conn.execute("CREATE FOREIGN TABLE broken (id bigint) SERVER lake OPTIONS (path 'nowhere', services 'auto')")
+    serve_databases(conn, naptime=3600)
+    assert wait_for(lambda: conn.execute("SELECT count(*) FROM hudi.service_history WHERE \"table\" = 'broken'::regclass "
+                                         "AND service = 'archive'").fetchone()[0] == 1), "the first round ended"
+    for n in range(3):
+        conn.execute("INSERT INTO quiet SELECT g, 'v' FROM generate_series(1, 10) g")
+    for n in range(2):
+        conn.execute(f"INSERT INTO customers SELECT g, 'n{n}', 'nl', g, now() FROM generate_series(1, 10) g")
+    started = time.monotonic()
+    compacted = wait_for(lambda: conn.execute(
+        "SELECT detail FROM hudi.service_history WHERE \"table\" = 'customers'::regclass AND service = 'compaction' "
+        "AND outcome = 'succeeded'").fetchone(), timeout=30)
+    assert compacted and compacted[0].startswith("compaction "), compacted
+    assert time.monotonic() - started < 30
+    assert conn.execute("SELECT count(*) FROM hudi.timeline('quiet') WHERE action = 'commit'").fetchone()[0] == 0, \
+        "services 'off': left alone"
+
+
+def test_a_worker_stopped_by_sigterm_gives_up_the_service_lease(lake, cluster):
+    """SIGTERM while the worker cleans (paused after deleting the clean's files): the worker
+    stops at once, gives up the table's service lease (another server need not wait it out),
+    and the clean is finished by a later run; the rows stay."""
+    conn, table = lake
+    for n in range(4):
+        conn.execute(f"INSERT INTO customers SELECT g, 'n{n}', 'nl', g, now() FROM generate_series(1, 10) g")
+        conn.execute("SELECT * FROM hudi.compact('customers')")
+    expected = sorted(conn.execute("SELECT id, name FROM customers").fetchall())
+    conn.execute("ALTER FOREIGN TABLE customers OPTIONS (ADD clean_retain_commits '1', ADD compaction_delta_commits '1000', "
+                 "ADD archive_max_instants '1000', ADD archive_min_instants '999')")
+    conn.execute("ALTER SYSTEM SET hudi.debug_pause_before_complete = 60000")
+    serve_databases(conn)
+    timeline = table / ".hoodie/timeline"
+    found = wait_for(lambda: list(timeline.glob("*.clean.inflight")) and conn.execute(
+        "SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_hudi worker' "
+        "AND starts_with(query, 'pg_hudi: clean of ') AND query LIKE '% files deleted%'").fetchone())
+    assert found, "the worker paused in its clean"
+    pid = found[0]
+    progress, shown_pid = conn.execute("SELECT progress, pid FROM hudi.table_services WHERE \"table\" = 'customers'::regclass "
+                                       "AND service = 'clean' AND state = 'running'").fetchone()
+    assert shown_pid == pid and progress.startswith("cleaning ") and progress.endswith(" files deleted"), progress
+    done, total = progress.split(": ")[1].split(" ")[0].split("/")
+    assert done == total and int(total) > 0, progress
+    # No more rounds once this one stops: the launcher logs when it serves no database.
+    log_before = len(cluster.log())
+    conn.execute("ALTER SYSTEM SET hudi.worker_databases = 'none_of_them'")
+    conn.execute("SELECT pg_reload_conf()")
+    assert wait_for(lambda: "pg_hudi launcher: serving no database" in cluster.log()[log_before:])
+    assert conn.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone()[0]
+    assert wait_for(lambda: not alive(pid), timeout=20), "the worker went on waiting"
+    assert wait_for(lambda: "pg_hudi worker stopped before the end of its round" in cluster.log())
+    leases = sorted(p.name for p in (table / ".hoodie/.locks/services").iterdir())
+    taken = [n for n in leases if not n.endswith(".released")]
+    assert taken and all(f"{n}.released" in leases for n in taken), leases
+    assert list(timeline.glob("*.clean.inflight")), "the clean stopped before its completion"
+    conn.execute("SET hudi.debug_pause_before_complete = 0")
+    assert sorted(conn.execute("SELECT id, name FROM customers").fetchall()) == expected
+    conn.execute("SELECT * FROM hudi.clean('customers')")
+    unfinished = [p.name for p in timeline.glob("*.clean.inflight") if not list(timeline.glob(p.name.split(".")[0] + "_*.clean"))]
+    assert unfinished == [], "the next call finished the clean"
+    assert sorted(conn.execute("SELECT id, name FROM customers").fetchall()) == expected
+
+
+def test_a_compaction_called_from_sql_shows_its_progress(lake, cluster):
+    """While hudi.compact runs (paused before its completion), pg_stat_activity shows the
+    calling backend's service and progress, and hudi.table_services shows it running with
+    that backend's pid; afterwards the backend shows its statement again."""
+    import threading
+    conn, _ = lake
+    for n in range(2):
+        conn.execute(f"INSERT INTO customers SELECT g, 'n{n}', (ARRAY['nl','be'])[g % 2 + 1], g, now() "
+                     "FROM generate_series(1, 40) g")
+    caller = cluster.connect()
+    caller_pid = caller.execute("SELECT pg_backend_pid()").fetchone()[0]
+    caller.execute("SET hudi.debug_pause_before_complete = 3000")
+    outcome = []
+    call = "SELECT file_groups, rows_written FROM hudi.compact('customers')"
+    thread = threading.Thread(target=lambda: outcome.append(caller.execute(call).fetchone()))
+    thread.start()
+    try:
+        shown = wait_for(lambda: conn.execute(
+            "SELECT query, state FROM pg_stat_activity WHERE pid = %s AND query ~ ': (\\d+)/\\1 file groups, \\d+ rows$'",
+            (caller_pid,)).fetchone(), timeout=20)
+        assert shown, "the call's progress in pg_stat_activity"
+        query, state = shown
+        assert state == "active" and query.startswith("pg_hudi: compaction of "), shown
+        running = conn.execute("SELECT state, pid, progress FROM hudi.table_services "
+                               "WHERE \"table\" = 'customers'::regclass AND service = 'compaction'").fetchone()
+        assert running[0] == "running" and running[1] == caller_pid and query.endswith(running[2]), running
+    finally:
+        thread.join(30)
+    (file_groups, rows_written), = outcome
+    done = query.rsplit(": ", 1)[1]
+    assert done == f"{file_groups}/{file_groups} file groups, {rows_written} rows", (query, outcome)
+    assert rows_written == 40 and file_groups >= 2
+    assert wait_for(lambda: conn.execute("SELECT query FROM pg_stat_activity WHERE pid = %s", (caller_pid,)).fetchone()[0] == call)
+    # (The worker, woken by the inserts, may be looking at the table meanwhile.)
+    assert conn.execute("SELECT pid FROM hudi.table_services WHERE \"table\" = 'customers'::regclass "
+                        "AND service = 'compaction'").fetchone()[0] != caller_pid
+    caller.close()

@@ -8,6 +8,7 @@ use engine::services::archive::{self, ArchiveOptions};
 use pgrx::prelude::*;
 use pgrx::PgRelation;
 
+use crate::activity::ServiceActivity;
 use crate::api::service_target;
 use crate::error::OrReport;
 use crate::fdw::modify::writer_id;
@@ -47,8 +48,28 @@ pub(crate) fn archive(table: PgRelation) -> TableIterator<
         name!(last_instant, String),
     ),
 > {
-    let storage = service_target(&table, "archive it");
-    let options = archive_options(&ForeignHudiTable::of_relation(table.oid()));
-    let outcome = block_on(archive::archive(&storage, &writer_id(), &lock_options(), &options)).or_report();
+    let _shown = ServiceActivity::begin("archive", table.oid());
+    let outcome = archive_table(&table, Trigger::AboveMax);
     TableIterator::new(outcome.into_iter().map(|a| (a.actions as i32, a.commits as i32, a.first, a.last)))
+}
+
+/// When an archival starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Trigger {
+    /// Above `archive_max_instants` commits, as Hudi's archiver after each commit.
+    AboveMax,
+    /// Above the midpoint between `archive_min_instants` and `archive_max_instants`: the
+    /// worker's rounds come a while apart, and the commits in between must not take the active
+    /// timeline past the maximum.
+    AboveMidpoint,
+}
+
+/// One archival of `table` that starts at `trigger`: what it moved, if anything.
+pub(crate) fn archive_table(table: &PgRelation, trigger: Trigger) -> Option<archive::Archived> {
+    let storage = service_target(table, "archive it");
+    let mut options = archive_options(&ForeignHudiTable::of_relation(table.oid()));
+    if trigger == Trigger::AboveMidpoint {
+        options.max_commits = options.min_commits + (options.max_commits - options.min_commits).div_ceil(2);
+    }
+    block_on(archive::archive(&storage, &writer_id(), &lock_options(), &options)).or_report()
 }

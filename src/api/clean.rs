@@ -9,6 +9,7 @@ use pgrx::datum::DatumWithOid;
 use pgrx::prelude::*;
 use pgrx::PgRelation;
 
+use crate::activity::ServiceActivity;
 use crate::api::service_target;
 use crate::error::OrReport;
 use crate::fdw::modify::writer_id;
@@ -33,6 +34,7 @@ pub(crate) fn clean(table: PgRelation) -> TableIterator<
         name!(earliest_commit_to_retain, String),
     ),
 > {
+    let _shown = ServiceActivity::begin("clean", table.oid());
     let (cleaned, _) = clean_table(&table);
     TableIterator::new(cleaned.into_iter().map(|c| {
         (c.instant, c.completion, c.files_deleted as i32, c.bytes_freed as i64, c.earliest_commit_to_retain)

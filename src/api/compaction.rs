@@ -1,11 +1,13 @@
 //! Compaction from SQL: `hudi.schedule_compaction`, `hudi.run_compaction` and `hudi.compact`.
 //! A compaction commits on its own, whatever becomes of the calling transaction: like VACUUM it
-//! changes how the table is stored, not what it holds.
+//! changes how the table is stored, not what it holds. A running compaction shows its progress
+//! in `pg_stat_activity` and `hudi.table_services` ([`crate::activity`]).
 
 use engine::services::compaction::{self, CompactionOutcome};
 use pgrx::prelude::*;
 use pgrx::PgRelation;
 
+use crate::activity::ServiceActivity;
 use crate::api::service_target;
 use crate::error::OrReport;
 use crate::fdw::modify::writer_id;
@@ -34,6 +36,7 @@ fn run_compaction(table: PgRelation, instant: &str) -> TableIterator<
     (name!(instant, String), name!(completion_time, String), name!(file_groups, i32), name!(rows_written, i64)),
 > {
     let storage = service_target(&table, "compact it");
+    let _shown = ServiceActivity::begin("compaction", table.oid());
     let outcome = block_on(compaction::run_compaction(
         &storage,
         instant,
@@ -53,6 +56,7 @@ fn compact(table: PgRelation) -> TableIterator<
     (name!(instant, String), name!(completion_time, String), name!(file_groups, i32), name!(rows_written, i64)),
 > {
     let storage = service_target(&table, "compact it");
+    let _shown = ServiceActivity::begin("compaction", table.oid());
     let outcome = block_on(compaction::compact(&storage, &writer_id(), &lock_options(), heartbeat_expiry())).or_report();
     TableIterator::new(outcome.into_iter().map(row))
 }

@@ -22,7 +22,9 @@ fn list(value: Option<&String>) -> Vec<String> {
 /// with its columns and the options `primary_key`, `ordering_field`, `partition_by`,
 /// `buckets` and `merge_mode`; returns its location. An existing table with the same keys,
 /// partitioning, buckets and columns is accepted; a different one is an error. Writing a
-/// table's `hoodie.properties` is for the foreign table's owner.
+/// table's `hoodie.properties` is for the foreign table's owner. A foreign table without the
+/// option `services` gets `services 'auto'`: the background worker maintains the tables
+/// pg_hudi makes (those of other engines only when a user says so).
 #[pg_extern(volatile)]
 fn create_table(table: PgRelation) -> String {
     let relid = table.oid();
@@ -76,5 +78,16 @@ fn create_table(table: PgRelation) -> String {
         merge_mode,
     };
     block_on(create(&foreign.storage(), &spec)).or_report();
+    if !options.contains_key("services") {
+        // ALTER refuses a relation this session still has open.
+        drop(table);
+        let args = vec![pgrx::datum::DatumWithOid::from(relid)];
+        let alter = Spi::get_one_with_args::<String>(
+            "SELECT pg_catalog.format('ALTER FOREIGN TABLE %s OPTIONS (ADD services %L)', $1::pg_catalog.regclass, 'auto')",
+            &args,
+        );
+        let alter = alter.ok().flatten().unwrap_or_else(|| crate::error::spi_failed("naming the foreign table", pgrx::spi::SpiError::InvalidPosition));
+        Spi::run(&alter).unwrap_or_else(|e| crate::error::spi_failed("setting services 'auto'", e));
+    }
     foreign.uri.to_string()
 }

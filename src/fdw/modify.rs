@@ -170,7 +170,8 @@ unsafe fn begin(rinfo: *mut pg_sys::ResultRelInfo, plan_targets: *mut pg_sys::Li
             let storage = table.storage();
             let config = block_on(engine::table::load_config(&storage)).or_report();
             let transaction = block_on(Transaction::begin(storage, config, writer_id(), crate::guc::lock_options())).or_report();
-            OpenWrite::new(transaction, location, relid)
+            let wakes_worker = table.options.get("services").is_some_and(|s| s == "auto");
+            OpenWrite::new(transaction, location, relid, wakes_worker)
         },
         |write| {
             let transaction = &write.transaction;

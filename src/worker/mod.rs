@@ -10,9 +10,11 @@
 //! ([`services`]), then exits. No process stays connected to a database between rounds, so
 //! `DROP DATABASE` does not fail on one (it waits out a round in progress, and `WITH (FORCE)`
 //! stops the round at its next safe point), and a database gains a worker within a nap of
-//! `CREATE EXTENSION`. Both exit cleanly on SIGTERM or when the postmaster dies.
+//! `CREATE EXTENSION`. A commit to a table with `services 'auto'` wakes the launcher, which
+//! then starts that database's round without waiting out the nap ([`wake`]; at most one round
+//! a second). Both exit cleanly on SIGTERM or when the postmaster dies.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, SignalWakeFlags};
@@ -21,14 +23,17 @@ use pgrx::prelude::*;
 use crate::guc;
 
 pub(crate) mod services;
+pub mod wake;
 
 /// The launcher's name and its `backend_type` in `pg_stat_activity`.
 pub const LAUNCHER_NAME: &str = "pg_hudi launcher";
 /// The per-database worker's `backend_type`.
 pub const WORKER_NAME: &str = "pg_hudi worker";
 
-/// Registers the launcher with the postmaster (only valid during `shared_preload_libraries`).
+/// Registers the launcher with the postmaster and requests its shared memory (only valid
+/// during `shared_preload_libraries`).
 pub fn register() {
+    wake::init();
     BackgroundWorkerBuilder::new(LAUNCHER_NAME)
         .set_type(LAUNCHER_NAME)
         .set_library("pg_hudi")
@@ -47,16 +52,22 @@ pub extern "C-unwind" fn pg_hudi_launcher_main(_argument: pg_sys::Datum) {
     let database = guc::string_value(&guc::WORKER_DATABASE);
     BackgroundWorker::connect_worker_to_spi(Some(&database), None);
     log!("{LAUNCHER_NAME} started (listing databases from \"{database}\")");
+    wake::listen(true);
     let mut launched = Launched::default();
     let mut served = Vec::new();
     loop {
         let databases = BackgroundWorker::transaction(databases_to_serve);
         let names: Vec<&str> = databases.iter().map(|(_, name)| name.as_str()).collect();
         if names != served {
-            log!("{LAUNCHER_NAME}: serving databases {}", names.join(", "));
+            if names.is_empty() {
+                log!("{LAUNCHER_NAME}: serving no database (see hudi.worker_databases)");
+            } else {
+                log!("{LAUNCHER_NAME}: serving databases {}", names.join(", "));
+            }
             served = names.iter().map(|n| n.to_string()).collect();
         }
         launched.reap();
+        launched.want(wake::take_requests(), &databases);
         for (oid, name) in launched.due(&databases, guc::worker_naptime(), guc::MAX_DATABASE_WORKERS.get().max(1) as usize) {
             if !launched.start(oid, &name) {
                 log!("{LAUNCHER_NAME}: no background worker slot for database \"{name}\" (max_worker_processes); trying again next round");
@@ -74,6 +85,7 @@ pub extern "C-unwind" fn pg_hudi_launcher_main(_argument: pg_sys::Datum) {
     }
     // wait_latch returns false on SIGTERM or postmaster death; returning exits with status 0,
     // which tells the postmaster not to restart us. Running workers finish their rounds.
+    wake::listen(false);
     log!("{LAUNCHER_NAME} exiting");
 }
 
@@ -94,14 +106,18 @@ fn databases_to_serve() -> Vec<(pg_sys::Oid, String)> {
     all.into_iter().filter(|(_, name)| wanted.is_empty() || wanted.contains(name)).collect()
 }
 
-/// The workers the launcher started: those running, and when each database's last one
-/// started (rounds start a nap apart, as autovacuum's do, or back to back when one takes
-/// longer).
+/// The workers the launcher started: those running, when each database's last one started
+/// (rounds start a nap apart, as autovacuum's do, or back to back when one takes longer), and
+/// the databases a commit asked a round for.
 #[derive(Default)]
 struct Launched {
     running: HashMap<pg_sys::Oid, *mut pg_sys::BackgroundWorkerHandle>,
     started: HashMap<pg_sys::Oid, Instant>,
+    wanted: HashSet<pg_sys::Oid>,
 }
+
+/// The least time between two rounds of a database that commits ask for.
+const WAKE_SPACING: Duration = Duration::from_secs(1);
 
 impl Launched {
     /// Forgets the workers that exited.
@@ -119,12 +135,29 @@ impl Launched {
         });
     }
 
+    /// Adds the databases commits asked a round for (`None`: all of them).
+    fn want(&mut self, asked: Option<Vec<pg_sys::Oid>>, databases: &[(pg_sys::Oid, String)]) {
+        let served = |oid: &pg_sys::Oid| databases.iter().any(|(d, _)| d == oid);
+        match asked {
+            Some(asked) => self.wanted.extend(asked.into_iter().filter(served)),
+            None => self.wanted.extend(databases.iter().map(|(oid, _)| *oid)),
+        }
+    }
+
+    /// How long after its last start a round of `oid` is due: a nap, or when a commit asked
+    /// for it, a second.
+    fn spacing(&self, oid: &pg_sys::Oid, nap: Duration) -> Duration {
+        if self.wanted.contains(oid) { nap.min(WAKE_SPACING) } else { nap }
+    }
+
     /// The databases whose worker should start now: without one running and without one that
-    /// started less than a nap ago, those waiting longest first, up to `max` running.
+    /// started less than its spacing ago, those waiting longest first, up to `max` running.
     fn due(&self, databases: &[(pg_sys::Oid, String)], nap: Duration, max: usize) -> Vec<(pg_sys::Oid, String)> {
         let mut due: Vec<&(pg_sys::Oid, String)> = databases
             .iter()
-            .filter(|(oid, _)| !self.running.contains_key(oid) && self.started.get(oid).is_none_or(|t| t.elapsed() >= nap))
+            .filter(|(oid, _)| {
+                !self.running.contains_key(oid) && self.started.get(oid).is_none_or(|t| t.elapsed() >= self.spacing(oid, nap))
+            })
             .collect();
         due.sort_by_key(|(oid, _)| self.started.get(oid).copied());
         due.into_iter().take(max.saturating_sub(self.running.len())).cloned().collect()
@@ -152,6 +185,7 @@ impl Launched {
             if started {
                 self.running.insert(oid, handle);
                 self.started.insert(oid, Instant::now());
+                self.wanted.remove(&oid);
             }
             started
         }
@@ -163,7 +197,7 @@ impl Launched {
             .started
             .iter()
             .filter(|(oid, _)| !self.running.contains_key(oid))
-            .map(|(_, t)| nap.saturating_sub(t.elapsed()))
+            .map(|(oid, t)| self.spacing(oid, nap).saturating_sub(t.elapsed()))
             .filter(|d| !d.is_zero())
             .min();
         soonest.unwrap_or(nap).max(Duration::from_millis(100))

@@ -5,7 +5,8 @@
 //! apply, not the worker's); an ERROR is rolled back without touching the other services or
 //! tables. What a run did or why it failed is recorded in `hudi.service_state` and
 //! `hudi.service_runs` (the views `hudi.table_services` and `hudi.service_history`), and the
-//! worker's `pg_stat_activity.query` names the service running. A failing service is tried
+//! worker's `pg_stat_activity.query` names the service running and its progress
+//! ([`crate::activity`]). A failing service is tried
 //! again after a wait that doubles with every failure in a row.
 
 use engine::services::compaction;
@@ -14,6 +15,7 @@ use pgrx::datum::DatumWithOid;
 use pgrx::prelude::*;
 use pgrx::PgRelation;
 
+use crate::activity::ServiceActivity;
 use crate::fdw::table::ForeignHudiTable;
 use crate::guc::{heartbeat_expiry, lock_options};
 use crate::runtime::block_on;
@@ -63,9 +65,10 @@ impl Service {
                 });
                 return (detail, held_back);
             }
-            Service::Archive => crate::api::archive::archive(relation(relid)).next().map(|(actions, commits, first, last)| {
-                format!("archived {actions} instants ({commits} commits) from {first} to {last}")
-            }),
+            Service::Archive => {
+                let archived = crate::api::archive::archive_table(&relation(relid), crate::api::archive::Trigger::AboveMidpoint);
+                archived.map(|a| format!("archived {} instants ({} commits) from {} to {}", a.actions, a.commits, a.first, a.last))
+            }
         };
         (detail, None)
     }
@@ -90,7 +93,6 @@ fn compact_due(relid: pg_sys::Oid) -> Option<String> {
     }
     let scheduled = block_on(compaction::schedule_due_compaction(&storage, &writer, &lock_options(), &trigger));
     let instant = scheduled.unwrap_or_else(|e| crate::error::report(e))?;
-    report_activity(&format!("{} — compacting the plan {instant}", activity(Service::Compaction, relid)));
     let outcome = block_on(compaction::run_compaction(&storage, &instant, &writer, &lock_options(), heartbeat_expiry()));
     let outcome = outcome.unwrap_or_else(|e| crate::error::report(e));
     Some(format!("compaction {instant}: {} file groups", outcome.file_groups))
@@ -117,24 +119,6 @@ fn compaction_trigger(table: &ForeignHudiTable) -> compaction::CompactionTrigger
                 .map_or(DEFAULT_COMPACTION_MAX_DELAY, |ms| std::time::Duration::from_millis(ms.max(1) as u64)),
         ),
     }
-}
-
-/// The start of the worker's `pg_stat_activity.query` while `service` runs on `relid`, which
-/// `hudi.table_services` matches.
-fn activity(service: Service, relid: pg_sys::Oid) -> String {
-    format!("pg_hudi: {} of {} ({})", service.name(), relid.to_u32(), crate::fdw::table::relation_name(relid))
-}
-
-/// Shows `text` as the worker's current query in `pg_stat_activity` (idle when `None`).
-fn report_activity(text: &str) {
-    let text = std::ffi::CString::new(text.replace('\0', "")).unwrap_or_default();
-    // SAFETY: called on the main thread; PostgreSQL copies the text.
-    unsafe { pg_sys::pgstat_report_activity(pg_sys::BackendState::STATE_RUNNING, text.as_ptr()) };
-}
-
-fn report_idle() {
-    // SAFETY: as above; a null text keeps the last query shown, as for an idle backend.
-    unsafe { pg_sys::pgstat_report_activity(pg_sys::BackendState::STATE_IDLE, std::ptr::null()) };
 }
 
 /// The foreign tables of this database that have `services 'auto'`, with their owners.
@@ -234,9 +218,10 @@ fn is_due(relid: pg_sys::Oid, service: Service) -> bool {
     .is_none_or(|waiting| !waiting)
 }
 
-/// Records a run of `service` on `relid` that began at `started`: `Ok(None)` (nothing was
-/// due) only clears a failure streak; a run that did something or failed goes into the
-/// history. Returns the wait before the next attempt after a failure.
+/// Records a run of `service` on `relid` that began at `started`: every run sets when the
+/// worker last ran it (`next_due` in `hudi.table_services` counts from there), `Ok(None)`
+/// (nothing was due) also clears a failure streak, and a run that did something or failed
+/// goes into the history. Returns the wait before the next attempt after a failure.
 fn record(relid: pg_sys::Oid, service: Service, started: pgrx::datum::TimestampWithTimeZone, outcome: &Result<Option<String>, String>) -> Option<std::time::Duration> {
     let key = || -> [DatumWithOid<'static>; 2] { [relid.into(), service.name().into()] };
     let run = |outcome: &str, detail: &str| {
@@ -256,7 +241,8 @@ fn record(relid: pg_sys::Oid, service: Service, started: pgrx::datum::TimestampW
         Ok(None) => {
             let args: Vec<DatumWithOid> = key().into();
             Spi::run_with_args(
-                "UPDATE hudi.service_state SET failures = 0, next_attempt = NULL WHERE relation = $1 AND service = $2 AND failures > 0",
+                "INSERT INTO hudi.service_state AS s (relation, service, last_checked) VALUES ($1, $2, pg_catalog.clock_timestamp()) \
+                 ON CONFLICT (relation, service) DO UPDATE SET failures = 0, next_attempt = NULL, last_checked = excluded.last_checked",
                 &args,
             )
             .unwrap_or_else(|e| spi_error(e));
@@ -266,10 +252,11 @@ fn record(relid: pg_sys::Oid, service: Service, started: pgrx::datum::TimestampW
             run("succeeded", detail);
             let args: Vec<DatumWithOid> = key().into_iter().chain([detail.as_str().into()]).collect();
             Spi::run_with_args(
-                "INSERT INTO hudi.service_state AS s (relation, service, last_run, last_success, last_detail) \
-                 VALUES ($1, $2, pg_catalog.clock_timestamp(), pg_catalog.clock_timestamp(), $3) \
+                "INSERT INTO hudi.service_state AS s (relation, service, last_run, last_success, last_detail, last_checked) \
+                 VALUES ($1, $2, pg_catalog.clock_timestamp(), pg_catalog.clock_timestamp(), $3, pg_catalog.clock_timestamp()) \
                  ON CONFLICT (relation, service) DO UPDATE SET failures = 0, next_attempt = NULL, \
-                     last_run = excluded.last_run, last_success = excluded.last_success, last_detail = excluded.last_detail",
+                     last_run = excluded.last_run, last_success = excluded.last_success, last_detail = excluded.last_detail, \
+                     last_checked = excluded.last_checked",
                 &args,
             )
             .unwrap_or_else(|e| spi_error(e));
@@ -290,11 +277,12 @@ fn record(relid: pg_sys::Oid, service: Service, started: pgrx::datum::TimestampW
             let args: Vec<DatumWithOid> =
                 key().into_iter().chain([error.as_str().into(), failures.into(), (wait.as_millis() as f64 / 1000.0).into()]).collect();
             Spi::run_with_args(
-                "INSERT INTO hudi.service_state AS s (relation, service, failures, last_run, last_error, next_attempt) \
+                "INSERT INTO hudi.service_state AS s (relation, service, failures, last_run, last_error, next_attempt, last_checked) \
                  VALUES ($1, $2, $4, pg_catalog.clock_timestamp(), $3, \
-                         pg_catalog.clock_timestamp() + pg_catalog.make_interval(secs => $5)) \
+                         pg_catalog.clock_timestamp() + pg_catalog.make_interval(secs => $5), pg_catalog.clock_timestamp()) \
                  ON CONFLICT (relation, service) DO UPDATE SET failures = excluded.failures, \
-                     last_run = excluded.last_run, last_error = excluded.last_error, next_attempt = excluded.next_attempt",
+                     last_run = excluded.last_run, last_error = excluded.last_error, next_attempt = excluded.next_attempt, \
+                     last_checked = excluded.last_checked",
                 &args,
             )
             .unwrap_or_else(|e| spi_error(e));
@@ -356,9 +344,11 @@ pub fn run_round() {
     let tables = BackgroundWorker::transaction(served_tables);
     for (relid, owner) in tables {
         let mut lease: Option<ServiceLease> = None;
+        let mut stop = false;
         for service in Service::ALL {
-            if crate::runtime::stopping() || BackgroundWorker::sigterm_received() {
-                return;
+            stop = crate::runtime::stopping() || BackgroundWorker::sigterm_received();
+            if stop {
+                break;
             }
             // The lease holds its table's store, which is not unwind-safe; after an ERROR
             // nothing of it is used but to give it up.
@@ -373,26 +363,25 @@ pub fn run_round() {
                     .unwrap_or_else(|e| spi_error(e))
                     .unwrap_or_else(|| spi_error(pgrx::spi::SpiError::InvalidPosition));
                 if lease.as_ref().is_none_or(|l| l.remaining() < heartbeat_expiry() / 2) {
-                    report_activity(&format!("{} — taking the service lease", activity(service, relid)));
+                    let leasing = ServiceActivity::begin(service.name(), relid);
+                    leasing.phase("taking the service lease");
                     let held = lease.take();
-                    match in_subtransaction(move || as_role(owner, move || lease_of(relid, held))) {
+                    let taken = in_subtransaction(move || as_role(owner, move || lease_of(relid, held)));
+                    drop(leasing);
+                    match taken {
                         Ok(Some(taken)) => lease = Some(taken),
-                        Ok(None) => {
-                            report_idle();
-                            return Step::Leased;
-                        }
+                        Ok(None) => return Step::Leased,
                         // Unreachable storage or no table there: this service's failure.
                         Err(error) => {
-                            report_idle();
                             let outcome = Err(error);
                             let wait = record(relid, service, started, &outcome);
                             return Step::Ran(crate::fdw::table::relation_name(relid), outcome, wait);
                         }
                     }
                 }
-                report_activity(&activity(service, relid));
+                let running = ServiceActivity::begin(service.name(), relid);
                 let outcome = in_subtransaction(|| as_role(owner, || service.run(relid)));
-                report_idle();
+                drop(running);
                 if crate::runtime::stopping() {
                     // Stopped midway: not a failure of the service.
                     return Step::Skipped;
@@ -416,12 +405,18 @@ pub fn run_round() {
                 Step::Ran(..) | Step::Skipped => {}
             }
         }
-        let Some(lease) = lease else { continue };
-        BackgroundWorker::transaction(std::panic::AssertUnwindSafe(move || {
-            let release = move || block_on(lease.release()).unwrap_or_else(|e| crate::error::report(e));
-            if let Err(e) = in_subtransaction(move || as_role(owner, release)) {
-                log!("{}: giving up the service lease of table {} failed: {e}", super::WORKER_NAME, crate::fdw::table::relation_name(relid));
-            }
-        }));
+        // Also when stopping: another server need not wait out the lease. A stop noticed
+        // during the release ends it with an ERROR, and the lease then expires by itself.
+        if let Some(lease) = lease {
+            BackgroundWorker::transaction(std::panic::AssertUnwindSafe(move || {
+                let release = move || block_on(lease.release()).unwrap_or_else(|e| crate::error::report(e));
+                if let Err(e) = in_subtransaction(move || as_role(owner, release)) {
+                    log!("{}: giving up the service lease of table {} failed: {e}", super::WORKER_NAME, crate::fdw::table::relation_name(relid));
+                }
+            }));
+        }
+        if stop {
+            return;
+        }
     }
 }

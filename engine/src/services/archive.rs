@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use bytes::Bytes;
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::services::progress;
 use crate::storage::Storage;
 use crate::table::TableConfig;
 use crate::timeline::history::{ArchivedInstant, History};
@@ -182,8 +183,10 @@ pub async fn archive(storage: &Storage, writer: &WriterId, lock_options: &LockOp
             }
         }
         let mut rows = Vec::with_capacity(chosen.len());
+        progress::phase("writing the history", chosen.len(), "instants");
         for instant in &chosen {
             rows.push(history_row(storage, &config, instant, files.get(instant.timestamp.as_str()).map_or(&[], Vec::as_slice)).await?);
+            progress::advance(0);
         }
         lock.check().await?;
         let history = History::of(storage, &config);
@@ -198,8 +201,10 @@ pub async fn archive(storage: &Storage, writer: &WriterId, lock_options: &LockOp
         let all: Vec<&InstantFile> = files.values().flatten().collect();
         let (completed, pending): (Vec<&InstantFile>, Vec<&InstantFile>) = all.into_iter().partition(|f| f.state == State::Completed);
         lock.check().await?;
+        progress::phase("removing archived instants from the active timeline", pending.len() + completed.len(), "files");
         for file in pending.iter().chain(&completed) {
             storage.delete(&format!("{dir}/{}", file.file_name)).await?;
+            progress::advance(0);
         }
         lock.check().await?;
         history.compact_and_clean().await?;

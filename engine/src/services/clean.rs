@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 use bytes::Bytes;
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::services::progress;
 use crate::services::compaction::CompactionPlan;
 use crate::storage::Storage;
 use crate::table::TableConfig;
@@ -189,6 +190,14 @@ fn earliest_to_retain(timeline: &Timeline, options: &CleanOptions) -> Option<(St
             earliest = *completed.iter().rev().find(|i| i.timestamp < pending.timestamp)?;
         }
     }
+    // Not past the earliest savepoint: a restore to it needs its slices. (Hudi keeps just the
+    // savepointed files and cleans around them; keeping everything from there on is the
+    // conservative form of that.)
+    if let Some(savepoint) = timeline.instants().iter().filter(|i| i.action == "savepoint").map(|i| &i.timestamp).min() {
+        if earliest.timestamp > *savepoint {
+            earliest = *completed.iter().rev().find(|i| i.timestamp <= *savepoint)?;
+        }
+    }
     // A consumer reads what completed after its position, from the slices those commits were
     // requested in: not past the earliest of their requested times, nor past the position
     // itself (readers refuse a start older than the earliest commit to retain).
@@ -275,8 +284,10 @@ async fn plan(storage: &Storage, config: &TableConfig, timeline: &Timeline, opti
 /// the table lock, once: a clean another cleaner completed meanwhile is left as it is.
 async fn execute(storage: &Storage, config: &TableConfig, owner: &str, lock_options: &LockOptions, instant: &str, plan: &CleanPlan) -> Result<String> {
     let started = std::time::Instant::now();
+    progress::phase(format!("cleaning {instant}"), plan.files.len(), "files deleted");
     for file in &plan.files {
         storage.delete(&file.path).await?;
+        progress::advance(0);
     }
     let dir = &config.timeline_dir;
     let metadata = Bytes::from(clean_metadata(instant, plan, started.elapsed().as_millis() as i64)?);
@@ -367,6 +378,10 @@ mod tests {
         let mut with_pending = names.to_vec();
         with_pending.push("20260101000000004.deltacommit.inflight");
         assert_eq!(earliest_to_retain(&timeline(&with_pending), &options(2, None)).unwrap().0, "20260101000000003");
+        // A savepoint of ...05 keeps the slices a restore to it reads.
+        let mut with_savepoint = names.to_vec();
+        with_savepoint.push("20260101000000005_20260101000000011.savepoint");
+        assert_eq!(earliest_to_retain(&timeline(&with_savepoint), &options(2, None)).unwrap().0, "20260101000000005");
         // A consumer that read up to completion time ...06 still reads from there on.
         assert_eq!(earliest_to_retain(&t, &options(1, Some("20260101000000006"))).unwrap().0, "20260101000000005");
         // One that read nothing yet holds everything.

@@ -19,6 +19,7 @@ use bytes::Bytes;
 use parquet::file::metadata::KeyValue;
 use serde_json::Value;
 
+use crate::services::progress;
 use crate::error::{Error, ErrorKind, Result, ResultExt};
 use crate::read::schema::{FILE_NAME_COLUMN, RECORD_KEY_COLUMN};
 use crate::read::{ScanOptions, ScanStats, TableReader};
@@ -247,16 +248,45 @@ pub async fn run_compaction(
         _ => return Err(Error::new(ErrorKind::NotFound, format!("no pending compaction at instant {instant}"))),
     }
     let plan = CompactionPlan::load(storage, reader.config(), instant).await?;
-    claim(storage, writer, instant, lock_options, heartbeat_expiry).await?;
-    let result = execute(storage, &reader, instant, &plan, writer, lock_options).await;
+    let claim = claim(storage, reader.config(), writer, instant, lock_options, heartbeat_expiry).await?;
+    let result = execute(storage, &reader, instant, &plan, writer, &claim, lock_options).await;
+    match &result {
+        Ok(_) => storage.delete(&executor_path(instant)).await?,
+        // The heartbeat is another executor's now.
+        Err(e) if e.kind() == ErrorKind::InUse => return result,
+        Err(_) => {}
+    }
     heartbeat::stop(storage, instant).await?;
     result
 }
 
-/// Marks `instant` as being executed by this writer, unless another writer's heartbeat for it
-/// is still fresh. Checked and written under the table lock so two executors cannot both win.
-async fn claim(storage: &Storage, writer: &WriterId, instant: &str, lock_options: &LockOptions, expiry: Duration) -> Result<()> {
+/// Where the executor that claimed a compaction last is named (`.hoodie/.aux/` is ours).
+const EXECUTORS_DIR: &str = ".hoodie/.aux/pg_hudi/executors";
+
+fn executor_path(instant: &str) -> String {
+    format!("{EXECUTORS_DIR}/{instant}")
+}
+
+/// Marks `instant` as being executed by this writer, unless it is completed or another
+/// writer's heartbeat for it is still fresh, and names this execution in the executor file.
+/// Checked and written under the table lock so two executors cannot both win; the executor
+/// file fences an executor that was taken for dead (a stalled one whose heartbeat expired):
+/// its completion finds another name there and fails, since the new executor deletes the files
+/// of earlier attempts. Returns this execution's name.
+async fn claim(
+    storage: &Storage,
+    config: &crate::table::TableConfig,
+    writer: &WriterId,
+    instant: &str,
+    lock_options: &LockOptions,
+    expiry: Duration,
+) -> Result<String> {
+    let execution = format!("{} {}", writer.token(next_transaction_number()), crate::write::time::now_ms());
     TableLock::hold(storage, &writer.owner(), lock_options, async |lock| {
+        let files = storage.list_dir(&config.timeline_dir).await?;
+        if crate::timeline::instant::completion_in(files.iter().map(|(n, _)| n.as_str()), instant, "commit").is_some() {
+            return Err(Error::new(ErrorKind::InUse, format!("compaction {instant} was completed by another writer")));
+        }
         let running = match storage.get(&format!("{}/{instant}", heartbeat::HEARTBEAT_DIR)).await {
             Ok(_) => !heartbeat::expired(storage, instant, expiry).await?,
             Err(e) if e.kind() == ErrorKind::NotFound => false,
@@ -269,7 +299,9 @@ async fn claim(storage: &Storage, writer: &WriterId, instant: &str, lock_options
             ));
         }
         lock.check().await?;
-        heartbeat::beat(storage, instant).await
+        heartbeat::beat(storage, instant).await?;
+        storage.put(&executor_path(instant), Bytes::from(execution.clone())).await?;
+        Ok(execution.clone())
     })
     .await
 }
@@ -282,6 +314,7 @@ async fn execute(
     instant: &str,
     plan: &CompactionPlan,
     writer: &WriterId,
+    execution: &str,
     lock_options: &LockOptions,
 ) -> Result<CompactionOutcome> {
     let dir = &reader.config().timeline_dir;
@@ -292,6 +325,7 @@ async fn execute(
     metadata.extra_metadata.insert("schema".into(), reader.avro_schema().to_owned());
     let mut rows_written = 0;
     let mut partitions_cleaned = HashSet::new();
+    progress::phase(format!("compacting {instant}"), plan.operations.len(), "file groups");
     for op in &plan.operations {
         let in_partition = |name: &str| path_in_partition(&op.partition, name);
         // Base files of this instant left by an earlier, failed attempt.
@@ -314,6 +348,7 @@ async fn execute(
         heartbeat::beat(storage, instant).await?;
         let count = rows.num_rows() as i64;
         rows_written += count as u64;
+        progress::advance(count as u64);
         metadata.partition_to_write_stats.entry(op.partition.clone()).or_default().push(WriteStat {
             file_id: Some(op.file_id.clone()),
             path: Some(in_partition(&name)),
@@ -339,6 +374,17 @@ async fn execute(
         let files = storage.list_dir(dir).await?;
         if crate::timeline::instant::completion_in(files.iter().map(|(n, _)| n.as_str()), instant, "commit").is_some() {
             return Err(Error::new(ErrorKind::InUse, format!("compaction {instant} was completed by another writer")));
+        }
+        let named = match storage.get(&executor_path(instant)).await {
+            Ok(bytes) => Some(bytes),
+            Err(e) if e.kind() == ErrorKind::NotFound => None,
+            Err(e) => return Err(e),
+        };
+        if named.as_deref() != Some(execution.as_bytes()) {
+            return Err(Error::new(
+                ErrorKind::InUse,
+                format!("compaction {instant} was taken over by another executor (this one's heartbeat had expired)"),
+            ));
         }
         let completion = lock.next_time(lock_options).await?;
         if !lock_options.pause_before_completing.is_zero() {
@@ -480,5 +526,78 @@ mod tests {
         assert_eq!(json["version"], 2);
         assert_eq!(json["operations"][0]["metrics"]["TOTAL_LOG_FILES"], 1.0);
         assert_eq!(CompactionPlan::from_json(&json).unwrap(), plan);
+    }
+}
+
+#[cfg(test)]
+mod takeover_tests {
+    use super::*;
+    use crate::storage::StorageUri;
+    use crate::table::MergeMode;
+    use crate::write::{create_table, NewTable, Transaction};
+    use arrow::array::{Int64Array, StringArray};
+    use arrow::datatypes::{DataType, Field, Schema};
+
+    async fn names(storage: &Storage) -> Vec<(i64, String)> {
+        let reader = TableReader::open(storage.clone()).await.unwrap();
+        let mut out = Vec::new();
+        for batch in reader.read_snapshot(None).await.unwrap() {
+            let ids = batch.column_by_name("id").unwrap().as_any().downcast_ref::<Int64Array>().unwrap().clone();
+            let names = batch.column_by_name("name").unwrap().as_any().downcast_ref::<StringArray>().unwrap().clone();
+            out.extend((0..batch.num_rows()).map(|i| (ids.value(i), names.value(i).to_owned())));
+        }
+        out.sort();
+        out
+    }
+
+    /// An executor taken for dead (its heartbeat expired while it stalled) and the one that
+    /// took over: the new one deletes the files of the earlier attempt, so the stalled one must
+    /// not complete after it wakes — its completion finds the other executor named — and the
+    /// new one's completion stands.
+    #[tokio::test]
+    async fn a_stalled_executor_cannot_complete_after_another_took_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Storage::open(&StorageUri::parse(&format!("file://{}", dir.path().display())).unwrap(), &Default::default()).unwrap();
+        let schema = Schema::new(vec![Field::new("id", DataType::Int64, false), Field::new("name", DataType::Utf8, true)]);
+        let spec = NewTable {
+            name: "t".into(),
+            schema: schema.clone(),
+            record_key_fields: vec!["id".into()],
+            ordering_field: None,
+            partition_fields: vec![],
+            buckets: 1,
+            merge_mode: MergeMode::CommitTimeOrdering,
+        };
+        let config = create_table(&storage, &spec).await.unwrap();
+        let writer = |process| WriterId { node: 3, process };
+        for name in ["a", "b"] {
+            let rows = RecordBatch::try_new(
+                Arc::new(schema.clone()),
+                vec![Arc::new(Int64Array::from(vec![1, 2])), Arc::new(StringArray::from(vec![name, name]))],
+            )
+            .unwrap();
+            let mut tx = Transaction::begin(storage.clone(), config.clone(), writer(1), LockOptions::default()).await.unwrap();
+            tx.upsert(&rows).await.unwrap();
+            tx.commit().await.unwrap();
+        }
+        let expected = names(&storage).await;
+        let instant = schedule_compaction(&storage, &writer(1), &LockOptions::default()).await.unwrap().unwrap();
+        let plan = CompactionPlan::load(&storage, &config, &instant).await.unwrap();
+        let reader = TableReader::open(storage.clone()).await.unwrap();
+        let options = LockOptions::default();
+
+        let stalled = claim(&storage, &config, &writer(5), &instant, &options, Duration::from_secs(60)).await.unwrap();
+        let refused = claim(&storage, &config, &writer(6), &instant, &options, Duration::from_secs(60)).await.unwrap_err();
+        assert_eq!(refused.kind(), ErrorKind::InUse, "a fresh heartbeat keeps others out");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let took_over = claim(&storage, &config, &writer(6), &instant, &options, Duration::from_millis(1)).await.unwrap();
+        let err = execute(&storage, &reader, &instant, &plan, &writer(5), &stalled, &options).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InUse);
+        assert!(err.to_string().contains("taken over"), "{err}");
+        assert_eq!(names(&storage).await, expected, "nothing of the stalled executor is visible");
+        execute(&storage, &reader, &instant, &plan, &writer(6), &took_over, &options).await.unwrap();
+        assert_eq!(names(&storage).await, expected);
+        let again = claim(&storage, &config, &writer(7), &instant, &options, Duration::from_millis(1)).await.unwrap_err();
+        assert!(again.to_string().contains("completed by another writer"), "{again}");
     }
 }
