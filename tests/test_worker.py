@@ -272,19 +272,31 @@ def worker_databases(cluster):
         return [d for (d,) in conn.execute("SELECT datname FROM pg_stat_activity WHERE backend_type = 'pg_hudi worker'").fetchall()]
 
 
-def test_two_servers_never_run_a_tables_services_at_once(cluster):
-    """Two servers with workers every second serve one table (a shared file:// directory)
-    that both write: the service lease in the table's storage lets one at a time run its
-    services — no run of one server overlaps a run of the other — and the final rows are
-    those of a heap model, also for the reference reader."""
+@pytest.mark.parametrize("store", ["file", "s3"])
+def test_two_servers_never_run_a_tables_services_at_once(cluster, store):
+    """Two servers with workers every second serve one table (in a shared file:// directory,
+    or in a bucket of a real S3-compatible server) that both write: the service lease in the
+    table's storage lets one at a time run its services — no run of one server overlaps a run
+    of the other — and the final rows are those of a heap model, also for the reference
+    reader, and the history holds the archived commits."""
     import random
-    from conftest import Cluster, archived_instants, served_lake
+    from conftest import Cluster, archived_instants, served_lake, reference_rows_at
+    from servers import S3Server
+    s3 = S3Server(cluster.directory / "s3").start() if store == "s3" else None
     second = Cluster(cluster.directory / "second").start()
     try:
         servers = [cluster, second]
         for i, server in enumerate(servers):
-            # Both servers' lake is the first one's directory.
-            conn, root = served_lake(server, cluster.directory / "lake")
+            if s3:
+                conn = server.connect()
+                serve_databases(conn)
+                conn.execute("CREATE EXTENSION pg_hudi")
+                conn.execute(f"CREATE SERVER lake FOREIGN DATA WRAPPER hudi_fdw OPTIONS (base_uri '{s3.base_uri}')")
+                conn.execute("CREATE USER MAPPING FOR PUBLIC SERVER lake OPTIONS ("
+                             + ", ".join(f"{k} '{v}'" for k, v in s3.storage_options().items()) + ")")
+            else:
+                # Both servers' lake is the first one's directory.
+                conn, root = served_lake(server, cluster.directory / "lake")
             with conn:
                 conn.execute("""CREATE FOREIGN TABLE t (id bigint, v text) SERVER lake
                                 OPTIONS (path 't', primary_key 'id', merge_mode 'commit_time', buckets '2',
@@ -318,13 +330,19 @@ def test_two_servers_never_run_a_tables_services_at_once(cluster):
             expected = sorted(model.items())
             for c in connections:
                 assert sorted(c.execute("SELECT id, v FROM t").fetchall()) == expected
-            assert reference_rows_of(root / "t") == expected
-            assert archived_instants(root / "t"), "the workers archived"
+            if s3:
+                assert reference_rows_at(f"{s3.base_uri}/t", s3.storage_options(), columns=("id", "v")) == expected
+                assert s3.keys("t/.hoodie/timeline/history/"), "the workers archived"
+            else:
+                assert reference_rows_of(root / "t") == expected
+                assert archived_instants(root / "t"), "the workers archived"
         finally:
             for c in connections:
                 c.close()
     finally:
         second.stop()
+        if s3:
+            s3.stop()
 
 
 def reference_rows_of(path):
