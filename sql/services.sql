@@ -20,7 +20,7 @@ CREATE TABLE hudi.service_state (
     last_detail text,                        -- what it did
     last_error text,
     next_attempt timestamptz,                -- after a failure: when the worker tries again
-    note text,                               -- what holds the service back (a consumer)
+    note text,                               -- what holds it back (a consumer; archival's bound)
     PRIMARY KEY (relation, service)
 );
 REVOKE ALL ON hudi.service_state FROM PUBLIC;

@@ -114,3 +114,36 @@ def test_archive_refuses_bad_options_other_roles_and_old_tables(lake, cluster):
             other.execute("SELECT * FROM hudi.archive('customers')")
         assert e.value.sqlstate == "42501" and "must be owner" in str(e.value)
     assert not (table / ".hoodie/timeline/history/_version_").exists()
+
+
+def test_archive_says_what_holds_it_back(lake):
+    """A file group that nobody writes keeps its latest slice, and archival never passes the
+    commits of a latest slice (readers of the active timeline alone drop files of archived
+    commits): hudi.archive archives what it may and says, in a NOTICE, what keeps the active
+    timeline above its maximum. Once that group is written and compacted, archival goes on."""
+    conn, table = lake
+    notices = []
+    conn.add_notice_handler(lambda d: notices.append(d.message_primary))
+    conn.execute("ALTER FOREIGN TABLE customers OPTIONS (ADD archive_min_instants '2', ADD archive_max_instants '3', "
+                 "ADD compaction_delta_commits '1')")
+    conn.execute("INSERT INTO customers VALUES (1, 'quiet', 'be', 1, now())")
+    for n in range(4):
+        conn.execute(f"INSERT INTO customers VALUES (2, 'n{n}', 'nl', {n}, now())")
+        assert conn.execute("SELECT count(*) FROM hudi.compact('customers')").fetchone()[0] == 1
+    rows = our_rows(conn)
+    commits = completed_commits(conn)
+    quiet_base = commits[2][0]  # the first compaction: the 'be' group's latest base file
+    (_, archived, first, last), = conn.execute("SELECT * FROM hudi.archive('customers')").fetchall()
+    assert (archived, first, last) == (2, commits[0][0], commits[1][0])
+    (why,) = [n for n in notices if "archival stops before" in n]
+    assert why.startswith(f"the active timeline keeps {len(commits) - 2} commits, more than archive_max_instants (3)"), why
+    assert f"the latest file slices, which hold files of commits from {quiet_base} on" in why, why
+    assert our_rows(conn) == rows == reference_rows(table)
+
+    notices.clear()
+    conn.execute("INSERT INTO customers VALUES (1, 'woken', 'be', 2, now())")
+    conn.execute("SELECT * FROM hudi.compact('customers')")
+    assert conn.execute("SELECT * FROM hudi.archive('customers')").fetchall(), "archival goes on"
+    assert not [n for n in notices if "archival stops before" in n], notices
+    assert len(completed_commits(conn)) <= 3
+    assert our_rows(conn) == reference_rows(table)

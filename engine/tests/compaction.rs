@@ -389,8 +389,8 @@ async fn archived_commits_read_as_before_from_the_lsm_history() {
         .filter(|e| e.file_type().unwrap().is_file())
         .map(|e| (e.file_name().into_string().unwrap(), std::fs::read(e.path()).unwrap()))
         .collect();
-    let options = ArchiveOptions { min_commits: 4, max_commits: 6, compaction_delta_commits: 1 };
-    let archived = archive(&storage, &writer(3), &LockOptions::default(), &options).await.unwrap().unwrap();
+    let options = ArchiveOptions { min_commits: 4, max_commits: 6, start_above: None, compaction_delta_commits: 1 };
+    let archived = archive(&storage, &writer(3), &LockOptions::default(), &options).await.unwrap().archived.unwrap();
     assert!(archived.commits >= 2 && archived.first == slow, "{archived:?}");
     let history = dir.path().join(".hoodie/timeline/history");
     let version = std::fs::read_to_string(history.join("_version_")).unwrap();
@@ -412,7 +412,7 @@ async fn archived_commits_read_as_before_from_the_lsm_history() {
         assert_eq!(&snapshot_of(&after).await, latest);
         assert_eq!(after.read_snapshot(Some(instant)).await.unwrap().len(), *as_of, "as of {instant}");
     }
-    assert_eq!(archive(&storage, &writer(3), &LockOptions::default(), &options).await.unwrap(), None, "nothing more to archive");
+    assert_eq!(archive(&storage, &writer(3), &LockOptions::default(), &options).await.unwrap().archived, None, "nothing more to archive");
 
     // Redone after a crash between publishing and deleting (the archived files back): the
     // history gains nothing, and the same files go.
@@ -426,7 +426,7 @@ async fn archived_commits_read_as_before_from_the_lsm_history() {
     for name in &archived_names {
         std::fs::write(timeline_dir.join(name), &timeline_before[name]).unwrap();
     }
-    let redone = archive(&storage, &writer(3), &LockOptions::default(), &options).await.unwrap().unwrap();
+    let redone = archive(&storage, &writer(3), &LockOptions::default(), &options).await.unwrap().archived.unwrap();
     assert_eq!(redone, archived);
     assert_eq!(names(&timeline_dir), after_names);
     assert_eq!(std::fs::read_to_string(history.join("_version_")).unwrap(), "1", "the history was complete");

@@ -23,6 +23,7 @@ pub(crate) fn archive_options(table: &ForeignHudiTable) -> ArchiveOptions {
         min_commits: table.count_option("archive_min_instants", defaults.min_commits),
         max_commits: table.count_option("archive_max_instants", defaults.max_commits),
         compaction_delta_commits: table.count_option("compaction_delta_commits", defaults.compaction_delta_commits),
+        start_above: None,
     };
     if options.min_commits >= options.max_commits {
         crate::error::raise(
@@ -50,7 +51,10 @@ pub(crate) fn archive(table: PgRelation) -> TableIterator<
 > {
     let _shown = ServiceActivity::begin("archive", table.oid());
     let outcome = archive_table(&table, Trigger::AboveMax);
-    TableIterator::new(outcome.into_iter().map(|a| (a.actions as i32, a.commits as i32, a.first, a.last)))
+    if let Some(why) = &outcome.held_back {
+        pgrx::notice!("{why}");
+    }
+    TableIterator::new(outcome.archived.into_iter().map(|a| (a.actions as i32, a.commits as i32, a.first, a.last)))
 }
 
 /// When an archival starts.
@@ -64,12 +68,13 @@ pub(crate) enum Trigger {
     AboveMidpoint,
 }
 
-/// One archival of `table` that starts at `trigger`: what it moved, if anything.
-pub(crate) fn archive_table(table: &PgRelation, trigger: Trigger) -> Option<archive::Archived> {
+/// One archival of `table` that starts at `trigger`: what it moved, if anything, and what holds
+/// it back while the active timeline stays above its maximum.
+pub(crate) fn archive_table(table: &PgRelation, trigger: Trigger) -> archive::ArchiveOutcome {
     let storage = service_target(table, "archive it");
     let mut options = archive_options(&ForeignHudiTable::of_relation(table.oid()));
     if trigger == Trigger::AboveMidpoint {
-        options.max_commits = options.min_commits + (options.max_commits - options.min_commits).div_ceil(2);
+        options.start_above = Some(options.min_commits + (options.max_commits - options.min_commits).div_ceil(2));
     }
     block_on(archive::archive(&storage, &writer_id(), &lock_options(), &options)).or_report()
 }

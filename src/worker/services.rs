@@ -66,8 +66,11 @@ impl Service {
                 return (detail, held_back);
             }
             Service::Archive => {
-                let archived = crate::api::archive::archive_table(&relation(relid), crate::api::archive::Trigger::AboveMidpoint);
-                archived.map(|a| format!("archived {} instants ({} commits) from {} to {}", a.actions, a.commits, a.first, a.last))
+                let outcome = crate::api::archive::archive_table(&relation(relid), crate::api::archive::Trigger::AboveMidpoint);
+                let detail = outcome
+                    .archived
+                    .map(|a| format!("archived {} instants ({} commits) from {} to {}", a.actions, a.commits, a.first, a.last));
+                return (detail, outcome.held_back);
             }
         };
         (detail, None)

@@ -26,6 +26,9 @@ pub struct ArchiveOptions {
     pub min_commits: usize,
     /// Archival starts once there are more than this many (`hoodie.keep.max.commits`).
     pub max_commits: usize,
+    /// Starts it earlier, once there are more than this many (the worker's rounds come a while
+    /// apart, and the commits in between should not take the timeline past `max_commits`).
+    pub start_above: Option<usize>,
     /// Deltacommits kept after the latest compaction until the next one, so that compaction
     /// can still be scheduled by commit count (`hoodie.compact.inline.max.delta.commits`).
     pub compaction_delta_commits: usize,
@@ -33,8 +36,22 @@ pub struct ArchiveOptions {
 
 impl Default for ArchiveOptions {
     fn default() -> Self {
-        ArchiveOptions { min_commits: 20, max_commits: 30, compaction_delta_commits: crate::services::compaction::DEFAULT_DELTA_COMMITS }
+        ArchiveOptions {
+            min_commits: 20,
+            max_commits: 30,
+            start_above: None,
+            compaction_delta_commits: crate::services::compaction::DEFAULT_DELTA_COMMITS,
+        }
     }
+}
+
+/// What one archival did, and why the active timeline stays above its maximum, when it does.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ArchiveOutcome {
+    /// What moved to the history (`None`: nothing may go).
+    pub archived: Option<Archived>,
+    /// What holds archival back while the active timeline keeps more than `max_commits`.
+    pub held_back: Option<String>,
 }
 
 /// What one archival moved to the history.
@@ -63,46 +80,86 @@ struct Limits {
     retained_by_clean: Option<String>,
 }
 
-/// The actions to archive, oldest first (hudi-services-format.md §2.7): the oldest completed
-/// commits beyond `min_commits` once there are more than `max_commits`, all before
+/// What archival may not pass, at an instant (archival stops before it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Bound {
+    PendingAction,
+    CompactionCount,
+    UncleanedReplacecommit,
+    Savepoint,
+    LatestSlices,
+    CleanRetention,
+}
+
+impl Bound {
+    /// Why archival stops there, for people.
+    fn reason(self, at: &str) -> String {
+        match self {
+            Bound::PendingAction => format!("the pending action after {at} (a write still open, or a service not finished)"),
+            Bound::CompactionCount => format!("the deltacommits from {at} on, which the next compaction by commit count counts"),
+            Bound::UncleanedReplacecommit => format!("replacecommit {at}, whose replaced file groups no clean has removed yet"),
+            Bound::Savepoint => format!("savepoint {at}"),
+            Bound::LatestSlices => format!(
+                "the latest file slices, which hold files of commits from {at} on (a file group whose logs wait for \
+                 compaction, or that nobody wrote since; readers of the active timeline alone drop files of archived commits)"
+            ),
+            Bound::CleanRetention => format!("the latest clean's earliest commit to retain, {at}"),
+        }
+    }
+}
+
+/// Where archival must stop (hudi-services-format.md §2.7), each at an instant:
 ///  (a) the latest commit before the earliest pending action of any kind (a failed write is
 ///      rolled back, its files deleted, before archival may pass it),
 ///  (b) the deltacommits a compaction by commit count still needs,
 ///  (c) the first replacecommit whose replaced file groups a clean may not have removed,
 ///  (d) the first savepoint,
-///  and the [`Limits`]; then the completed cleans and rollbacks older than the last commit.
-fn choose<'t>(timeline: &'t Timeline, options: &ArchiveOptions, limits: &Limits) -> Vec<&'t Instant> {
-    let commits: Vec<&Instant> = timeline.completed_writes().collect();
-    if commits.len() <= options.max_commits.max(options.min_commits) {
-        return Vec::new();
-    }
-    let mut bounds: Vec<&str> = Vec::new();
+///  and the [`Limits`].
+fn bounds<'t>(timeline: &'t Timeline, commits: &[&'t Instant], options: &ArchiveOptions, limits: &'t Limits) -> Vec<(&'t str, Bound)> {
+    let mut bounds: Vec<(&str, Bound)> = Vec::new();
     if let Some(pending) = timeline.instants().iter().find(|i| !i.is_completed()) {
         let before = commits.iter().rev().find(|c| c.timestamp < pending.timestamp);
-        bounds.push(before.map_or(&pending.timestamp, |c| &c.timestamp));
+        bounds.push((before.map_or(&pending.timestamp, |c| &c.timestamp), Bound::PendingAction));
     }
     if options.compaction_delta_commits > 0 {
         let compacted = commits.iter().rposition(|c| c.requested_action == "compaction");
         let deltas: Vec<&&Instant> = commits.iter().skip(compacted.map_or(0, |c| c + 1)).filter(|c| c.action == "deltacommit").collect();
-        match compacted {
-            Some(c) if deltas.len() < options.compaction_delta_commits => bounds.push(&commits[c].timestamp),
-            Some(_) => bounds.push(&deltas[deltas.len() - options.compaction_delta_commits].timestamp),
-            None => bounds.extend(deltas.first().map(|d| d.timestamp.as_str())),
-        }
+        let bound = match compacted {
+            Some(c) if deltas.len() < options.compaction_delta_commits => Some(commits[c].timestamp.as_str()),
+            Some(_) => Some(deltas[deltas.len() - options.compaction_delta_commits].timestamp.as_str()),
+            None => deltas.first().map(|d| d.timestamp.as_str()),
+        };
+        bounds.extend(bound.map(|b| (b, Bound::CompactionCount)));
     }
     let replaced_cleaned_before = limits.retained_by_clean.as_deref().unwrap_or("");
     if let Some(replace) = commits.iter().find(|c| c.action == "replacecommit" && c.timestamp.as_str() >= replaced_cleaned_before) {
-        bounds.push(&replace.timestamp);
+        bounds.push((&replace.timestamp, Bound::UncleanedReplacecommit));
     }
     if let Some(savepoint) = timeline.instants().iter().find(|i| i.action == "savepoint") {
-        bounds.push(&savepoint.timestamp);
+        bounds.push((&savepoint.timestamp, Bound::Savepoint));
     }
-    bounds.extend(limits.latest_slices_from.as_deref());
-    bounds.extend(limits.retained_by_clean.as_deref());
-    let boundary = bounds.into_iter().min();
+    bounds.extend(limits.latest_slices_from.as_deref().map(|b| (b, Bound::LatestSlices)));
+    bounds.extend(limits.retained_by_clean.as_deref().map(|b| (b, Bound::CleanRetention)));
+    bounds
+}
+
+/// The commits to archive, oldest first: the oldest completed ones beyond `min_commits` once
+/// there are more than `max_commits` (or `start_above`), all before the nearest of the [`bounds`] (returned too).
+fn chosen_commits<'t>(timeline: &'t Timeline, options: &ArchiveOptions, limits: &'t Limits) -> (Vec<&'t Instant>, Option<(&'t str, Bound)>) {
+    let commits: Vec<&Instant> = timeline.completed_writes().collect();
+    if commits.len() <= options.start_above.unwrap_or(options.max_commits).max(options.min_commits) {
+        return (Vec::new(), None);
+    }
+    let boundary = bounds(timeline, &commits, options, limits).into_iter().min_by(|a, b| a.0.cmp(b.0));
     let archivable = commits.len() - options.min_commits;
-    let chosen: Vec<&Instant> =
-        commits.iter().copied().take_while(|c| boundary.is_none_or(|b| c.timestamp.as_str() < b)).take(archivable).collect();
+    let chosen = commits.into_iter().take_while(|c| boundary.is_none_or(|(b, _)| c.timestamp.as_str() < b)).take(archivable).collect();
+    (chosen, boundary)
+}
+
+/// The actions to archive, oldest first (hudi-services-format.md §2.7): the
+/// [`chosen_commits`], then the completed cleans and rollbacks older than the last of them.
+fn choose<'t>(timeline: &'t Timeline, options: &ArchiveOptions, limits: &'t Limits) -> Vec<&'t Instant> {
+    let (chosen, _) = chosen_commits(timeline, options, limits);
     let Some(last) = chosen.last() else { return Vec::new() };
     let services = timeline
         .instants()
@@ -111,6 +168,19 @@ fn choose<'t>(timeline: &'t Timeline, options: &ArchiveOptions, limits: &Limits)
     let mut out: Vec<&Instant> = chosen.iter().copied().chain(services).collect();
     out.sort_by(|a, b| a.timestamp.cmp(&b.timestamp));
     out
+}
+
+/// Why the active timeline stays above `max_commits` after archiving what [`choose`] lets go,
+/// when it does: the bound archival stopped at.
+fn held_back(timeline: &Timeline, options: &ArchiveOptions, limits: &Limits) -> Option<String> {
+    let (chosen, boundary) = chosen_commits(timeline, options, limits);
+    let kept = timeline.completed_writes().count() - chosen.len();
+    let (at, bound) = boundary.filter(|_| kept > options.max_commits)?;
+    Some(format!(
+        "the active timeline keeps {kept} commits, more than archive_max_instants ({}): archival stops before {}",
+        options.max_commits,
+        bound.reason(at)
+    ))
 }
 
 /// The history row of `instant` (§2.3): the bytes of its completed file and of its plan.
@@ -146,7 +216,7 @@ async fn latest_slices_from(storage: &Storage, timeline: &Timeline) -> Result<Op
 /// Archives what `options` let go (`None` when nothing may go). Everything happens under the
 /// table lock, as Hudi's archiver does: a history merge deletes the files no manifest lists,
 /// and a commit completing meanwhile would not be in the chosen set's bounds.
-pub async fn archive(storage: &Storage, writer: &WriterId, lock_options: &LockOptions, options: &ArchiveOptions) -> Result<Option<Archived>> {
+pub async fn archive(storage: &Storage, writer: &WriterId, lock_options: &LockOptions, options: &ArchiveOptions) -> Result<ArchiveOutcome> {
     let config = crate::table::load_config(storage).await?;
     if config.timeline_layout < 2 {
         return Err(Error::new(
@@ -166,15 +236,16 @@ pub async fn archive(storage: &Storage, writer: &WriterId, lock_options: &LockOp
         let timeline = Timeline::from_listing(&config, &listing);
         // Below the maximum nothing goes: no need to list the table's files.
         if choose(&timeline, options, &Limits::default()).is_empty() {
-            return Ok(None);
+            return Ok(ArchiveOutcome::default());
         }
         let limits = Limits {
             latest_slices_from: latest_slices_from(storage, &timeline).await?,
             retained_by_clean: metadata::retained_by_clean(storage, &timeline).await?.map(|(_, earliest)| earliest),
         };
         let chosen = choose(&timeline, options, &limits);
+        let held_back = held_back(&timeline, options, &limits);
         if chosen.is_empty() {
-            return Ok(None);
+            return Ok(ArchiveOutcome { archived: None, held_back });
         }
         let mut files: BTreeMap<&str, Vec<InstantFile>> = BTreeMap::new();
         for file in listing.iter().filter_map(|(name, _)| InstantFile::parse(name)) {
@@ -209,13 +280,14 @@ pub async fn archive(storage: &Storage, writer: &WriterId, lock_options: &LockOp
         lock.check().await?;
         history.compact_and_clean().await?;
         let commits: BTreeSet<&str> = timeline.completed_writes().map(|i| i.timestamp.as_str()).collect();
-        Ok(Some(Archived {
+        let archived = Archived {
             actions: chosen.len(),
             commits: chosen.iter().filter(|i| commits.contains(i.timestamp.as_str())).count(),
             first: chosen[0].timestamp.clone(),
             last: chosen[chosen.len() - 1].timestamp.clone(),
             files_deleted: pending.len() + completed.len(),
-        }))
+        };
+        Ok(ArchiveOutcome { archived: Some(archived), held_back })
     })
     .await
 }
@@ -244,13 +316,15 @@ mod tests {
         chosen.iter().map(|i| i.timestamp.parse::<u64>().unwrap() - 20260101000000000).collect()
     }
 
-    const NO_COMPACTION_RULE: ArchiveOptions = ArchiveOptions { min_commits: 3, max_commits: 5, compaction_delta_commits: 0 };
+    const NO_COMPACTION_RULE: ArchiveOptions = ArchiveOptions { min_commits: 3, max_commits: 5, start_above: None, compaction_delta_commits: 0 };
 
     #[test]
     fn archives_down_to_the_minimum_once_past_the_maximum() {
         let none = Limits::default();
         assert!(choose(&timeline(5, 0, &[]), &NO_COMPACTION_RULE, &none).is_empty(), "not more than the maximum");
         assert_eq!(stamps(&choose(&timeline(6, 0, &[]), &NO_COMPACTION_RULE, &none)), [10, 20, 30]);
+        let earlier = ArchiveOptions { start_above: Some(4), ..NO_COMPACTION_RULE };
+        assert_eq!(stamps(&choose(&timeline(5, 0, &[]), &earlier, &none)), [10, 20], "started early, down to the minimum");
         // Cleans and rollbacks older than the last commit archived go along; newer ones stay.
         let extra = ["20260101000000025_20260101000000026.clean".to_owned(), "20260101000000045_20260101000000046.rollback".to_owned()];
         assert_eq!(stamps(&choose(&timeline(6, 0, &extra), &NO_COMPACTION_RULE, &none)), [10, 20, 25, 30]);
@@ -271,13 +345,22 @@ mod tests {
         // Once a clean retains from after it, the replacecommit's replaced files are gone.
         let cleaned = Limits { retained_by_clean: Some("20260101000000030".into()), ..none.clone() };
         assert_eq!(stamps(&choose(&timeline(6, 0, &replace), &NO_COMPACTION_RULE, &cleaned)), [10, 15, 20]);
-        let latest = Limits { latest_slices_from: Some("20260101000000020".into()), ..none };
+        let latest = Limits { latest_slices_from: Some("20260101000000020".into()), ..none.clone() };
         assert_eq!(stamps(&choose(&timeline(6, 0, &[]), &NO_COMPACTION_RULE, &latest)), [10]);
+        // Held back: 5 commits kept, and the maximum is 5; with 7, 6 stay and the reason is told.
+        assert_eq!(held_back(&timeline(6, 0, &[]), &NO_COMPACTION_RULE, &latest), None);
+        let why = held_back(&timeline(7, 0, &[]), &NO_COMPACTION_RULE, &latest).unwrap();
+        assert!(why.starts_with("the active timeline keeps 6 commits, more than archive_max_instants (5)"), "{why}");
+        assert!(why.contains("latest file slices, which hold files of commits from 20260101000000020 on"), "{why}");
+        let early_savepoint = ["20260101000000012_20260101000000013.savepoint".to_owned()];
+        let why = held_back(&timeline(7, 0, &early_savepoint), &NO_COMPACTION_RULE, &none).unwrap();
+        assert!(why.ends_with("savepoint 20260101000000012"), "{why}");
+        assert_eq!(held_back(&timeline(7, 0, &[]), &NO_COMPACTION_RULE, &none), None, "archived down to the minimum");
     }
 
     #[test]
     fn keeps_the_deltacommits_the_next_compaction_counts() {
-        let options = ArchiveOptions { min_commits: 1, max_commits: 2, compaction_delta_commits: 2 };
+        let options = ArchiveOptions { min_commits: 1, max_commits: 2, start_above: None, compaction_delta_commits: 2 };
         let none = Limits::default();
         assert!(choose(&timeline(8, 0, &[]), &options, &none).is_empty(), "never compacted: all deltacommits count");
         // The latest compaction (100) has fewer deltacommits after it than the next one needs.
