@@ -95,7 +95,7 @@ impl Bound {
     /// Why archival stops there, for people.
     fn reason(self, at: &str) -> String {
         match self {
-            Bound::PendingAction => format!("the pending action after {at} (a write still open, or a service not finished)"),
+            Bound::PendingAction => format!("{at} and the pending action after it (a write still open, or a service not finished)"),
             Bound::CompactionCount => format!("the deltacommits from {at} on, which the next compaction by commit count counts"),
             Bound::UncleanedReplacecommit => format!("replacecommit {at}, whose replaced file groups no clean has removed yet"),
             Bound::Savepoint => format!("savepoint {at}"),
@@ -234,9 +234,10 @@ pub async fn archive(storage: &Storage, writer: &WriterId, lock_options: &LockOp
     TableLock::hold(storage, &writer.owner(), lock_options, async |lock| {
         let listing = storage.list_dir(&dir).await?;
         let timeline = Timeline::from_listing(&config, &listing);
-        // Below the maximum nothing goes: no need to list the table's files.
+        // Below the maximum, or stopped by the timeline alone, nothing goes: no need to list
+        // the table's files.
         if choose(&timeline, options, &Limits::default()).is_empty() {
-            return Ok(ArchiveOutcome::default());
+            return Ok(ArchiveOutcome { archived: None, held_back: held_back(&timeline, options, &Limits::default()) });
         }
         let limits = Limits {
             latest_slices_from: latest_slices_from(storage, &timeline).await?,
@@ -356,6 +357,10 @@ mod tests {
         let why = held_back(&timeline(7, 0, &early_savepoint), &NO_COMPACTION_RULE, &none).unwrap();
         assert!(why.ends_with("savepoint 20260101000000012"), "{why}");
         assert_eq!(held_back(&timeline(7, 0, &[]), &NO_COMPACTION_RULE, &none), None, "archived down to the minimum");
+        let first_pending = ["20260101000000015.deltacommit.inflight".to_owned()];
+        assert!(choose(&timeline(7, 0, &first_pending), &NO_COMPACTION_RULE, &none).is_empty());
+        let why = held_back(&timeline(7, 0, &first_pending), &NO_COMPACTION_RULE, &none).unwrap();
+        assert!(why.contains("keeps 7 commits") && why.ends_with("before 20260101000000010 and the pending action after it (a write still open, or a service not finished)"), "{why}");
     }
 
     #[test]
