@@ -363,7 +363,6 @@ def test_compaction_is_due_by_log_count_size_or_age(lake, cluster):
         conn.execute(f"SELECT hudi.create_table('{name}')")
     for name in ("sized", "aged", "counted"):
         conn.execute(f"INSERT INTO {name} SELECT g, repeat('x', 100) FROM generate_series(1, 50) g")
-    written = conn.execute("SELECT clock_timestamp()").fetchone()[0]
     for name in ("sized", "aged", "counted"):
         conn.execute(f"ALTER FOREIGN TABLE {name} OPTIONS (SET services 'auto')")
 
@@ -371,7 +370,11 @@ def test_compaction_is_due_by_log_count_size_or_age(lake, cluster):
         return conn.execute("SELECT min(started) FROM hudi.service_history WHERE \"table\" = %s::regclass "
                             "AND service = 'compaction' AND outcome = 'succeeded'", (name,)).fetchone()[0]
     assert wait_for(lambda: compacted("sized") and compacted("aged"), timeout=60)
-    assert (compacted("aged") - written).total_seconds() >= 3, "not before its log was 3 seconds old"
+    # The compaction's plan was made (its instant taken) once the log was 3 seconds old.
+    import datetime
+    instants = dict(conn.execute("SELECT action, instant FROM hudi.timeline('aged')").fetchall())
+    at = {a: datetime.datetime.strptime(i, "%Y%m%d%H%M%S%f") for a, i in instants.items()}
+    assert (at["commit"] - at["deltacommit"]).total_seconds() >= 3, f"not before its log was 3 seconds old: {instants}"
     assert compacted("counted") is None, "one log of 100 is not due"
     for bad, value in (("compaction_log_bytes", "lots"), ("compaction_max_delay", "soon")):
         with pytest.raises(psycopg.Error) as e:

@@ -46,8 +46,9 @@ pub(crate) fn clean(table: PgRelation) -> TableIterator<
 pub(crate) fn clean_table(table: &PgRelation) -> (Option<Cleaned>, Option<String>) {
     let storage = service_target(table, "clean it");
     let foreign = ForeignHudiTable::of_relation(table.oid());
-    publish_positions(&foreign);
-    let options = clean_options(&foreign);
+    let local = local_positions(&foreign.uri);
+    publish_positions(&foreign, &local);
+    let options = clean_options(&foreign, local);
     let cleaned = block_on(clean::clean(&storage, &writer_id(), &lock_options(), &options)).or_report();
     let held_back = block_on(clean::held_back_now(&storage, &options)).or_report().map(|(alone, allowed)| {
         let position = options.keep_changes_after.as_deref().filter(|p| !p.is_empty()).unwrap_or("the start (not consumed yet)");
@@ -59,11 +60,12 @@ pub(crate) fn clean_table(table: &PgRelation) -> (Option<Cleaned>, Option<String
     (cleaned, held_back)
 }
 
-/// What the options of `table` and its consumers let a clean delete.
-fn clean_options(table: &ForeignHudiTable) -> CleanOptions {
+/// What the options of `table` and its consumers (`local` on this server, and those other
+/// servers published) let a clean delete.
+fn clean_options(table: &ForeignHudiTable, local: Vec<ConsumerPosition>) -> CleanOptions {
     let retain_commits = table.count_option("clean_retain_commits", DEFAULT_RETAIN_COMMITS);
     let max_retain = table.options.get("clean_max_retain").map_or(DEFAULT_MAX_RETAIN, String::as_str);
-    CleanOptions { retain_commits, keep_changes_after: consumers_floor(table, max_retain) }
+    CleanOptions { retain_commits, keep_changes_after: consumers_floor(table, local, max_retain) }
 }
 
 /// The consumers of the table at `location` on this server (through any foreign table on it,
@@ -95,11 +97,11 @@ fn publisher() -> String {
     format!("{}-{}", writer_id().node, unsafe { pg_sys::MyDatabaseId }.to_u32())
 }
 
-/// Publishes the positions of this server's consumers of `table` in the table's storage (when
-/// they changed), for the cleaners of other servers.
-pub(crate) fn publish_positions(table: &ForeignHudiTable) {
+/// Publishes `local`, the positions of this server's consumers of `table`, in the table's
+/// storage (when they changed), for the cleaners of other servers.
+fn publish_positions(table: &ForeignHudiTable, local: &[ConsumerPosition]) {
     use engine::services::consumers;
-    let mut positions = local_positions(&table.uri);
+    let mut positions = local.to_vec();
     positions.sort_by(|a, b| a.consumer.cmp(&b.consumer));
     let storage = table.storage();
     let name = publisher();
@@ -109,9 +111,9 @@ pub(crate) fn publish_positions(table: &ForeignHudiTable) {
 }
 
 /// The earliest position of the consumers of the table that consumed within `max_retain`, on
-/// this server and as the others published them: `""` for one that has not consumed yet;
-/// `None` without consumers.
-fn consumers_floor(table: &ForeignHudiTable, max_retain: &str) -> Option<String> {
+/// this server (`local`) and as the others published them: `""` for one that has not consumed
+/// yet; `None` without consumers.
+fn consumers_floor(table: &ForeignHudiTable, local: Vec<ConsumerPosition>, max_retain: &str) -> Option<String> {
     let args: Vec<DatumWithOid> = vec![max_retain.into()];
     let since_ms = Spi::get_one_with_args::<i64>(
         "SELECT (pg_catalog.date_part('epoch', pg_catalog.now() - $1::pg_catalog.interval) * 1000)::bigint",
@@ -121,5 +123,5 @@ fn consumers_floor(table: &ForeignHudiTable, max_retain: &str) -> Option<String>
     .flatten()
     .unwrap_or(i64::MIN);
     let others = block_on(engine::services::consumers::published(&table.storage(), &publisher())).or_report();
-    local_positions(&table.uri).into_iter().chain(others).filter(|p| p.consumed_at_ms > since_ms).map(|p| p.position).min()
+    local.into_iter().chain(others).filter(|p| p.consumed_at_ms > since_ms).map(|p| p.position).min()
 }

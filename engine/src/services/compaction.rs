@@ -260,6 +260,15 @@ pub async fn run_compaction(
     result
 }
 
+/// An `InUse` error when the compaction at `instant` has a completed file in `timeline_dir`.
+async fn refuse_if_completed(storage: &Storage, timeline_dir: &str, instant: &str) -> Result<()> {
+    let files = storage.list_dir(timeline_dir).await?;
+    match crate::timeline::instant::completion_in(files.iter().map(|(n, _)| n.as_str()), instant, "commit") {
+        Some(_) => Err(Error::new(ErrorKind::InUse, format!("compaction {instant} was completed by another writer"))),
+        None => Ok(()),
+    }
+}
+
 /// Where the executor that claimed a compaction last is named (`.hoodie/.aux/` is ours).
 const EXECUTORS_DIR: &str = ".hoodie/.aux/pg_hudi/executors";
 
@@ -283,14 +292,10 @@ async fn claim(
 ) -> Result<String> {
     let execution = format!("{} {}", writer.token(next_transaction_number()), crate::write::time::now_ms());
     TableLock::hold(storage, &writer.owner(), lock_options, async |lock| {
-        let files = storage.list_dir(&config.timeline_dir).await?;
-        if crate::timeline::instant::completion_in(files.iter().map(|(n, _)| n.as_str()), instant, "commit").is_some() {
-            return Err(Error::new(ErrorKind::InUse, format!("compaction {instant} was completed by another writer")));
-        }
-        let running = match storage.get(&format!("{}/{instant}", heartbeat::HEARTBEAT_DIR)).await {
-            Ok(_) => !heartbeat::expired(storage, instant, expiry).await?,
-            Err(e) if e.kind() == ErrorKind::NotFound => false,
-            Err(e) => return Err(e),
+        refuse_if_completed(storage, &config.timeline_dir, instant).await?;
+        let running = match storage.get_if_exists(&format!("{}/{instant}", heartbeat::HEARTBEAT_DIR)).await? {
+            Some(_) => !heartbeat::expired(storage, instant, expiry).await?,
+            None => false,
         };
         if running {
             return Err(Error::new(
@@ -371,16 +376,8 @@ async fn execute(
     }
     let bytes = Bytes::from(metadata.to_avro()?);
     let completion = TableLock::hold(storage, &writer.owner(), lock_options, async |lock| {
-        let files = storage.list_dir(dir).await?;
-        if crate::timeline::instant::completion_in(files.iter().map(|(n, _)| n.as_str()), instant, "commit").is_some() {
-            return Err(Error::new(ErrorKind::InUse, format!("compaction {instant} was completed by another writer")));
-        }
-        let named = match storage.get(&executor_path(instant)).await {
-            Ok(bytes) => Some(bytes),
-            Err(e) if e.kind() == ErrorKind::NotFound => None,
-            Err(e) => return Err(e),
-        };
-        if named.as_deref() != Some(execution.as_bytes()) {
+        refuse_if_completed(storage, dir, instant).await?;
+        if storage.get_if_exists(&executor_path(instant)).await?.as_deref() != Some(execution.as_bytes()) {
             return Err(Error::new(
                 ErrorKind::InUse,
                 format!("compaction {instant} was taken over by another executor (this one's heartbeat had expired)"),

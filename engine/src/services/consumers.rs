@@ -48,10 +48,9 @@ pub async fn publish(storage: &Storage, publisher: &str, positions: Vec<Consumer
 
 /// The list `publisher` published last (empty when none).
 pub async fn published_by(storage: &Storage, publisher: &str) -> Result<Vec<ConsumerPosition>> {
-    match storage.get(&path(publisher)).await {
-        Ok(bytes) => Ok(decode(storage, publisher, &bytes)?.positions),
-        Err(e) if e.kind() == ErrorKind::NotFound => Ok(Vec::new()),
-        Err(e) => Err(e),
+    match storage.get_if_exists(&path(publisher)).await? {
+        Some(bytes) => Ok(decode(storage, publisher, &bytes)?.positions),
+        None => Ok(Vec::new()),
     }
 }
 

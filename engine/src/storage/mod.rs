@@ -343,6 +343,15 @@ impl Storage {
         read.await.context(|| format!("reading {}/{}", self.uri, relative))
     }
 
+    /// Reads a whole object, `None` when there is none.
+    pub async fn get_if_exists(&self, relative: &str) -> Result<Option<Bytes>> {
+        match self.get(relative).await {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Objects directly in the directory `relative` (not below it): `(name, size)` pairs. A
     /// missing directory is empty.
     pub async fn list_dir(&self, relative: &str) -> Result<Vec<(String, u64)>> {

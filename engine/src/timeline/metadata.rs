@@ -121,10 +121,9 @@ pub async fn retained_by_clean(storage: &Storage, timeline: &Timeline) -> Result
             read_instant(storage, timeline, clean).await?["earliestCommitToRetain"].as_str().map(str::to_owned)
         } else {
             let plan = format!("{}/{}.clean.requested", timeline.dir(), clean.timestamp);
-            match storage.get(&plan).await {
-                Ok(bytes) => decode(&bytes)?["earliestInstantToRetain"]["timestamp"].as_str().map(str::to_owned),
-                Err(e) if e.kind() == ErrorKind::NotFound => None,
-                Err(e) => return Err(e),
+            match storage.get_if_exists(&plan).await? {
+                Some(bytes) => decode(&bytes)?["earliestInstantToRetain"]["timestamp"].as_str().map(str::to_owned),
+                None => None,
             }
         };
         if let Some(earliest) = earliest.filter(|e| !e.is_empty()) {

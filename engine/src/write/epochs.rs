@@ -42,13 +42,10 @@ impl Epochs {
     /// The JSON content of `path` (an epoch or its release mark), or `None` when it is gone
     /// (cleaned up after a newer epoch).
     pub async fn read<T: DeserializeOwned>(&self, storage: &Storage, path: &str) -> Result<Option<T>> {
-        match storage.get(path).await {
-            Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
-                Error::new(ErrorKind::Corrupt, format!("{}/{path} is not an epoch of {}", storage.uri(), self.dir)).with_source(e)
-            }),
-            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(e),
-        }
+        let Some(bytes) = storage.get_if_exists(path).await? else { return Ok(None) };
+        serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+            Error::new(ErrorKind::Corrupt, format!("{}/{path} is not an epoch of {}", storage.uri(), self.dir)).with_source(e)
+        })
     }
 
     /// Creates the epoch after the latest of `names` (the folder as listed before deciding to

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 
-use crate::error::{ErrorKind, Result};
+use crate::error::Result;
 use crate::storage::Storage;
 
 pub const HEARTBEAT_DIR: &str = ".hoodie/.heartbeat";
@@ -36,11 +36,7 @@ pub async fn stop(storage: &Storage, instant: &str) -> Result<()> {
 /// Whether the writer of `instant` has not been heard of for `expiry`: by its heartbeat, or
 /// without one by the instant's own time.
 pub async fn expired(storage: &Storage, instant: &str, expiry: Duration) -> Result<bool> {
-    let last = match storage.get(&path(instant)).await {
-        Ok(bytes) => String::from_utf8_lossy(&bytes).trim().parse::<i64>().ok(),
-        Err(e) if e.kind() == ErrorKind::NotFound => None,
-        Err(e) => return Err(e),
-    };
+    let last = storage.get_if_exists(&path(instant)).await?.and_then(|bytes| String::from_utf8_lossy(&bytes).trim().parse::<i64>().ok());
     let last = last.or_else(|| crate::write::time::parse_instant(instant)).unwrap_or(0);
     Ok(now_ms() - last > expiry.as_millis() as i64)
 }

@@ -34,13 +34,10 @@ pub async fn mark(storage: &Storage, instant: &str, mark: &PreparedMark) -> Resu
 
 /// The prepared mark of the write `instant`, if it has one.
 pub async fn read(storage: &Storage, instant: &str) -> Result<Option<PreparedMark>> {
-    match storage.get(&path(instant)).await {
-        Ok(bytes) => serde_json::from_slice(&bytes)
-            .map(Some)
-            .map_err(|e| Error::new(ErrorKind::Corrupt, format!("invalid prepared mark of write {instant}")).with_source(e)),
-        Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e),
-    }
+    let Some(bytes) = storage.get_if_exists(&path(instant)).await? else { return Ok(None) };
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .map_err(|e| Error::new(ErrorKind::Corrupt, format!("invalid prepared mark of write {instant}")).with_source(e))
 }
 
 /// Removes the mark of a write that was completed or rolled back.

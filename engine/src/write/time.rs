@@ -157,10 +157,9 @@ impl<'a> TableLock<'a> {
     async fn try_acquire(storage: &'a Storage, owner: &str, options: &LockOptions) -> Result<Option<TableLock<'a>>> {
         let names = EPOCHS.list(storage).await?;
         let floor_ms = match Epochs::latest(&names) {
-            None => match storage.get(LEGACY_LAST_TIME_PATH).await {
-                Ok(bytes) => String::from_utf8_lossy(&bytes).trim().parse::<i64>().unwrap_or(0),
-                Err(e) if e.kind() == ErrorKind::NotFound => 0,
-                Err(e) => return Err(e),
+            None => match storage.get_if_exists(LEGACY_LAST_TIME_PATH).await? {
+                Some(bytes) => String::from_utf8_lossy(&bytes).trim().parse::<i64>().unwrap_or(0),
+                None => 0,
             },
             Some((epoch, released)) => {
                 let Some(held) = EPOCHS.read::<Epoch>(storage, &EPOCHS.name(epoch)).await? else { return Ok(None) };
