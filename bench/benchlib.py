@@ -54,10 +54,10 @@ def _status_kb(pid, field):
 class PrivateMemorySampler:
     """The peak of a backend's private resident memory (RssAnon: what it allocated, without the
     shared buffers it touched, which VmHWM counts too), sampled every 20 ms on a thread while
-    the `with` block runs."""
+    the `with` block runs; `samples_kb` keeps every sample, in order."""
 
     def __init__(self, pid):
-        self.pid, self.peak_kb = pid, 0
+        self.pid, self.peak_kb, self.samples_kb = pid, 0, []
 
     def __enter__(self):
         import threading
@@ -65,7 +65,8 @@ class PrivateMemorySampler:
 
         def sample():
             while not self._done.wait(0.02):
-                self.peak_kb = max(self.peak_kb, _status_kb(self.pid, "RssAnon"))
+                self.samples_kb.append(_status_kb(self.pid, "RssAnon"))
+                self.peak_kb = max(self.peak_kb, self.samples_kb[-1])
         self._thread = threading.Thread(target=sample, daemon=True)
         self._thread.start()
         return self
@@ -74,3 +75,12 @@ class PrivateMemorySampler:
         self._done.set()
         self._thread.join()
         self.peak_kb = max(self.peak_kb, _status_kb(self.pid, "RssAnon"))
+
+    def quarter_medians_kb(self):
+        """The median sample of each quarter of the block's time: memory held per row processed
+        shows as medians that rise from quarter to quarter; a flat plateau does not."""
+        import statistics
+        n = len(self.samples_kb)
+        if n < 4:
+            return [self.peak_kb] * 4
+        return [statistics.median(self.samples_kb[i * n // 4:(i + 1) * n // 4]) for i in range(4)]

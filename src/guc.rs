@@ -60,6 +60,10 @@ pub static DEBUG_PAUSE_BEFORE_COMMIT: GucSetting<i32> = GucSetting::<i32>::new(0
 /// backend's thread).
 pub static READ_AHEAD_SLICES: GucSetting<i32> = GucSetting::<i32>::new(2);
 
+/// `hudi.write_batch_rows`: how many rows a backend buffers per written table before it
+/// writes them as log blocks (one log file per touched file group): memory against files.
+pub static WRITE_BATCH_ROWS: GucSetting<i32> = GucSetting::<i32>::new(100_000);
+
 /// `hudi.use_record_positions`: whether scans merge a file slice by position when its log
 /// blocks name the base-file rows they replace (otherwise by record key, as for other slices).
 pub static USE_RECORD_POSITIONS: GucSetting<bool> = GucSetting::<bool>::new(true);
@@ -97,6 +101,16 @@ pub fn register() {
         &READ_AHEAD_SLICES,
         0,
         64,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"hudi.write_batch_rows",
+        c"How many rows a backend buffers per Hudi table it writes before writing them as log files.",
+        c"Each batch becomes one log file per file group it touches; buffered rows take memory until then.",
+        &WRITE_BATCH_ROWS,
+        1,
+        10_000_000,
         GucContext::Userset,
         GucFlags::default(),
     );

@@ -177,17 +177,53 @@ pub fn forget_completed() {
     as_pg_hudi(|| Spi::connect_mut(|client| delete(client, &completed)));
 }
 
-/// The instants of the committed intents of the table at `location` (what reads need).
+/// The instants of the committed intents of the table at `location` (what reads need): those
+/// of transactions committed by now. Read by a heap scan with `SnapshotSelf`, not with SQL: an
+/// MVCC read would take predicate locks in SERIALIZABLE transactions, so that every reader of
+/// any Hudi table would conflict with every writer's intent and fail with 40001 for nothing
+/// (the Hudi tables themselves are not predicate-locked; their timeline is read as of now, and
+/// so are the intents).
 pub fn committed_instants(location: &str) -> Vec<String> {
-    let args: Vec<DatumWithOid> = vec![location.into()];
-    as_pg_hudi(|| {
-        Spi::connect(|client| {
-            let rows = client
-                .select("SELECT instant FROM hudi.commit_intents WHERE location = $1", None, &args)
-                .unwrap_or_else(|e| spi_error(e));
-            rows.filter_map(|row| row.get::<String>(1).ok().flatten()).collect()
-        })
-    })
+    // SAFETY: a read-only scan of pg_hudi's own heap table inside a transaction, on the main
+    // thread; the relation is locked while it is read, and every datum is copied out.
+    unsafe {
+        let schema = pg_sys::get_namespace_oid(c"hudi".as_ptr(), true);
+        let relid = if schema == pg_sys::Oid::INVALID {
+            pg_sys::Oid::INVALID
+        } else {
+            pg_sys::get_relname_relid(c"commit_intents".as_ptr(), schema)
+        };
+        if relid == pg_sys::Oid::INVALID {
+            return Vec::new();
+        }
+        let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
+        let relation = pg_sys::table_open(relid, lock);
+        let tupdesc = (*relation).rd_att;
+        let natts = (*tupdesc).natts as usize;
+        let attributes = (*tupdesc).attrs.as_slice(natts);
+        let column = |name: &str| attributes.iter().position(|a| !a.attisdropped && pgrx::name_data_to_str(&a.attname) == name);
+        let (Some(location_column), Some(instant_column)) = (column("location"), column("instant")) else {
+            pg_sys::table_close(relation, lock);
+            return Vec::new();
+        };
+        let scan = pg_sys::table_beginscan(relation, &raw mut pg_sys::SnapshotSelfData, 0, std::ptr::null_mut());
+        let (mut values, mut nulls) = (vec![pg_sys::Datum::from(0); natts], vec![true; natts]);
+        let mut instants = Vec::new();
+        loop {
+            let tuple = pg_sys::heap_getnext(scan, pg_sys::ScanDirection::ForwardScanDirection);
+            if tuple.is_null() {
+                break;
+            }
+            pg_sys::heap_deform_tuple(tuple, tupdesc, values.as_mut_ptr(), nulls.as_mut_ptr());
+            let text = |i: usize| String::from_datum(values[i], nulls[i]);
+            if text(location_column).as_deref() == Some(location) {
+                instants.extend(text(instant_column));
+            }
+        }
+        pg_sys::table_endscan(scan);
+        pg_sys::table_close(relation, lock);
+        instants
+    }
 }
 
 /// Committed intents to finish, of the table at `location` (all tables: `None`), all of them

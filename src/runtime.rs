@@ -77,6 +77,19 @@ fn block_all_signals() {
 /// While a [`crate::activity::ServiceActivity`] is shown, the progress the future reports
 /// appears in `pg_stat_activity`.
 pub fn block_on<F: Future>(future: F) -> F::Output {
+    drive(future, false).expect("only a wait that gives up returns nothing")
+}
+
+/// [`block_on`] for work after PostgreSQL committed, where interrupts are held and no ERROR may
+/// be raised: `None` when the backend is asked to terminate while the future holds no table
+/// lock (it waits for one, or does I/O outside it). A terminated backend then exits at once
+/// instead of after the lock's timeout; what it did not do stays in the commit intents, for
+/// their finishers.
+pub fn block_on_unless_terminated<F: Future>(future: F) -> Option<F::Output> {
+    drive(future, true)
+}
+
+fn drive<F: Future>(future: F, give_up_on_terminate: bool) -> Option<F::Output> {
     let progress = crate::activity::progress().unwrap_or_default();
     RUNTIME.with(|cell| {
         let runtime = cell.get_or_init(build_runtime);
@@ -85,10 +98,14 @@ pub fn block_on<F: Future>(future: F) -> F::Output {
             tokio::pin!(future);
             loop {
                 tokio::select! {
-                    output = &mut future => return output,
+                    output = &mut future => return Some(output),
                     _ = tokio::time::sleep(INTERRUPT_CHECK_INTERVAL) => {
                         crate::activity::refresh();
                         if !engine::write::time::holding_a_lock() {
+                            // SAFETY: a plain read of a flag set by the backend's signal handler.
+                            if give_up_on_terminate && unsafe { pg_sys::ProcDiePending != 0 } {
+                                return None;
+                            }
                             pgrx::check_for_interrupts!();
                             if worker_should_stop() {
                                 crate::error::raise(

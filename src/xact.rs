@@ -10,16 +10,13 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use engine::write::heartbeat::{HeartbeatKeeper, KeptHeartbeat};
-use engine::write::{BaseRow, Transaction};
+use engine::write::{BaseRow, Change, PendingBlocks, Transaction};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
 use crate::datum::{ConversionError, PgKind, RowBuffer};
 use crate::intents::Intent;
 use crate::runtime::block_on;
-
-/// Rows buffered per table before they are written as log blocks: bounds a backend's memory.
-pub const FLUSH_ROWS: usize = 100_000;
 
 /// An open deltacommit of one table, with the rows not yet written. Upserts and deletes are
 /// buffered apart; switching from one to the other writes the buffered ones first, so log
@@ -35,6 +32,9 @@ pub struct OpenWrite {
     writer: pg_sys::Oid,
     pub upserts: PendingRows,
     pub deletes: PendingRows,
+    /// The last flush's log blocks, being encoded on a helper thread while more rows are
+    /// buffered; written by the next flush, at the end of the statement, or before a read.
+    encoding: Option<PendingBlocks>,
     /// The write's heartbeat, kept fresh while the transaction is open, busy or idle.
     heartbeat: Option<KeptHeartbeat>,
     /// Why a flush failed: rows may be lost, so the write cannot commit any more.
@@ -96,6 +96,7 @@ impl OpenWrite {
             writer,
             upserts: PendingRows::new(schema.clone()),
             deletes: PendingRows::new(schema),
+            encoding: None,
             heartbeat,
             broken: None,
         }
@@ -107,11 +108,32 @@ impl OpenWrite {
         block_on(self.transaction.abort())
     }
 
-    /// Writes the buffered rows as log files. A flush that fails or is cancelled midway has
-    /// taken rows out of the buffer and may have written part of them, so the write is broken
-    /// for good: every later flush fails and the transaction cannot commit — even if the ERROR
-    /// was caught (a read inside a savepoint flushes too).
+    /// Starts writing the buffered rows as log files: their blocks are encoded on a helper
+    /// thread while the caller goes on, and written by the next flush or [`Self::finish`]. A
+    /// flush that fails or is cancelled midway has taken rows out of the buffer and may have
+    /// written part of them, so the write is broken for good: every later flush fails and the
+    /// transaction cannot commit — even if the ERROR was caught (a read inside a savepoint
+    /// flushes too).
     pub fn flush(&mut self) -> engine::Result<()> {
+        release_freed_memory();
+        self.guarded(Self::start_buffered)
+    }
+
+    /// Writes the last flush's blocks, once encoded (at the end of a statement: its errors are
+    /// the statement's).
+    pub fn finish_flush(&mut self) -> engine::Result<()> {
+        self.guarded(Self::write_encoded)
+    }
+
+    /// Writes every buffered row as log files, and waits until they are written.
+    pub fn finish(&mut self) -> engine::Result<()> {
+        self.guarded(|write| {
+            write.start_buffered()?;
+            write.write_encoded()
+        })
+    }
+
+    fn guarded(&mut self, step: impl FnOnce(&mut Self) -> engine::Result<()>) -> engine::Result<()> {
         if let Some(why) = &self.broken {
             crate::error::raise(
                 pgrx::PgSqlErrorCode::ERRCODE_INVALID_TRANSACTION_STATE,
@@ -120,21 +142,47 @@ impl OpenWrite {
             );
         }
         self.broken = Some("it was interrupted".into());
-        let written = self.write_buffered();
+        let written = step(self);
         self.broken = written.as_ref().err().map(ToString::to_string);
         written
     }
 
-    fn write_buffered(&mut self) -> engine::Result<()> {
-        if self.upserts.len() > 0 {
-            let (batch, read_at) = self.upserts.take();
-            block_on(self.transaction.upsert_with_positions(&batch, &read_at))?;
+    /// Writes the blocks being encoded, if any.
+    fn write_encoded(&mut self) -> engine::Result<()> {
+        match self.encoding.take() {
+            Some(pending) => block_on(self.transaction.write_blocks(pending)),
+            None => Ok(()),
         }
-        if self.deletes.len() > 0 {
-            let (batch, read_at) = self.deletes.take();
-            block_on(self.transaction.delete_rows_with_positions(&batch, &read_at))?;
+    }
+
+    /// Starts encoding the buffered upserts, then deletes (each waits for the blocks ahead of
+    /// it, which are numbered before it).
+    fn start_buffered(&mut self) -> engine::Result<()> {
+        for change in [Change::Upsert, Change::Delete] {
+            let pending = match change {
+                Change::Upsert => &mut self.upserts,
+                Change::Delete => &mut self.deletes,
+            };
+            if pending.len() > 0 {
+                let (batch, read_at) = pending.take();
+                self.write_encoded()?;
+                self.encoding = Some(self.transaction.encode(change, batch, read_at));
+            }
         }
         Ok(())
+    }
+}
+
+/// Returns memory freed since the last batch (decoded file slices, encoded blocks, freed on the
+/// helper threads' malloc arenas as much as on the backend's) to the system. Without it, a
+/// statement that writes millions of rows keeps tens of MiB more resident than it uses, in
+/// every arena its threads touched (bench/update in bench/README.md); once per batch of rows
+/// it costs nothing measurable.
+fn release_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: glibc's malloc_trim only walks its own free lists.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
 
@@ -155,7 +203,9 @@ impl PreparedWrite {
         // The completion ends the heartbeat itself: the keeper must not renew it after that.
         // Its last beat is fresh for the short while the completion takes.
         drop(write.heartbeat.take());
-        match block_on(intent.commit.complete(&storage, &owner, &crate::guc::lock_options())) {
+        let completed = crate::runtime::block_on_unless_terminated(intent.commit.complete(&storage, &owner, &crate::guc::lock_options()))
+            .unwrap_or_else(|| Err(engine::Error::new(engine::ErrorKind::InUse, "the backend was asked to terminate before the completion was done")));
+        match completed {
             Ok(_) => crate::intents::completed_after_commit(intent.location, intent.commit.instant),
             Err(e) => {
                 // Kept alive again, for as long as this backend lives: a Hudi writer that rolls
@@ -209,6 +259,15 @@ pub fn with_open_write<R>(
     }
 }
 
+/// Writes the last flush's blocks of the open write of `relid`, if it has one.
+pub fn finish_flush(relid: pg_sys::Oid) {
+    if OPEN.with(|open| open.borrow().contains_key(&relid.to_u32())) {
+        with_open_write(relid, || unreachable!("the write is open"), |write| {
+            write.finish_flush().unwrap_or_else(|e| crate::error::report(e));
+        });
+    }
+}
+
 /// What a read of a table must see of this transaction's own writes to it.
 #[derive(Default)]
 pub struct OwnWrites {
@@ -227,7 +286,7 @@ pub fn own_writes_to(location: &str) -> OwnWrites {
     let mut own = OwnWrites::default();
     for key in keys {
         with_open_write(key.into(), || unreachable!("the write is open"), |write| {
-            write.flush().unwrap_or_else(|e| crate::error::report(e));
+            write.finish().unwrap_or_else(|e| crate::error::report(e));
             own.instants.push(write.transaction.instant().to_owned());
             own.files.extend(write.transaction.written_files());
         });
@@ -260,7 +319,7 @@ unsafe fn prepare_writes() {
     let transaction = crate::intents::current_transaction();
     for key in keys {
         let intent = with_open_write(key.into(), || unreachable!("the write is open"), |write| {
-            write.flush()?;
+            write.finish()?;
             let commit = block_on(write.transaction.prepare())?;
             Ok::<_, engine::Error>(Intent { location: write.location.clone(), relation: write.relation, writer: write.writer, transaction, commit })
         })

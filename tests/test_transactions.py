@@ -7,6 +7,7 @@ heap rows written in the same transaction, and the reference reader."""
 import json
 import os
 import random
+import threading
 
 import pytest
 
@@ -133,6 +134,57 @@ def test_a_backend_killed_after_postgresql_committed_loses_nothing(lake, cluster
     session.close()
 
 
+def _lock_holder(table):
+    """The owner (`node:pid`) of the table lock's latest epoch while it is not released."""
+    epochs = table / ".hoodie/.locks/epochs"
+    numbers = sorted(p.name for p in epochs.glob("*") if p.name.isdigit()) if epochs.exists() else []
+    if not numbers or (epochs / f"{numbers[-1]}.released").exists():
+        return None
+    try:
+        return json.loads((epochs / numbers[-1]).read_text())["owner"]
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def test_a_terminated_backend_does_not_wait_for_the_table_lock_after_committing(lake, cluster):
+    """After PostgreSQL committed, interrupts are held while the Hudi completion waits for the
+    table lock; pg_terminate_backend still ends the backend at once (not after the lock's
+    timeout), the write stays committed, and a finisher completes it once the lock is free."""
+    conn, path = lake
+    conn.execute("CREATE TABLE audit (id bigint)")
+    # The waiter's write begins first (its instant is taken under the lock), and commits while
+    # the holder pauses in its completion, holding the lock.
+    waiter = cluster.connect()
+    waiter_pid = waiter.execute("SELECT pg_backend_pid()").fetchone()[0]
+    waiter.execute("BEGIN")
+    for sql in WRITE[1:]:
+        waiter.execute(sql)
+    holder, holder_pid, holder_thread, holder_outcome = commit_on_a_thread(
+        cluster, "hudi.debug_pause_before_complete = '10s'",
+        ["INSERT INTO customers VALUES (1, 'holder', 'nl', 1, '2026-01-01')", "INSERT INTO audit VALUES (1)"])
+    wait_for("the holder to pause with the table lock", lambda: (_lock_holder(path) or "").endswith(f":{holder_pid}"))
+    waiter_thread = threading.Thread(target=lambda: refused(waiter, "COMMIT"), daemon=True)
+    waiter_thread.start()
+    wait_for("the waiter's PostgreSQL commit", lambda: _audited(conn) == [1, 2])
+    conn.execute("SELECT pg_terminate_backend(%s)", (waiter_pid,))
+    gone = "SELECT count(*) FROM pg_stat_activity WHERE pid = %s"
+    wait_for("the waiter to end", lambda: conn.execute(gone, (waiter_pid,)).fetchone() == (0,), timeout=5)
+    # It ended while the holder still holds the lock: it did not wait for it.
+    assert (_lock_holder(path) or "").endswith(f":{holder_pid}")
+    assert len(_pending_instants(path)) == 2
+    holder_thread.join(30)
+    assert holder_outcome == [None]
+    assert len(our_rows(conn)) == 50, "the committed write is read before it is completed"
+    conn.execute("SELECT * FROM hudi.finish_pending_commits()")
+    wait_for("the completion", lambda: not _pending_instants(path), timeout=60)
+    assert _audited(conn) == [1, 2]
+    assert len(our_rows(conn)) == 50
+    assert reference_rows(path) == our_rows(conn)
+    waiter_thread.join(5)
+    holder.close()
+    waiter.close()
+
+
 def test_storage_failing_after_postgresql_committed_is_retried(lake, cluster):
     """Completion fails after PostgreSQL committed (the timeline cannot be written): COMMIT
     succeeds with a warning, the write stays readable on this server, hudi.pending_commits says
@@ -193,6 +245,35 @@ def test_a_serialization_failure_at_commit_removes_the_hudi_write(lake, cluster)
     assert not [p for p in path.rglob(f"*{instant}*")]
     assert conn.execute("SELECT count(*) FROM hudi.pending_commits").fetchone() == (0,)
     assert reference_rows(path) == []
+
+
+def test_serializable_readers_of_hudi_tables_do_not_conflict_with_their_writers(lake, cluster):
+    """Reads look up committed intents without predicate locks: a SERIALIZABLE transaction that
+    reads one Hudi table and writes a heap table commits, although a concurrent SERIALIZABLE
+    transaction read that heap table and wrote another Hudi table (recording its intent) first.
+    With predicate locks on the intents, the two would form a cycle and the reader fail with
+    40001."""
+    conn, path = lake
+    conn.execute("""CREATE FOREIGN TABLE orders (id bigint, customer bigint, ts timestamptz) SERVER lake
+                    OPTIONS (path 'orders', primary_key 'id', ordering_field 'ts', buckets '2')""")
+    conn.execute("SELECT hudi.create_table('orders')")
+    conn.execute("CREATE TABLE x (v int); INSERT INTO x VALUES (1)")
+    conn.execute("INSERT INTO customers VALUES (1, 'ann', 'nl', 1, '2026-01-01')")
+    sireads = """SELECT c.relname FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+                 WHERE l.pid = pg_backend_pid() AND l.mode = 'SIReadLock' ORDER BY 1"""
+    with cluster.connect() as a, cluster.connect() as b:
+        for s in (a, b):
+            s.execute("BEGIN ISOLATION LEVEL SERIALIZABLE")
+        assert a.execute("SELECT name FROM customers").fetchall() == [("ann",)]
+        b.execute("SELECT sum(v) FROM x")
+        assert b.execute(sireads).fetchall() == [("x",)]  # predicate locks are taken, on x only
+        assert a.execute(sireads).fetchall() == []
+        a.execute("INSERT INTO x VALUES (2)")
+        b.execute("INSERT INTO orders VALUES (10, 1, '2026-01-01')")
+        b.execute("COMMIT")
+        a.execute("COMMIT")
+    assert conn.execute("SELECT id FROM orders").fetchall() == [(10,)]
+    assert conn.execute("SELECT sum(v) FROM x").fetchone() == (3,)
 
 
 def test_two_tables_in_one_transaction_commit_all_or_nothing(lake):
@@ -291,13 +372,17 @@ def test_a_transaction_reads_its_own_writes_as_a_heap_table_does(lake):
         for _ in range(rng.randrange(4, 8)):
             step += 1
             statements.append(_statement(rng, step))
+        # Small batches: a statement writes several of them, each encoded while the next is
+        # buffered, with deletes and upserts switching in between.
+        batch = rng.choice([7, 40, 100_000])
         conn.execute("BEGIN")
+        conn.execute(f"SET LOCAL hudi.write_batch_rows = {batch}")
         for i, statement in enumerate(statements):
             _run(conn, statement, "customers")
             _run(conn, statement, "heap")
             for check in CHECKS:
                 ours, theirs = (conn.execute(check.format(t=t)).fetchall() for t in ("customers", "heap"))
-                assert ours == theirs, f"seed {seed}, script {script}, statement {i}: {statement[0][:80]}; {check}"
+                assert ours == theirs, f"seed {seed}, script {script} (batches of {batch}), statement {i}: {statement[0][:80]}; {check}"
         conn.execute("COMMIT" if commit else "ROLLBACK")
         ours, theirs = (conn.execute(CHECKS[0].format(t=t)).fetchall() for t in ("customers", "heap"))
         assert ours == theirs, f"seed {seed}, after script {script}"

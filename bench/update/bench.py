@@ -18,13 +18,19 @@ UPDATE = "UPDATE {} SET name = name || 'x', qty = qty + 1, ts = ts + interval '1
 
 
 def measure(port, sql):
-    """(seconds, peak MiB, peak private MiB) of `sql` in a fresh backend."""
+    """(seconds, peak MiB, peak private MiB of the statement, peak private MiB of its commit,
+    the statement's private MiB in each quarter of its time) of `sql` in a transaction of a
+    fresh backend."""
     with connect(port) as conn:
         pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
         started = time.perf_counter()
-        with PrivateMemorySampler(pid) as private:
+        conn.execute("BEGIN")
+        with PrivateMemorySampler(pid) as statement:
             conn.execute(sql)
-        return time.perf_counter() - started, peak_memory_kb(pid) / 1024, private.peak_kb / 1024
+        with PrivateMemorySampler(pid) as commit:
+            conn.execute("COMMIT")
+        quarters = [kb / 1024 for kb in statement.quarter_medians_kb()]
+        return time.perf_counter() - started, peak_memory_kb(pid) / 1024, statement.peak_kb / 1024, commit.peak_kb / 1024, quarters
 
 
 def main():
@@ -33,8 +39,9 @@ def main():
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--lake", required=True)
     args = parser.parse_args()
-    print("| rows | buckets | heap UPDATE | heap peak (private) | pg_hudi UPDATE | pg_hudi peak (private) |")
-    print("|---|---|---|---|---|---|")
+    print("| rows | buckets | heap UPDATE | heap peak (private: statement / commit) "
+          "| pg_hudi UPDATE | pg_hudi peak (private: statement / commit) | pg_hudi private, median of each quarter of the statement |")
+    print("|---|---|---|---|---|---|---|")
     with connect(args.port) as conn:
         conn.execute("CREATE EXTENSION pg_hudi")
         conn.execute(f"CREATE SERVER lake FOREIGN DATA WRAPPER hudi_fdw OPTIONS (base_uri 'file://{args.lake}')")
@@ -50,10 +57,11 @@ def main():
             conn.execute(f"SELECT hudi.create_table('{name}')")
             conn.execute(f"INSERT INTO {name} SELECT {ROW} FROM generate_series(1, {n}) g")
             conn.execute(f"SELECT * FROM hudi.compact('{name}')")
-        heap_time, heap_peak, heap_private = measure(args.port, UPDATE.format(f"heap_{name}"))
-        hudi_time, hudi_peak, hudi_private = measure(args.port, UPDATE.format(name))
-        print(f"| {n:,} | {buckets} | {heap_time:.2f} s | {heap_peak:.0f} MiB ({heap_private:.0f} MiB) "
-              f"| {hudi_time:.2f} s | {hudi_peak:.0f} MiB ({hudi_private:.0f} MiB) |", flush=True)
+        heap = measure(args.port, UPDATE.format(f"heap_{name}"))
+        hudi = measure(args.port, UPDATE.format(name))
+        print(f"| {n:,} | {buckets} | " + " | ".join(
+            f"{seconds:.2f} s | {peak:.0f} MiB ({statement:.0f} / {commit:.0f} MiB)" for seconds, peak, statement, commit, _ in (heap, hudi)
+        ) + " | " + " / ".join(f"{q:.0f}" for q in hudi[4]) + " MiB |", flush=True)
         with connect(args.port) as conn:
             conn.execute(f"DROP TABLE heap_{name}")
 

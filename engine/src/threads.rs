@@ -44,6 +44,42 @@ pub(crate) fn answer<T: Send + 'static>(sender: tokio::sync::oneshot::Sender<T>,
     })
 }
 
+/// What a job on a helper thread computes, once it is done ([`on_helper`]).
+pub(crate) struct Answer<T> {
+    receiver: tokio::sync::oneshot::Receiver<crate::error::Result<T>>,
+    what: &'static str,
+}
+
+impl<T> Answer<T> {
+    /// Waits for the job's result.
+    pub(crate) async fn get(self) -> crate::error::Result<T> {
+        let what = self.what;
+        self.receiver.await.unwrap_or_else(|_| {
+            Err(crate::error::Error::new(crate::error::ErrorKind::Internal, format!("{what} ended without an answer")))
+        })
+    }
+}
+
+/// Runs `work` (`what`, for errors) on one of [`HELPERS`], or on the caller's thread when no
+/// helper can be started; a panic becomes an internal error. Dropping the answer before a
+/// helper starts the job skips it.
+pub(crate) fn on_helper<T: Send + 'static>(
+    what: &'static str,
+    work: impl FnOnce() -> crate::error::Result<T> + Send + 'static,
+) -> Answer<T> {
+    let (sender, receiver) = tokio::sync::oneshot::channel();
+    let job = answer(sender, move || {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).unwrap_or_else(|_| {
+            Err(crate::error::Error::new(crate::error::ErrorKind::Internal, format!("{what} panicked")))
+        })
+    });
+    if let Err(job) = HELPERS.submit(job) {
+        // No thread to be had (resource limits): run it here instead.
+        job();
+    }
+    Answer { receiver, what }
+}
+
 /// The process's helper threads for CPU work (decoding and merging file slices ahead of a
 /// scan): at most one per core (at most 8), started as jobs arrive, each with every signal
 /// blocked; jobs wait in a queue for a free one. However many scans a backend runs at once,

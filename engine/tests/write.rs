@@ -11,7 +11,7 @@ use engine::ordering::OrderingValue;
 use engine::read::{ChangeRange, TableReader};
 use engine::storage::{Storage, StorageUri};
 use engine::write::time::LockOptions;
-use engine::write::{create_table, Transaction};
+use engine::write::{create_table, Change, Transaction};
 
 #[tokio::test]
 async fn upserts_and_deletes_commit_and_read_back() {
@@ -73,6 +73,40 @@ async fn creating_again_accepts_the_same_table_and_refuses_another() {
     let mut bad = spec();
     bad.ordering_field = None;
     assert!(create_table(&storage, &bad).await.unwrap_err().to_string().contains("need an ordering field"));
+}
+
+/// Blocks encoded on a helper thread while the caller goes on: written in order they read back
+/// as the same rows written inline; written out of order they are refused, before any file.
+#[tokio::test]
+async fn blocks_encoded_in_the_background_are_written_in_order() {
+    let storage = Storage::open(&StorageUri::parse("memory:///write-background").unwrap(), &Default::default()).unwrap();
+    let config = create_table(&storage, &spec()).await.unwrap();
+    let mut tx = Transaction::begin(storage.clone(), config.clone(), writer(4), LockOptions::default()).await.unwrap();
+    let first = tx.encode(Change::Upsert, rows(&[(1, "ann", "nl", 10), (2, "bob", "be", 10), (3, "cy", "fr", 10)]), Vec::new());
+    tx.write_blocks(first).await.unwrap();
+    let deletes = tx.encode(Change::Delete, rows(&[(2, "bob", "be", 10)]), Vec::new());
+    let stale = tx.encode(Change::Upsert, rows(&[(4, "di", "nl", 10)]), Vec::new());
+    tx.write_blocks(deletes).await.unwrap();
+    let files = tx.written_files().len();
+    let refused = tx.write_blocks(stale).await.unwrap_err();
+    assert!(refused.to_string().contains("encoded before"), "{refused}");
+    assert_eq!(tx.written_files().len(), files);
+    let again = tx.encode(Change::Upsert, rows(&[(4, "di", "nl", 10), (1, "ann-2", "nl", 20)]), Vec::new());
+    tx.write_blocks(again).await.unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(snapshot(&storage).await, [(1, "ann-2"), (3, "cy"), (4, "di")].map(|(i, n)| (i, n.to_owned())));
+    // Every record's sequence number is unique within the commit, as when written inline.
+    let reader = TableReader::open(storage.clone()).await.unwrap();
+    let changes = reader.read_changes(&ChangeRange { start: None, end: None }, true).await.unwrap();
+    let seqnos: Vec<String> = changes
+        .iter()
+        .flat_map(|b| {
+            let column = b.column_by_name("_hoodie_commit_seqno").unwrap().as_string::<i32>().clone();
+            (0..b.num_rows()).map(move |i| column.value(i).to_owned()).collect::<Vec<_>>()
+        })
+        .collect();
+    let unique: std::collections::BTreeSet<_> = seqnos.iter().collect();
+    assert_eq!(unique.len(), seqnos.len(), "{seqnos:?}");
 }
 
 #[tokio::test]

@@ -15,7 +15,7 @@ use crate::datum::{self, PgKind};
 use crate::error::{raise, OrReport};
 use crate::fdw::table::ForeignHudiTable;
 use crate::runtime::block_on;
-use crate::xact::{self, OpenWrite, FLUSH_ROWS};
+use crate::xact::{self, OpenWrite};
 
 #[pg_guard]
 pub unsafe extern "C-unwind" fn is_foreign_rel_updatable(_relation: pg_sys::Relation) -> i32 {
@@ -284,7 +284,7 @@ unsafe fn buffer_row(rinfo: *mut pg_sys::ResultRelInfo, targets: &Targets, value
                 Change::Delete => &mut write.deletes,
             };
             buffer.push(&row, read_at).unwrap_or_else(|why| raise(PgSqlErrorCode::ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE, why, None));
-            if buffer.len() >= FLUSH_ROWS {
+            if buffer.len() >= crate::guc::WRITE_BATCH_ROWS.get().max(1) as usize {
                 write.flush().or_report();
             }
         },
@@ -361,6 +361,7 @@ pub unsafe extern "C-unwind" fn exec_foreign_delete(
 pub unsafe extern "C-unwind" fn end_foreign_modify(_estate: *mut pg_sys::EState, rinfo: *mut pg_sys::ResultRelInfo) {
     let targets = (*rinfo).ri_FdwState as *mut Targets;
     if !targets.is_null() {
+        xact::finish_flush((*(*rinfo).ri_RelationDesc).rd_id);
         // Deleting the state's context drops the targets (`drop_targets`).
         pg_sys::MemoryContextDelete((*(*targets).row_memory).parent);
         (*rinfo).ri_FdwState = std::ptr::null_mut();

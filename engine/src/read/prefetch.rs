@@ -8,12 +8,10 @@
 //! Memory: the slice being consumed plus up to `depth` slices in flight.
 
 use std::collections::VecDeque;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use arrow::record_batch::RecordBatch;
-use tokio::sync::oneshot;
 
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::Result;
 use crate::read::{ScanOptions, ScanStats, SliceQuery, SliceRead, TableReader};
 use crate::view::FileSlice;
 
@@ -23,7 +21,7 @@ type SliceRows = Result<Option<RecordBatch>>;
 enum Pending {
     /// Not started: with no read-ahead, a slice runs on the caller's thread when asked for.
     Waiting(Box<SliceRead>),
-    Running(oneshot::Receiver<SliceRows>),
+    Running(crate::threads::Answer<Option<RecordBatch>>),
 }
 
 impl Pending {
@@ -33,27 +31,16 @@ impl Pending {
         if !ahead {
             return Pending::Waiting(Box::new(read));
         }
-        let (sender, receiver) = oneshot::channel();
-        // A scan that ended (finished early, cancelled) drops its receivers: slices it no
+        // A scan that ended (finished early, cancelled) drops its answers: slices it no
         // longer wants are not decoded.
-        let job = crate::threads::answer(sender, move || {
-            catch_unwind(AssertUnwindSafe(|| read.run()))
-                .unwrap_or_else(|_| Err(Error::new(ErrorKind::Internal, "decoding a file slice panicked")))
-        });
-        if let Err(job) = crate::threads::HELPERS.submit(job) {
-            // No thread to be had (resource limits): decode here instead.
-            job();
-        }
-        Pending::Running(receiver)
+        Pending::Running(crate::threads::on_helper("decoding a file slice", move || read.run()))
     }
 
     /// The slice's rows, once decoded.
     async fn rows(self) -> SliceRows {
         match self {
             Pending::Waiting(read) => read.run(),
-            Pending::Running(receiver) => receiver
-                .await
-                .unwrap_or_else(|_| Err(Error::new(ErrorKind::Internal, "a file slice's decoding thread ended without rows"))),
+            Pending::Running(answer) => answer.get().await,
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Writing tables: creating them, and the commit protocol of writers (bucketed log files under
 //! non-blocking concurrency control).
 
+pub mod blocks;
 pub mod commit;
 pub(crate) mod epochs;
 pub mod heartbeat;
@@ -12,6 +13,7 @@ pub mod transaction;
 
 pub use table::{create_table, NewTable};
 pub use commit::{Completed, PreparedCommit};
+pub use blocks::{Change, PendingBlocks};
 pub use transaction::{BaseFileRef, BaseRow, KeyToDelete, Transaction, WriterId};
 
 use arrow::array::Array;
