@@ -1,61 +1,427 @@
-//! Key-value storage for the lookup cache: a RocksDB database on local disk. The cache proper
-//! (unique and secondary indexes, bulk load, incremental refresh) is built on this store.
+//! The lookup cache of one Hudi table: its merged rows in a RocksDB database on local disk,
+//! found by record key (the unique index) or by the values of other columns (secondary
+//! indexes: join key → record keys), kept current from the table's incremental reads.
+//!
+//! Layout, in the one column family (so that one write batch and one flush cover everything):
+//! - `m` — the cache's state ([`CacheState`]: definition, cached position), JSON;
+//! - `r` record key `\0` partition path — the row's cached columns, in Arrow's row format;
+//! - `s` index number (u16) join key length (u32) join key, record key `\0` partition path —
+//!   empty; the join key in Arrow's row format of the index's columns.
+//!
+//! Each load or refresh is one write batch, with the new cached position in it, and the
+//! write-ahead log is off: a batch is durable when it is flushed, which follows it at once, so
+//! after a crash the cache holds a whole applied instant or none of it, and the table can
+//! always rebuild it. Record keys are unique per partition (a bucket index is per partition),
+//! so rows are keyed by both; a probe by record key reads the key's rows of every partition.
 
 use std::path::Path;
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
+use arrow::datatypes::{Schema, SchemaRef};
+use arrow::row::{RowConverter, SortField};
+use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::read::{ChangeRange, TableReader, OPERATION_COLUMN};
+use crate::read::schema::{META_FIELDS, PARTITION_PATH_COLUMN, RECORD_KEY_COLUMN};
 
-/// One RocksDB database, opened read-write.
-pub struct KvStore {
+const STATE_KEY: &[u8] = b"m";
+const ROW_TAG: u8 = b'r';
+const SECONDARY_TAG: u8 = b's';
+
+/// What a cache holds: which columns, and which secondary indexes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CacheDefinition {
+    /// The cached columns (the table's data columns by name; all of them when `None`). The
+    /// columns of every secondary index are always cached.
+    pub columns: Option<Vec<String>>,
+    /// Each secondary index's columns.
+    pub secondary: Vec<Vec<String>>,
+}
+
+/// The cache's state, stored with its rows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct CacheState {
+    definition: CacheDefinition,
+    /// The cached columns, in order.
+    columns: Vec<String>,
+    /// The completion time of the latest commit the cache holds (`None`: not loaded).
+    position: Option<String>,
+}
+
+/// What a load or refresh applied.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Applied {
+    /// The cached position before and after.
+    pub from: Option<String>,
+    pub to: Option<String>,
+    /// Rows written (inserted or updated) and deleted.
+    pub upserts: u64,
+    pub deletes: u64,
+    /// The changes since the cached position were no longer in storage (cleaned), so the cache
+    /// was rebuilt from the snapshot.
+    pub rebuilt: bool,
+}
+
+/// One table's lookup cache: open by its only writer ([`Self::open`]), or by a reader
+/// ([`Self::open_reader`]).
+pub struct LookupCache {
     db: rocksdb::DB,
+    state: CacheState,
+    /// The cached columns.
+    schema: SchemaRef,
+    rows: RowConverter,
+    /// Per secondary index: its columns' positions in `schema`, and their row format.
+    secondary: Vec<(Vec<usize>, RowConverter)>,
+    /// Opened for reading ([`Self::open_reader`]).
+    reader: bool,
 }
 
 fn rocks_error<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(rocksdb::Error) -> Error + 'a {
-    move |e| {
-        Error::new(ErrorKind::Storage, format!("{action} lookup store {}", path.display()))
-            .with_source(e)
-    }
+    move |e| Error::new(ErrorKind::Storage, format!("{action} the lookup cache {}", path.display())).with_source(e)
 }
 
-impl KvStore {
-    /// Opens (creating if absent) the database in `dir`.
-    pub fn open(dir: &Path) -> Result<KvStore> {
+fn arrow_error(what: &'static str) -> impl FnOnce(arrow::error::ArrowError) -> Error {
+    move |e| Error::new(ErrorKind::Internal, what).with_source(e)
+}
+
+fn row_key(record_key: &str, partition: &str) -> Vec<u8> {
+    let mut key = Vec::with_capacity(2 + record_key.len() + partition.len());
+    key.push(ROW_TAG);
+    key.extend_from_slice(record_key.as_bytes());
+    key.push(0);
+    key.extend_from_slice(partition.as_bytes());
+    key
+}
+
+/// The entry of secondary index `index` for the row stored under `row_key`.
+fn secondary_key(index: usize, join_key: &[u8], row_key: &[u8]) -> Vec<u8> {
+    let mut key = secondary_prefix(index, join_key);
+    key.extend_from_slice(&row_key[1..]);
+    key
+}
+
+fn secondary_prefix(index: usize, join_key: &[u8]) -> Vec<u8> {
+    let mut key = Vec::with_capacity(7 + join_key.len());
+    key.push(SECONDARY_TAG);
+    key.extend_from_slice(&(index as u16).to_be_bytes());
+    key.extend_from_slice(&(join_key.len() as u32).to_be_bytes());
+    key.extend_from_slice(join_key);
+    key
+}
+
+impl LookupCache {
+    /// Opens the cache in `dir` as its only writer, creating it for `definition` over a table
+    /// whose data columns are `table_schema` when it does not exist. An existing cache must
+    /// have the same definition.
+    pub fn open(dir: &Path, definition: &CacheDefinition, table_schema: &Schema) -> Result<LookupCache> {
         let mut options = rocksdb::Options::default();
         options.create_if_missing(true);
         let db = rocksdb::DB::open(&options, dir).map_err(rocks_error("opening", dir))?;
-        Ok(KvStore { db })
+        let state = match read_state(&db, dir)? {
+            Some(state) if state.definition != *definition => {
+                return Err(Error::new(
+                    ErrorKind::InvalidArgument,
+                    format!("the lookup cache {} was made for other columns or indexes", dir.display()),
+                ))
+            }
+            Some(state) => state,
+            None => {
+                // Stored at once: a later open with another definition is refused.
+                let state = CacheState { definition: definition.clone(), columns: cached_columns(definition, table_schema)?, position: None };
+                let mut batch = rocksdb::WriteBatch::default();
+                batch.put(STATE_KEY, encode_state(&state)?);
+                write_durably(&db, batch)?;
+                state
+            }
+        };
+        Self::with_state(db, state, table_schema, false)
     }
 
-    /// Writes all pairs atomically (one write batch).
-    pub fn put_all<K: AsRef<[u8]>, V: AsRef<[u8]>>(
-        &self,
-        pairs: impl IntoIterator<Item = (K, V)>,
-    ) -> Result<()> {
-        let mut batch = rocksdb::WriteBatch::default();
-        for (key, value) in pairs {
-            batch.put(key, value);
+    /// Opens the cache that a writer keeps in `primary` for reading, as a RocksDB secondary
+    /// instance with its own files in `own` (any number of readers at once, each in a
+    /// directory of its own). It shows what the writer had flushed when it was opened, until
+    /// [`Self::catch_up`]: a whole applied commit at a time, never part of one.
+    pub fn open_reader(primary: &Path, own: &Path, table_schema: &Schema) -> Result<LookupCache> {
+        let mut options = rocksdb::Options::default();
+        // Required of secondaries: every table file stays open.
+        options.set_max_open_files(-1);
+        let db = rocksdb::DB::open_as_secondary(&options, primary, own).map_err(rocks_error("opening", primary))?;
+        let state = read_state(&db, primary)?
+            .ok_or_else(|| Error::new(ErrorKind::NotFound, format!("there is no lookup cache in {}", primary.display())))?;
+        Self::with_state(db, state, table_schema, true)
+    }
+
+    /// A reader's catch-up with what the writer has flushed since: returns whether the cached
+    /// position moved.
+    pub fn catch_up(&mut self) -> Result<bool> {
+        if !self.reader {
+            return Ok(false);
         }
-        self.db.write(batch).map_err(rocks_error("writing", self.db.path()))
+        self.db.try_catch_up_with_primary().map_err(rocks_error("catching up with", self.db.path()))?;
+        let state = read_state(&self.db, self.db.path())?
+            .ok_or_else(|| Error::new(ErrorKind::Corrupt, format!("the lookup cache {} lost its state", self.db.path().display())))?;
+        let moved = state.position != self.state.position;
+        self.state = state;
+        Ok(moved)
     }
 
-    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        self.db.get(key).map_err(rocks_error("reading", self.db.path()))
+    fn with_state(db: rocksdb::DB, state: CacheState, table_schema: &Schema, reader: bool) -> Result<LookupCache> {
+        let definition = &state.definition;
+        let fields = state
+            .columns
+            .iter()
+            .map(|name| table_schema.field_with_name(name).cloned().map_err(|_| missing_column(name)))
+            .collect::<Result<Vec<_>>>()?;
+        let schema = Arc::new(Schema::new(fields));
+        let converter = |positions: &[usize]| {
+            RowConverter::new(positions.iter().map(|&i| SortField::new(schema.field(i).data_type().clone())).collect())
+                .map_err(arrow_error("cannot encode these column types in a lookup cache"))
+        };
+        let rows = converter(&(0..schema.fields().len()).collect::<Vec<_>>())?;
+        let secondary = definition
+            .secondary
+            .iter()
+            .map(|columns| {
+                let positions: Vec<usize> = columns.iter().map(|c| schema.index_of(c).map_err(|_| missing_column(c))).collect::<Result<_>>()?;
+                Ok((positions.clone(), converter(&positions)?))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(LookupCache { db, state, schema, rows, secondary, reader })
+    }
+
+    /// The completion time of the latest commit the cache holds (`None` before the first load).
+    pub fn position(&self) -> Option<&str> {
+        self.state.position.as_deref()
+    }
+
+    /// The cached columns.
+    pub fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    /// Brings the cache up to `reader`'s latest completed commit: the first time from its
+    /// merged snapshot, then from the changes since the cached position (their merged rows:
+    /// a late write that loses to a newer version changes nothing), or from the snapshot again
+    /// when those changes were cleaned. Compactions change no row and write none.
+    pub async fn refresh(&mut self, reader: &TableReader) -> Result<Applied> {
+        if self.reader {
+            return Err(Error::new(ErrorKind::InvalidArgument, "a lookup cache opened for reading cannot be refreshed"));
+        }
+        let target = latest_completion(reader);
+        let from = self.state.position.clone();
+        if target.is_none() || target == from {
+            return Ok(Applied { from: from.clone(), to: from, ..Default::default() });
+        }
+        let mut batch = rocksdb::WriteBatch::default();
+        let mut applied = Applied { from: from.clone(), to: target.clone(), ..Default::default() };
+        let changes = match &from {
+            None => None,
+            Some(start) => match reader.read_changes(&ChangeRange { start: Some(start.clone()), end: target.clone() }, true).await {
+                Ok(changes) => Some(changes),
+                // The changes since the cached position were cleaned: the cache is rebuilt
+                // from the snapshot, in the same single batch (readers see the old or the new).
+                Err(e) if e.kind() == ErrorKind::NotFound => None,
+                Err(e) => return Err(e),
+            },
+        };
+        let batches = match changes {
+            Some(changes) => changes,
+            None => {
+                if from.is_some() {
+                    batch.delete_range(&[ROW_TAG][..], &[SECONDARY_TAG + 1][..]);
+                    applied.rebuilt = true;
+                }
+                reader.read_snapshot(None).await?
+            }
+        };
+        for rows in &batches {
+            self.apply(rows, &mut batch, &mut applied)?;
+        }
+        self.state.position = target;
+        batch.put(STATE_KEY, encode_state(&self.state)?);
+        write_durably(&self.db, batch)?;
+        Ok(applied)
+    }
+
+    /// Adds the changes of `rows` (snapshot rows, or change rows with their operation) to
+    /// `batch`. A change replaces the key's cached row; its old row names the secondary
+    /// entries to remove. Within one read a key appears once per partition.
+    fn apply(&self, rows: &RecordBatch, batch: &mut rocksdb::WriteBatch, applied: &mut Applied) -> Result<()> {
+        let text = |name: &str| -> Result<arrow::array::StringArray> {
+            let column = rows.column_by_name(name).ok_or_else(|| missing_column(name))?;
+            Ok(arrow::compute::cast(column, &arrow::datatypes::DataType::Utf8).map_err(arrow_error("cannot read record keys"))?.as_string::<i32>().clone())
+        };
+        let keys = text(META_FIELDS[RECORD_KEY_COLUMN])?;
+        let partitions = text(META_FIELDS[PARTITION_PATH_COLUMN])?;
+        let operations = rows.column_by_name(OPERATION_COLUMN).map(|c| c.as_string::<i32>().clone());
+        let deleted = |row: usize| operations.as_ref().is_some_and(|o| o.value(row) == "D");
+        // The cached columns of the rows that are not deletes, encoded together.
+        let cached: Vec<ArrayRef> = self
+            .schema
+            .fields()
+            .iter()
+            .map(|field| {
+                let column = rows.column_by_name(field.name()).ok_or_else(|| missing_column(field.name()))?;
+                // Reads name the UTC time zone as they please ("UTC", "+00:00").
+                if column.data_type() == field.data_type() {
+                    return Ok(column.clone());
+                }
+                arrow::compute::cast(column, field.data_type()).map_err(arrow_error("cannot encode cached rows"))
+            })
+            .collect::<Result<_>>()?;
+        let encoded = self.rows.convert_columns(&cached).map_err(arrow_error("cannot encode cached rows"))?;
+        let secondary_keys = self
+            .secondary
+            .iter()
+            .map(|(positions, converter)| {
+                let columns: Vec<ArrayRef> = positions.iter().map(|&i| cached[i].clone()).collect();
+                let nulls: Vec<bool> = (0..rows.num_rows()).map(|row| columns.iter().any(|c| c.is_null(row))).collect();
+                Ok((converter.convert_columns(&columns).map_err(arrow_error("cannot encode join keys"))?, nulls))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        for row in 0..rows.num_rows() {
+            let key = row_key(keys.value(row), partitions.value(row));
+            if operations.is_some() {
+                // (Snapshot rows go into an empty cache, or one this batch empties.)
+                // An existing row's secondary entries go first (its join key may change).
+                if let Some(old) = self.db.get(&key).map_err(rocks_error("reading", self.db.path()))? {
+                    for (index, entry) in self.secondary_entries(&old, &key)?.into_iter().enumerate() {
+                        if let Some(join_key) = entry {
+                            batch.delete(secondary_key(index, &join_key, &key));
+                        }
+                    }
+                }
+            }
+            if deleted(row) {
+                batch.delete(&key);
+                applied.deletes += 1;
+                continue;
+            }
+            batch.put(&key, encoded.row(row).as_ref());
+            for (index, (join_keys, nulls)) in secondary_keys.iter().enumerate() {
+                // NULL join keys match nothing, so they are not indexed.
+                if !nulls[row] {
+                    batch.put(secondary_key(index, join_keys.row(row).as_ref(), &key), []);
+                }
+            }
+            applied.upserts += 1;
+        }
+        Ok(())
+    }
+
+    /// The join key of each secondary index in the cached row `encoded` (`None` when NULL).
+    fn secondary_entries(&self, encoded: &[u8], key: &[u8]) -> Result<Vec<Option<Vec<u8>>>> {
+        let columns = self.decode(std::iter::once(encoded)).map_err(|e| {
+            Error::new(ErrorKind::Corrupt, format!("the lookup cache holds an unreadable row for {}", String::from_utf8_lossy(key))).with_source(e)
+        })?;
+        self.secondary
+            .iter()
+            .map(|(positions, converter)| {
+                let values: Vec<ArrayRef> = positions.iter().map(|&i| columns.column(i).clone()).collect();
+                if values.iter().any(|v| v.is_null(0)) {
+                    return Ok(None);
+                }
+                let rows = converter.convert_columns(&values).map_err(arrow_error("cannot encode join keys"))?;
+                Ok(Some(rows.row(0).as_ref().to_vec()))
+            })
+            .collect()
+    }
+
+    fn decode<'a>(&self, encoded: impl Iterator<Item = &'a [u8]>) -> Result<RecordBatch> {
+        let parser = self.rows.parser();
+        let columns = self.rows.convert_rows(encoded.map(|bytes| parser.parse(bytes))).map_err(arrow_error("cannot decode cached rows"))?;
+        RecordBatch::try_new(self.schema.clone(), columns).map_err(arrow_error("cannot decode cached rows"))
+    }
+
+    /// The cached rows of the record key `record_key` (of every partition that has it).
+    pub fn get(&self, record_key: &str) -> Result<RecordBatch> {
+        let mut prefix = vec![ROW_TAG];
+        prefix.extend_from_slice(record_key.as_bytes());
+        prefix.push(0);
+        let rows = self.scan_prefix(&prefix)?.into_iter().map(|(_, value)| value).collect::<Vec<_>>();
+        self.decode(rows.iter().map(Vec::as_slice))
+    }
+
+    /// The cached rows whose columns of secondary index `index` equal `join_key` (one row of
+    /// those columns, in the index's column order; a NULL matches nothing).
+    pub fn get_by(&self, index: usize, join_key: &[ArrayRef]) -> Result<RecordBatch> {
+        let (_, converter) = self.secondary.get(index).ok_or_else(|| Error::new(ErrorKind::InvalidArgument, format!("the cache has no secondary index {index}")))?;
+        if join_key.iter().any(|c| c.is_null(0)) {
+            return Ok(RecordBatch::new_empty(self.schema.clone()));
+        }
+        let encoded = converter.convert_columns(join_key).map_err(arrow_error("cannot encode join keys"))?;
+        let prefix = secondary_prefix(index, encoded.row(0).as_ref());
+        let mut rows = Vec::new();
+        for (entry, _) in self.scan_prefix(&prefix)? {
+            let mut key = vec![ROW_TAG];
+            key.extend_from_slice(&entry[prefix.len()..]);
+            // Written in the same batch as its entry: a missing row is a broken cache.
+            let row = self.db.get(&key).map_err(rocks_error("reading", self.db.path()))?.ok_or_else(|| {
+                Error::new(ErrorKind::Corrupt, format!("the lookup cache's index {index} names a row it does not hold"))
+            })?;
+            rows.push(row);
+        }
+        self.decode(rows.iter().map(Vec::as_slice))
+    }
+
+    fn scan_prefix(&self, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut out = Vec::new();
+        for item in self.db.iterator(rocksdb::IteratorMode::From(prefix, rocksdb::Direction::Forward)) {
+            let (key, value) = item.map_err(rocks_error("reading", self.db.path()))?;
+            if !key.starts_with(prefix) {
+                break;
+            }
+            out.push((key.to_vec(), value.to_vec()));
+        }
+        Ok(out)
+    }
+
+    /// Every cached row, in key order (for checks and rebuilds).
+    pub fn rows(&self) -> Result<RecordBatch> {
+        let rows = self.scan_prefix(&[ROW_TAG])?.into_iter().map(|(_, value)| value).collect::<Vec<_>>();
+        self.decode(rows.iter().map(Vec::as_slice))
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// Writes `batch` without the write-ahead log, then flushes it: readers (which catch up from
+/// flushed files only) and a restart after a crash see all of it or nothing.
+fn write_durably(db: &rocksdb::DB, batch: rocksdb::WriteBatch) -> Result<()> {
+    let mut write = rocksdb::WriteOptions::default();
+    write.disable_wal(true);
+    db.write_opt(batch, &write).map_err(rocks_error("writing", db.path()))?;
+    db.flush().map_err(rocks_error("flushing", db.path()))
+}
 
-    #[test]
-    fn batch_written_values_survive_reopen() {
-        let dir = tempfile::tempdir().unwrap();
-        {
-            let store = KvStore::open(dir.path()).unwrap();
-            store.put_all([(b"k1".as_slice(), b"v1".as_slice()), (b"k2", b"v2")]).unwrap();
-        }
-        let store = KvStore::open(dir.path()).unwrap();
-        assert_eq!(store.get(b"k1").unwrap().as_deref(), Some(b"v1".as_slice()));
-        assert_eq!(store.get(b"k3").unwrap(), None);
+fn read_state(db: &rocksdb::DB, dir: &Path) -> Result<Option<CacheState>> {
+    let Some(bytes) = db.get(STATE_KEY).map_err(rocks_error("reading", dir))? else { return Ok(None) };
+    serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+        Error::new(ErrorKind::Corrupt, format!("the lookup cache {} has no readable state", dir.display())).with_source(e)
+    })
+}
+
+fn encode_state(state: &CacheState) -> Result<Vec<u8>> {
+    serde_json::to_vec(state).map_err(|e| Error::new(ErrorKind::Internal, "cannot encode the cache state").with_source(e))
+}
+
+fn missing_column(name: &str) -> Error {
+    Error::new(ErrorKind::InvalidArgument, format!("the table has no column {name}"))
+}
+
+/// The cached columns of `definition`: the chosen ones (all data columns when none were) plus
+/// every secondary index's, in the table's order.
+fn cached_columns(definition: &CacheDefinition, table_schema: &Schema) -> Result<Vec<String>> {
+    let wanted = |name: &str| {
+        definition.columns.as_ref().is_none_or(|c| c.iter().any(|c| c == name)) || definition.secondary.iter().flatten().any(|c| c == name)
+    };
+    for name in definition.columns.iter().flatten().chain(definition.secondary.iter().flatten()) {
+        table_schema.field_with_name(name).map_err(|_| missing_column(name))?;
     }
+    Ok(table_schema.fields().iter().map(|f| f.name().clone()).filter(|n| !n.starts_with("_hoodie_") && wanted(n)).collect())
+}
+
+/// The completion time of the latest completed commit `reader` sees (`None`: none).
+fn latest_completion(reader: &TableReader) -> Option<String> {
+    reader.timeline().completed_writes().filter_map(|i| i.completion.clone()).max()
 }

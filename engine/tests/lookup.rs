@@ -1,0 +1,249 @@
+//! The lookup cache against the table it caches: after every commit of seeded random writes
+//! (upserts, late writes with older ordering values, deletes, join-key changes, compactions),
+//! a refresh leaves the cache equal to the merged snapshot, by record key and by secondary key.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow::array::{ArrayRef, AsArray, RecordBatch, StringArray};
+use arrow::datatypes::Int64Type;
+use common::customers::{local, rows, schema, spec, writer};
+use engine::lookup::{CacheDefinition, LookupCache};
+use engine::ordering::OrderingValue;
+use engine::read::TableReader;
+use engine::services::clean::{clean, CleanOptions};
+use engine::services::compaction::compact;
+use engine::write::time::LockOptions;
+use engine::write::{create_table, Transaction};
+
+type Row = (i64, String, String);
+
+fn cached_rows(batch: &RecordBatch) -> Vec<Row> {
+    let id = batch.column_by_name("id").unwrap().as_primitive::<Int64Type>().clone();
+    let name = batch.column_by_name("name").unwrap().as_string::<i32>().clone();
+    let country = batch.column_by_name("country").unwrap().as_string::<i32>().clone();
+    let mut out: Vec<Row> =
+        (0..batch.num_rows()).map(|i| (id.value(i), name.value(i).to_owned(), country.value(i).to_owned())).collect();
+    out.sort();
+    out
+}
+
+async fn snapshot_rows(reader: &TableReader) -> Vec<Row> {
+    let mut out = Vec::new();
+    for batch in reader.read_snapshot(None).await.unwrap() {
+        out.extend(cached_rows(&batch));
+    }
+    out.sort();
+    out
+}
+
+/// A small deterministic generator (xorshift), so a failing seed can be replayed.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+#[tokio::test]
+async fn a_refreshed_cache_equals_the_merged_snapshot() {
+    let seed = std::env::var("PG_HUDI_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1
+    });
+    println!("seed {seed}");
+    let mut rng = Rng(seed);
+    let dir = tempfile::tempdir().unwrap();
+    let storage = local(&dir.path().join("table"));
+    let config = create_table(&storage, &spec()).await.unwrap();
+    let definition = CacheDefinition { columns: Some(vec!["id".into(), "country".into()]), secondary: vec![vec!["name".into()]] };
+    let cache_dir = dir.path().join("cache");
+    let mut cache = LookupCache::open(&cache_dir, &definition, &schema()).unwrap();
+    assert_eq!(cached_rows(&cache.rows().unwrap()), Vec::<Row>::new());
+    let names = ["ann", "bob", "cy", "di"];
+    let countries = ["nl", "be"];
+    // The latest ordering value written per (id, country): later writes below it are late.
+    let mut newest: BTreeMap<(i64, &str), i64> = BTreeMap::new();
+    let mut ts = 1_000;
+    for step in 0..24 {
+        let mut tx = Transaction::begin(storage.clone(), config.clone(), writer(1), LockOptions::default()).await.unwrap();
+        let mut upserts = Vec::new();
+        for _ in 0..rng.below(6) + 1 {
+            let id = rng.below(12) as i64 + 1;
+            let country = countries[rng.below(2) as usize];
+            ts += 10;
+            // One write in four is late: older than the key's newest, so it changes nothing.
+            let late = rng.below(4) == 0 && newest.contains_key(&(id, country));
+            let at = if late { newest[&(id, country)] - 5 } else { ts };
+            if !late {
+                newest.insert((id, country), at);
+            }
+            if !upserts.iter().any(|(i, _, c, _)| *i == id && *c == country) {
+                upserts.push((id, names[rng.below(4) as usize], country, at));
+            }
+        }
+        tx.upsert(&rows(&upserts)).await.unwrap();
+        if rng.below(3) == 0 {
+            let id = rng.below(12) as i64 + 1;
+            let country = countries[rng.below(2) as usize];
+            tx.delete(vec![(id.to_string(), format!("country={country}"), OrderingValue::Int(0))]).await.unwrap();
+            newest.remove(&(id, country));
+            upserts.retain(|(i, _, c, _)| !(*i == id && *c == country));
+        }
+        tx.commit().await.unwrap();
+        let compacted = step % 7 == 6;
+        if compacted {
+            compact(&storage, &writer(9), &LockOptions::default(), Duration::from_secs(60)).await.unwrap();
+        }
+        if step == 12 {
+            // Reopened: the cache survives without a reload.
+            let position = cache.position().map(str::to_owned);
+            drop(cache);
+            cache = LookupCache::open(&cache_dir, &definition, &schema()).unwrap();
+            assert_eq!(cache.position().map(str::to_owned), position);
+        }
+        let reader = TableReader::open(storage.clone()).await.unwrap();
+        let applied = cache.refresh(&reader).await.unwrap();
+        let expected = snapshot_rows(&reader).await;
+        let context = format!("seed {seed}, step {step}");
+        // The cached rows: id, country and name (the index's column is always cached).
+        assert_eq!(cached_rows(&cache.rows().unwrap()), expected, "{context}");
+        for id in 1..=13 {
+            let want: Vec<Row> = expected.iter().filter(|r| r.0 == id).cloned().collect();
+            assert_eq!(cached_rows(&cache.get(&id.to_string()).unwrap()), want, "{context}, id {id}");
+        }
+        for name in names.iter().chain(&["nobody"]) {
+            let want: Vec<Row> = expected.iter().filter(|r| r.1 == *name).cloned().collect();
+            let key: Vec<ArrayRef> = vec![Arc::new(StringArray::from(vec![*name]))];
+            assert_eq!(cached_rows(&cache.get_by(0, &key).unwrap()), want, "{context}, name {name}");
+        }
+        let null: Vec<ArrayRef> = vec![Arc::new(StringArray::from(vec![None::<&str>]))];
+        assert_eq!(cache.get_by(0, &null).unwrap().num_rows(), 0);
+        assert!(applied.to.is_some() && applied.to != applied.from, "{context}: {applied:?}");
+        if compacted {
+            // A compaction alone changes no row: the next refresh writes nothing.
+            let reader = TableReader::open(storage.clone()).await.unwrap();
+            let again = cache.refresh(&reader).await.unwrap();
+            assert_eq!((again.upserts, again.deletes), (0, 0), "{context}");
+        }
+    }
+    assert!(cache.position().is_some());
+    let keys: BTreeSet<i64> = cached_rows(&cache.rows().unwrap()).into_iter().map(|r| r.0).collect();
+    assert!(!keys.is_empty(), "seed {seed}: the test wrote nothing that stayed");
+}
+
+#[tokio::test]
+async fn a_cache_refuses_another_definition() {
+    let dir = tempfile::tempdir().unwrap();
+    let one = CacheDefinition { columns: None, secondary: vec![vec!["name".into()]] };
+    drop(LookupCache::open(dir.path(), &one, &schema()).unwrap());
+    let other = CacheDefinition { columns: None, secondary: vec![] };
+    let err = LookupCache::open(dir.path(), &other, &schema()).err().unwrap();
+    assert!(err.to_string().contains("other columns or indexes"), "{err}");
+    let missing = CacheDefinition { columns: Some(vec!["nope".into()]), secondary: vec![] };
+    let err = LookupCache::open(&dir.path().join("new"), &missing, &schema()).err().unwrap();
+    assert!(err.to_string().contains("no column nope"), "{err}");
+}
+
+#[tokio::test]
+async fn a_cache_whose_changes_were_cleaned_is_rebuilt_from_the_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = local(&dir.path().join("table"));
+    let config = create_table(&storage, &spec()).await.unwrap();
+    let commit = async |data: &[(i64, &str, &str, i64)], delete: Option<i64>| {
+        let mut tx = Transaction::begin(storage.clone(), config.clone(), writer(1), LockOptions::default()).await.unwrap();
+        tx.upsert(&rows(data)).await.unwrap();
+        if let Some(id) = delete {
+            tx.delete(vec![(id.to_string(), "country=nl".into(), OrderingValue::Int(0))]).await.unwrap();
+        }
+        tx.commit().await.unwrap();
+    };
+    let definition = CacheDefinition { columns: None, secondary: vec![vec!["name".into()]] };
+    let mut cache = LookupCache::open(&dir.path().join("cache"), &definition, &schema()).unwrap();
+    let all = |name: &'static str, ts: i64| (1..=8).map(move |id| (id, name, if id % 2 == 0 { "nl" } else { "be" }, ts)).collect::<Vec<_>>();
+    commit(&all("first", 10), None).await;
+    cache.refresh(&TableReader::open(storage.clone()).await.unwrap()).await.unwrap();
+    for (round, name) in ["second", "third", "fourth"].into_iter().enumerate() {
+        commit(&all(name, 20 + round as i64), (round == 2).then_some(2)).await;
+        compact(&storage, &writer(9), &LockOptions::default(), Duration::from_secs(60)).await.unwrap();
+    }
+    let options = CleanOptions { retain_commits: 1, keep_changes_after: None };
+    assert!(clean(&storage, &writer(9), &LockOptions::default(), &options).await.unwrap().is_some());
+    let reader = TableReader::open(storage.clone()).await.unwrap();
+    let applied = cache.refresh(&reader).await.unwrap();
+    assert!(applied.rebuilt, "{applied:?}");
+    let expected = snapshot_rows(&reader).await;
+    // Key 2 (in nl), which the cache held, was deleted in the last round: the rebuild drops it.
+    assert_eq!(expected.len(), 7);
+    assert!(!expected.iter().any(|r| r.0 == 2));
+    assert_eq!(cached_rows(&cache.rows().unwrap()), expected);
+    for name in ["first", "second", "third", "fourth"] {
+        let key: Vec<ArrayRef> = vec![Arc::new(StringArray::from(vec![name]))];
+        let want: Vec<Row> = expected.iter().filter(|r| r.1 == name).cloned().collect();
+        assert_eq!(cached_rows(&cache.get_by(0, &key).unwrap()), want, "{name}");
+    }
+}
+
+/// A reader (a RocksDB secondary, as a backend would open it) sees one whole commit at a time
+/// while the writer refreshes: every commit renames all rows together, and no catch-up ever
+/// shows two names at once, by record key or by secondary key.
+#[tokio::test]
+async fn readers_see_whole_commits_while_the_writer_refreshes() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = local(&dir.path().join("table"));
+    let config = create_table(&storage, &spec()).await.unwrap();
+    let definition = CacheDefinition { columns: None, secondary: vec![vec!["name".into()]] };
+    let primary = dir.path().join("cache");
+    let mut cache = LookupCache::open(&primary, &definition, &schema()).unwrap();
+    let version = |v: usize| format!("v{v:03}");
+    let commit = async |v: usize| {
+        let name = version(v);
+        let data: Vec<(i64, &str, &str, i64)> = (1..=8).map(|id| (id, name.as_str(), if id % 2 == 0 { "nl" } else { "be" }, v as i64)).collect();
+        let mut tx = Transaction::begin(storage.clone(), config.clone(), writer(1), LockOptions::default()).await.unwrap();
+        tx.upsert(&rows(&data)).await.unwrap();
+        tx.commit().await.unwrap();
+    };
+    commit(0).await;
+    cache.refresh(&TableReader::open(storage.clone()).await.unwrap()).await.unwrap();
+    let mut reader = LookupCache::open_reader(&primary, &dir.path().join("reader"), &schema()).unwrap();
+    assert_eq!(reader.position(), cache.position());
+    let seen_at_open = cached_rows(&reader.rows().unwrap());
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let checker = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let mut versions = BTreeSet::new();
+            loop {
+                let finished = done.load(std::sync::atomic::Ordering::SeqCst);
+                reader.catch_up().unwrap();
+                let rows = cached_rows(&reader.rows().unwrap());
+                let names: BTreeSet<&str> = rows.iter().map(|r| r.1.as_str()).collect();
+                assert_eq!((rows.len(), names.len()), (8, 1), "a torn read: {rows:?}");
+                let name = names.into_iter().next().unwrap().to_owned();
+                let key: Vec<ArrayRef> = vec![Arc::new(StringArray::from(vec![name.as_str()]))];
+                assert_eq!(reader.get_by(0, &key).unwrap().num_rows(), 8, "{name}");
+                versions.insert(name);
+                if finished {
+                    return (versions, reader.position().map(str::to_owned));
+                }
+            }
+        })
+    };
+    for v in 1..=20 {
+        commit(v).await;
+        cache.refresh(&TableReader::open(storage.clone()).await.unwrap()).await.unwrap();
+    }
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (versions, position) = checker.join().unwrap();
+    assert_eq!(seen_at_open.iter().map(|r| r.1.as_str()).collect::<BTreeSet<_>>(), BTreeSet::from(["v000"]));
+    // The last catch-up came after the last refresh: the reader ends at the writer's position.
+    assert_eq!(position.as_deref(), cache.position());
+    assert!(versions.contains(&version(20)), "{versions:?}");
+    assert!(cache.refresh(&TableReader::open(storage.clone()).await.unwrap()).await.unwrap().upserts == 0);
+}
