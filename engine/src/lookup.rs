@@ -8,11 +8,13 @@
 //! - `s` index number (u16) join key length (u32) join key, record key `\0` partition path —
 //!   empty; the join key in Arrow's row format of the index's columns.
 //!
-//! Each load or refresh is one write batch, with the new cached position in it, and the
-//! write-ahead log is off: a batch is durable when it is flushed, which follows it at once, so
-//! after a crash the cache holds a whole applied instant or none of it, and the table can
-//! always rebuild it. Record keys are unique per partition (a bucket index is per partition),
-//! so rows are keyed by both; a probe by record key reads the key's rows of every partition.
+//! The write-ahead log is off. Each refresh is one write batch, with the new cached position
+//! in it, flushed at once: readers (RocksDB secondaries, which catch up from flushed files) and
+//! a restart after a crash see a whole applied commit or none of it. A load fills a new
+//! generation a file slice at a time and is published only when complete
+//! ([`CacheGenerations`]); the table can always rebuild a cache. Record keys are unique per
+//! partition (a bucket index is per partition), so rows are keyed by both; a probe by record
+//! key reads the key's rows of every partition.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -46,7 +48,8 @@ struct CacheState {
     definition: CacheDefinition,
     /// The cached columns, in order.
     columns: Vec<String>,
-    /// The completion time of the latest commit the cache holds (`None`: not loaded).
+    /// The completion time of the latest commit the cache holds (`""`: loaded before the
+    /// table's first commit; `None`: not loaded).
     position: Option<String>,
 }
 
@@ -59,9 +62,8 @@ pub struct Applied {
     /// Rows written (inserted or updated) and deleted.
     pub upserts: u64,
     pub deletes: u64,
-    /// The changes since the cached position were no longer in storage (cleaned), so the cache
-    /// was rebuilt from the snapshot.
-    pub rebuilt: bool,
+    /// The generation now current, when this was a load of a new one ([`CacheGenerations`]).
+    pub loaded_generation: Option<u64>,
 }
 
 /// One table's lookup cache: open by its only writer ([`Self::open`]), or by a reader
@@ -191,7 +193,8 @@ impl LookupCache {
         Ok(LookupCache { db, state, schema, rows, secondary, reader })
     }
 
-    /// The completion time of the latest commit the cache holds (`None` before the first load).
+    /// The completion time of the latest commit the cache holds (`""` when it was loaded
+    /// before the table's first commit, `None` before the first load).
     pub fn position(&self) -> Option<&str> {
         self.state.position.as_deref()
     }
@@ -201,47 +204,61 @@ impl LookupCache {
         &self.schema
     }
 
-    /// Brings the cache up to `reader`'s latest completed commit: the first time from its
-    /// merged snapshot, then from the changes since the cached position (their merged rows:
-    /// a late write that loses to a newer version changes nothing), or from the snapshot again
-    /// when those changes were cleaned. Compactions change no row and write none.
-    pub async fn refresh(&mut self, reader: &TableReader) -> Result<Applied> {
+    /// Brings a loaded cache up to `reader`'s latest completed commit from the changes since
+    /// the cached position (their merged rows: a late write that loses to a newer version
+    /// changes nothing), in one batch. `None` when it cannot: the cache was never loaded, or
+    /// those changes were cleaned; [`CacheGenerations::refresh`] then loads a new generation.
+    /// Compactions change no row and write none.
+    pub async fn refresh(&mut self, reader: &TableReader) -> Result<Option<Applied>> {
         if self.reader {
             return Err(Error::new(ErrorKind::InvalidArgument, "a lookup cache opened for reading cannot be refreshed"));
         }
+        let Some(from) = self.state.position.clone() else { return Ok(None) };
         let target = latest_completion(reader);
-        let from = self.state.position.clone();
-        if target.is_none() || target == from {
-            return Ok(Applied { from: from.clone(), to: from, ..Default::default() });
+        let mut applied = Applied { from: Some(from.clone()), to: target.clone(), ..Default::default() };
+        if target.is_none() || target.as_deref() == Some(from.as_str()) {
+            applied.to = Some(from);
+            return Ok(Some(applied));
         }
+        let changes = match reader.read_changes(&ChangeRange { start: Some(from), end: target.clone() }, true).await {
+            Ok(changes) => changes,
+            // The changes since the cached position were cleaned.
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
         let mut batch = rocksdb::WriteBatch::default();
-        let mut applied = Applied { from: from.clone(), to: target.clone(), ..Default::default() };
-        let changes = match &from {
-            None => None,
-            Some(start) => match reader.read_changes(&ChangeRange { start: Some(start.clone()), end: target.clone() }, true).await {
-                Ok(changes) => Some(changes),
-                // The changes since the cached position were cleaned: the cache is rebuilt
-                // from the snapshot, in the same single batch (readers see the old or the new).
-                Err(e) if e.kind() == ErrorKind::NotFound => None,
-                Err(e) => return Err(e),
-            },
-        };
-        let batches = match changes {
-            Some(changes) => changes,
-            None => {
-                if from.is_some() {
-                    batch.delete_range(&[ROW_TAG][..], &[SECONDARY_TAG + 1][..]);
-                    applied.rebuilt = true;
-                }
-                reader.read_snapshot(None).await?
-            }
-        };
-        for rows in &batches {
+        for rows in &changes {
             self.apply(rows, &mut batch, &mut applied)?;
         }
         self.state.position = target;
         batch.put(STATE_KEY, encode_state(&self.state)?);
         write_durably(&self.db, batch)?;
+        Ok(Some(applied))
+    }
+
+    /// Fills an empty cache from `reader`'s latest merged snapshot, a file slice per batch
+    /// (memory: one slice's rows), then stores the position and compacts the database once
+    /// (a bulk load left in level 0 makes every later probe slow). Readers must not open it
+    /// before it is done: [`CacheGenerations`] publishes it only then.
+    async fn load(&mut self, reader: &TableReader) -> Result<Applied> {
+        // Before the table's first commit: the start, after which changes are read next.
+        let target = Some(latest_completion(reader).unwrap_or_default());
+        let mut applied = Applied { to: target.clone(), ..Default::default() };
+        let bound = crate::timeline::ReadBound::Latest;
+        let options = crate::read::ScanOptions::default();
+        let mut stats = crate::read::ScanStats::default();
+        for slice in reader.slices(&bound).await? {
+            if let Some(rows) = reader.read_slice(&slice, &bound, &options, &mut stats).await? {
+                let mut batch = rocksdb::WriteBatch::default();
+                self.apply(&rows, &mut batch, &mut applied)?;
+                write_unlogged(&self.db, batch)?;
+            }
+        }
+        self.state.position = target;
+        let mut batch = rocksdb::WriteBatch::default();
+        batch.put(STATE_KEY, encode_state(&self.state)?);
+        write_durably(&self.db, batch)?;
+        self.db.compact_range(None::<&[u8]>, None::<&[u8]>);
         Ok(applied)
     }
 
@@ -284,8 +301,7 @@ impl LookupCache {
         for row in 0..rows.num_rows() {
             let key = row_key(keys.value(row), partitions.value(row));
             if operations.is_some() {
-                // (Snapshot rows go into an empty cache, or one this batch empties.)
-                // An existing row's secondary entries go first (its join key may change).
+                // (Snapshot rows go into an empty cache.) An existing row's secondary entries go first (its join key may change).
                 if let Some(old) = self.db.get(&key).map_err(rocks_error("reading", self.db.path()))? {
                     for (index, entry) in self.secondary_entries(&old, &key)?.into_iter().enumerate() {
                         if let Some(join_key) = entry {
@@ -388,10 +404,14 @@ impl LookupCache {
 /// Writes `batch` without the write-ahead log, then flushes it: readers (which catch up from
 /// flushed files only) and a restart after a crash see all of it or nothing.
 fn write_durably(db: &rocksdb::DB, batch: rocksdb::WriteBatch) -> Result<()> {
+    write_unlogged(db, batch)?;
+    db.flush().map_err(rocks_error("flushing", db.path()))
+}
+
+fn write_unlogged(db: &rocksdb::DB, batch: rocksdb::WriteBatch) -> Result<()> {
     let mut write = rocksdb::WriteOptions::default();
     write.disable_wal(true);
-    db.write_opt(batch, &write).map_err(rocks_error("writing", db.path()))?;
-    db.flush().map_err(rocks_error("flushing", db.path()))
+    db.write_opt(batch, &write).map_err(rocks_error("writing", db.path()))
 }
 
 fn read_state(db: &rocksdb::DB, dir: &Path) -> Result<Option<CacheState>> {
@@ -424,4 +444,98 @@ fn cached_columns(definition: &CacheDefinition, table_schema: &Schema) -> Result
 /// The completion time of the latest completed commit `reader` sees (`None`: none).
 fn latest_completion(reader: &TableReader) -> Option<String> {
     reader.timeline().completed_writes().filter_map(|i| i.completion.clone()).max()
+}
+
+/// A table's lookup cache across generations: `<root>/<n>` are caches (RocksDB databases) and
+/// `<root>/CURRENT` names the one that readers open. A load — the first, or after the changes
+/// since the cached position were cleaned — builds the next generation from the snapshot and
+/// makes it current once it is complete (a rename: readers find the old generation or the
+/// new one, never a half-loaded one); refreshes apply changes to the current one in place.
+/// Removing generations that readers may still have open is the caller's to decide
+/// ([`Self::remove_older`]).
+pub struct CacheGenerations {
+    root: std::path::PathBuf,
+}
+
+impl CacheGenerations {
+    pub fn new(root: &Path) -> CacheGenerations {
+        CacheGenerations { root: root.to_owned() }
+    }
+
+    /// The directory of generation `n`.
+    pub fn dir(&self, n: u64) -> std::path::PathBuf {
+        self.root.join(n.to_string())
+    }
+
+    /// The current generation (`None` before the first load completed).
+    pub fn current(&self) -> Result<Option<u64>> {
+        let path = self.root.join("CURRENT");
+        match std::fs::read_to_string(&path) {
+            Ok(text) => text.trim().parse().map(Some).map_err(|_| {
+                Error::new(ErrorKind::Corrupt, format!("{} does not name a generation", path.display()))
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::new(ErrorKind::Storage, format!("cannot read {}", path.display())).with_source(e)),
+        }
+    }
+
+    /// Opens the current generation for reading, with the reader's own files in `own`.
+    pub fn open_reader(&self, own: &Path, table_schema: &Schema) -> Result<Option<LookupCache>> {
+        let Some(n) = self.current()? else { return Ok(None) };
+        LookupCache::open_reader(&self.dir(n), own, table_schema).map(Some)
+    }
+
+    /// Brings the cache of `definition` up to `reader`'s latest commit: refreshes the current
+    /// generation, or loads a new one when there is none, its definition differs, or the
+    /// changes since its position were cleaned.
+    pub async fn refresh(&self, definition: &CacheDefinition, table_schema: &Schema, reader: &TableReader) -> Result<Applied> {
+        let current = self.current()?;
+        if let Some(n) = current {
+            match LookupCache::open(&self.dir(n), definition, table_schema) {
+                Ok(mut cache) => {
+                    if let Some(applied) = cache.refresh(reader).await? {
+                        return Ok(applied);
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::InvalidArgument => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let next = current.map_or(1, |n| n + 1);
+        let dir = self.dir(next);
+        // A load that did not finish (a crash) left its directory: it starts over.
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).map_err(|e| Error::new(ErrorKind::Storage, format!("cannot remove {}", dir.display())).with_source(e))?;
+        }
+        std::fs::create_dir_all(&self.root).map_err(|e| Error::new(ErrorKind::Storage, format!("cannot create {}", self.root.display())).with_source(e))?;
+        let mut applied = {
+            let mut cache = LookupCache::open(&dir, definition, table_schema)?;
+            cache.load(reader).await?
+        };
+        let path = self.root.join("CURRENT");
+        let temporary = self.root.join("CURRENT.new");
+        let io = |e: std::io::Error| Error::new(ErrorKind::Storage, format!("cannot write {}", path.display())).with_source(e);
+        {
+            use std::io::Write;
+            let mut file = std::fs::File::create(&temporary).map_err(io)?;
+            file.write_all(next.to_string().as_bytes()).map_err(io)?;
+            file.sync_all().map_err(io)?;
+        }
+        std::fs::rename(&temporary, &path).map_err(io)?;
+        applied.loaded_generation = Some(next);
+        Ok(applied)
+    }
+
+    /// Deletes the generations before the current one (once no reader has them open).
+    pub fn remove_older(&self) -> Result<()> {
+        let Some(current) = self.current()? else { return Ok(()) };
+        let entries = std::fs::read_dir(&self.root).map_err(|e| Error::new(ErrorKind::Storage, format!("cannot list {}", self.root.display())).with_source(e))?;
+        for entry in entries.flatten() {
+            let older = entry.file_name().to_str().and_then(|n| n.parse::<u64>().ok()).is_some_and(|n| n < current);
+            if older {
+                std::fs::remove_dir_all(entry.path()).map_err(|e| Error::new(ErrorKind::Storage, format!("cannot remove {}", entry.path().display())).with_source(e))?;
+            }
+        }
+        Ok(())
+    }
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use arrow::array::{ArrayRef, AsArray, RecordBatch, StringArray};
 use arrow::datatypes::Int64Type;
 use common::customers::{local, rows, schema, spec, writer};
-use engine::lookup::{CacheDefinition, LookupCache};
+use engine::lookup::{CacheDefinition, CacheGenerations, LookupCache};
 use engine::ordering::OrderingValue;
 use engine::read::TableReader;
 use engine::services::clean::{clean, CleanOptions};
@@ -63,14 +63,14 @@ async fn a_refreshed_cache_equals_the_merged_snapshot() {
     let storage = local(&dir.path().join("table"));
     let config = create_table(&storage, &spec()).await.unwrap();
     let definition = CacheDefinition { columns: Some(vec!["id".into(), "country".into()]), secondary: vec![vec!["name".into()]] };
-    let cache_dir = dir.path().join("cache");
-    let mut cache = LookupCache::open(&cache_dir, &definition, &schema()).unwrap();
-    assert_eq!(cached_rows(&cache.rows().unwrap()), Vec::<Row>::new());
+    let generations = CacheGenerations::new(&dir.path().join("cache"));
+    assert_eq!(generations.current().unwrap(), None);
     let names = ["ann", "bob", "cy", "di"];
     let countries = ["nl", "be"];
     // The latest ordering value written per (id, country): later writes below it are late.
     let mut newest: BTreeMap<(i64, &str), i64> = BTreeMap::new();
     let mut ts = 1_000;
+    let mut last = Vec::new();
     for step in 0..24 {
         let mut tx = Transaction::begin(storage.clone(), config.clone(), writer(1), LockOptions::default()).await.unwrap();
         let mut upserts = Vec::new();
@@ -98,18 +98,11 @@ async fn a_refreshed_cache_equals_the_merged_snapshot() {
         }
         tx.commit().await.unwrap();
         let compacted = step % 7 == 6;
-        if compacted {
-            compact(&storage, &writer(9), &LockOptions::default(), Duration::from_secs(60)).await.unwrap();
-        }
-        if step == 12 {
-            // Reopened: the cache survives without a reload.
-            let position = cache.position().map(str::to_owned);
-            drop(cache);
-            cache = LookupCache::open(&cache_dir, &definition, &schema()).unwrap();
-            assert_eq!(cache.position().map(str::to_owned), position);
-        }
         let reader = TableReader::open(storage.clone()).await.unwrap();
-        let applied = cache.refresh(&reader).await.unwrap();
+        // Loaded once; every later commit is applied to it (also after reopening it).
+        let applied = generations.refresh(&definition, &schema(), &reader).await.unwrap();
+        assert_eq!(applied.loaded_generation, (step == 0).then_some(1), "seed {seed}, step {step}");
+        let cache = LookupCache::open(&generations.dir(1), &definition, &schema()).unwrap();
         let expected = snapshot_rows(&reader).await;
         let context = format!("seed {seed}, step {step}");
         // The cached rows: id, country and name (the index's column is always cached).
@@ -126,15 +119,18 @@ async fn a_refreshed_cache_equals_the_merged_snapshot() {
         let null: Vec<ArrayRef> = vec![Arc::new(StringArray::from(vec![None::<&str>]))];
         assert_eq!(cache.get_by(0, &null).unwrap().num_rows(), 0);
         assert!(applied.to.is_some() && applied.to != applied.from, "{context}: {applied:?}");
+        assert_eq!(cache.position(), applied.to.as_deref());
+        drop(cache);
         if compacted {
             // A compaction alone changes no row: the next refresh writes nothing.
+            compact(&storage, &writer(9), &LockOptions::default(), Duration::from_secs(60)).await.unwrap();
             let reader = TableReader::open(storage.clone()).await.unwrap();
-            let again = cache.refresh(&reader).await.unwrap();
-            assert_eq!((again.upserts, again.deletes), (0, 0), "{context}");
+            let again = generations.refresh(&definition, &schema(), &reader).await.unwrap();
+            assert_eq!((again.upserts, again.deletes, again.loaded_generation), (0, 0, None), "{context}");
         }
+        last = expected;
     }
-    assert!(cache.position().is_some());
-    let keys: BTreeSet<i64> = cached_rows(&cache.rows().unwrap()).into_iter().map(|r| r.0).collect();
+    let keys: BTreeSet<i64> = last.into_iter().map(|r| r.0).collect();
     assert!(!keys.is_empty(), "seed {seed}: the test wrote nothing that stayed");
 }
 
@@ -146,6 +142,23 @@ async fn a_cache_refuses_another_definition() {
     let other = CacheDefinition { columns: None, secondary: vec![] };
     let err = LookupCache::open(dir.path(), &other, &schema()).err().unwrap();
     assert!(err.to_string().contains("other columns or indexes"), "{err}");
+    // Through the generations, another definition is a new generation.
+    let storage = local(&dir.path().join("table"));
+    create_table(&storage, &spec()).await.unwrap();
+    let generations = CacheGenerations::new(&dir.path().join("generations"));
+    let empty = TableReader::open(storage.clone()).await.unwrap();
+    assert_eq!(generations.refresh(&one, &schema(), &empty).await.unwrap().loaded_generation, Some(1));
+    // Loaded before the first commit, it takes the first commit as a change.
+    let config = engine::table::load_config(&storage).await.unwrap();
+    let mut tx = Transaction::begin(storage.clone(), config, writer(1), LockOptions::default()).await.unwrap();
+    tx.upsert(&rows(&[(1, "ann", "nl", 1)])).await.unwrap();
+    tx.commit().await.unwrap();
+    let written = TableReader::open(storage.clone()).await.unwrap();
+    let applied = generations.refresh(&one, &schema(), &written).await.unwrap();
+    assert_eq!((applied.loaded_generation, applied.upserts), (None, 1));
+    assert_eq!(generations.refresh(&other, &schema(), &written).await.unwrap().loaded_generation, Some(2));
+    let cache = LookupCache::open(&generations.dir(2), &other, &schema()).unwrap();
+    assert_eq!(cached_rows(&cache.rows().unwrap()), vec![(1, "ann".to_owned(), "nl".to_owned())]);
     let missing = CacheDefinition { columns: Some(vec!["nope".into()]), secondary: vec![] };
     let err = LookupCache::open(&dir.path().join("new"), &missing, &schema()).err().unwrap();
     assert!(err.to_string().contains("no column nope"), "{err}");
@@ -165,10 +178,10 @@ async fn a_cache_whose_changes_were_cleaned_is_rebuilt_from_the_snapshot() {
         tx.commit().await.unwrap();
     };
     let definition = CacheDefinition { columns: None, secondary: vec![vec!["name".into()]] };
-    let mut cache = LookupCache::open(&dir.path().join("cache"), &definition, &schema()).unwrap();
+    let generations = CacheGenerations::new(&dir.path().join("cache"));
     let all = |name: &'static str, ts: i64| (1..=8).map(move |id| (id, name, if id % 2 == 0 { "nl" } else { "be" }, ts)).collect::<Vec<_>>();
     commit(&all("first", 10), None).await;
-    cache.refresh(&TableReader::open(storage.clone()).await.unwrap()).await.unwrap();
+    generations.refresh(&definition, &schema(), &TableReader::open(storage.clone()).await.unwrap()).await.unwrap();
     for (round, name) in ["second", "third", "fourth"].into_iter().enumerate() {
         commit(&all(name, 20 + round as i64), (round == 2).then_some(2)).await;
         compact(&storage, &writer(9), &LockOptions::default(), Duration::from_secs(60)).await.unwrap();
@@ -176,10 +189,20 @@ async fn a_cache_whose_changes_were_cleaned_is_rebuilt_from_the_snapshot() {
     let options = CleanOptions { retain_commits: 1, keep_changes_after: None };
     assert!(clean(&storage, &writer(9), &LockOptions::default(), &options).await.unwrap().is_some());
     let reader = TableReader::open(storage.clone()).await.unwrap();
-    let applied = cache.refresh(&reader).await.unwrap();
-    assert!(applied.rebuilt, "{applied:?}");
+    // A reader of the first generation keeps it while the second is loaded.
+    let mut old_reader = generations.open_reader(&dir.path().join("reader"), &schema()).unwrap().unwrap();
+    let applied = generations.refresh(&definition, &schema(), &reader).await.unwrap();
+    assert_eq!(applied.loaded_generation, Some(2), "{applied:?}");
+    assert_eq!(generations.current().unwrap(), Some(2));
+    old_reader.catch_up().unwrap();
+    assert!(cached_rows(&old_reader.rows().unwrap()).iter().all(|r| r.1 == "first"));
+    drop(old_reader);
+    generations.remove_older().unwrap();
+    assert!(!generations.dir(1).exists() && generations.dir(2).exists());
+    let cache = LookupCache::open(&generations.dir(2), &definition, &schema()).unwrap();
     let expected = snapshot_rows(&reader).await;
-    // Key 2 (in nl), which the cache held, was deleted in the last round: the rebuild drops it.
+    // Key 2 (in nl), which the cache held, was deleted in the last round: the new generation
+    // does not have it.
     assert_eq!(expected.len(), 7);
     assert!(!expected.iter().any(|r| r.0 == 2));
     assert_eq!(cached_rows(&cache.rows().unwrap()), expected);
@@ -199,8 +222,7 @@ async fn readers_see_whole_commits_while_the_writer_refreshes() {
     let storage = local(&dir.path().join("table"));
     let config = create_table(&storage, &spec()).await.unwrap();
     let definition = CacheDefinition { columns: None, secondary: vec![vec!["name".into()]] };
-    let primary = dir.path().join("cache");
-    let mut cache = LookupCache::open(&primary, &definition, &schema()).unwrap();
+    let generations = CacheGenerations::new(&dir.path().join("cache"));
     let version = |v: usize| format!("v{v:03}");
     let commit = async |v: usize| {
         let name = version(v);
@@ -210,9 +232,9 @@ async fn readers_see_whole_commits_while_the_writer_refreshes() {
         tx.commit().await.unwrap();
     };
     commit(0).await;
-    cache.refresh(&TableReader::open(storage.clone()).await.unwrap()).await.unwrap();
-    let mut reader = LookupCache::open_reader(&primary, &dir.path().join("reader"), &schema()).unwrap();
-    assert_eq!(reader.position(), cache.position());
+    let loaded = generations.refresh(&definition, &schema(), &TableReader::open(storage.clone()).await.unwrap()).await.unwrap();
+    let mut reader = generations.open_reader(&dir.path().join("reader"), &schema()).unwrap().unwrap();
+    assert_eq!(reader.position(), loaded.to.as_deref());
     let seen_at_open = cached_rows(&reader.rows().unwrap());
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let checker = {
@@ -235,15 +257,16 @@ async fn readers_see_whole_commits_while_the_writer_refreshes() {
             }
         })
     };
+    let mut last = loaded;
     for v in 1..=20 {
         commit(v).await;
-        cache.refresh(&TableReader::open(storage.clone()).await.unwrap()).await.unwrap();
+        last = generations.refresh(&definition, &schema(), &TableReader::open(storage.clone()).await.unwrap()).await.unwrap();
+        assert_eq!(last.loaded_generation, None);
     }
     done.store(true, std::sync::atomic::Ordering::SeqCst);
     let (versions, position) = checker.join().unwrap();
     assert_eq!(seen_at_open.iter().map(|r| r.1.as_str()).collect::<BTreeSet<_>>(), BTreeSet::from(["v000"]));
     // The last catch-up came after the last refresh: the reader ends at the writer's position.
-    assert_eq!(position.as_deref(), cache.position());
+    assert_eq!(position, last.to);
     assert!(versions.contains(&version(20)), "{versions:?}");
-    assert!(cache.refresh(&TableReader::open(storage.clone()).await.unwrap()).await.unwrap().upserts == 0);
 }
