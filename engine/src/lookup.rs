@@ -51,6 +51,9 @@ struct CacheState {
     /// The completion time of the latest commit the cache holds (`""`: loaded before the
     /// table's first commit; `None`: not loaded).
     position: Option<String>,
+    /// How many rows the cache holds.
+    #[serde(default)]
+    rows: u64,
 }
 
 /// What a load or refresh applied.
@@ -64,6 +67,10 @@ pub struct Applied {
     pub deletes: u64,
     /// The generation now current, when this was a load of a new one ([`CacheGenerations`]).
     pub loaded_generation: Option<u64>,
+    /// How many rows the cache holds now.
+    pub rows: u64,
+    /// Rows added minus rows removed.
+    row_change: i64,
 }
 
 /// One table's lookup cache: open by its only writer ([`Self::open`]), or by a reader
@@ -131,7 +138,7 @@ impl LookupCache {
             Some(state) => state,
             None => {
                 // Stored at once: a later open with another definition is refused.
-                let state = CacheState { definition: definition.clone(), columns: cached_columns(definition, table_schema)?, position: None };
+                let state = CacheState { definition: definition.clone(), columns: cached_columns(definition, table_schema)?, position: None, rows: 0 };
                 let mut batch = rocksdb::WriteBatch::default();
                 batch.put(STATE_KEY, encode_state(&state)?);
                 write_durably(&db, batch)?;
@@ -218,6 +225,7 @@ impl LookupCache {
         let mut applied = Applied { from: Some(from.clone()), to: target.clone(), ..Default::default() };
         if target.is_none() || target.as_deref() == Some(from.as_str()) {
             applied.to = Some(from);
+            applied.rows = self.state.rows;
             return Ok(Some(applied));
         }
         let changes = match reader.read_changes(&ChangeRange { start: Some(from), end: target.clone() }, true).await {
@@ -231,6 +239,8 @@ impl LookupCache {
             self.apply(rows, &mut batch, &mut applied)?;
         }
         self.state.position = target;
+        self.state.rows = self.state.rows.saturating_add_signed(applied.row_change);
+        applied.rows = self.state.rows;
         batch.put(STATE_KEY, encode_state(&self.state)?);
         write_durably(&self.db, batch)?;
         Ok(Some(applied))
@@ -255,6 +265,8 @@ impl LookupCache {
             }
         }
         self.state.position = target;
+        self.state.rows = self.state.rows.saturating_add_signed(applied.row_change);
+        applied.rows = self.state.rows;
         let mut batch = rocksdb::WriteBatch::default();
         batch.put(STATE_KEY, encode_state(&self.state)?);
         write_durably(&self.db, batch)?;
@@ -300,9 +312,12 @@ impl LookupCache {
             .collect::<Result<Vec<_>>>()?;
         for row in 0..rows.num_rows() {
             let key = row_key(keys.value(row), partitions.value(row));
+            // Snapshot rows go into an empty cache. A change's existing row gives up its
+            // secondary entries first (its join key may change).
+            let mut existed = false;
             if operations.is_some() {
-                // (Snapshot rows go into an empty cache.) An existing row's secondary entries go first (its join key may change).
                 if let Some(old) = self.db.get(&key).map_err(rocks_error("reading", self.db.path()))? {
+                    existed = true;
                     for (index, entry) in self.secondary_entries(&old, &key)?.into_iter().enumerate() {
                         if let Some(join_key) = entry {
                             batch.delete(secondary_key(index, &join_key, &key));
@@ -313,8 +328,10 @@ impl LookupCache {
             if deleted(row) {
                 batch.delete(&key);
                 applied.deletes += 1;
+                applied.row_change -= i64::from(existed);
                 continue;
             }
+            applied.row_change += i64::from(!existed);
             batch.put(&key, encoded.row(row).as_ref());
             for (index, (join_keys, nulls)) in secondary_keys.iter().enumerate() {
                 // NULL join keys match nothing, so they are not indexed.

@@ -120,6 +120,7 @@ async fn a_refreshed_cache_equals_the_merged_snapshot() {
         assert_eq!(cache.get_by(0, &null).unwrap().num_rows(), 0);
         assert!(applied.to.is_some() && applied.to != applied.from, "{context}: {applied:?}");
         assert_eq!(cache.position(), applied.to.as_deref());
+        assert_eq!(applied.rows as usize, expected.len(), "{context}");
         drop(cache);
         if compacted {
             // A compaction alone changes no row: the next refresh writes nothing.

@@ -4,6 +4,7 @@ pub mod archive;
 pub mod clean;
 pub mod compaction;
 pub mod create;
+pub mod lookup;
 pub mod tables;
 
 use pgrx::prelude::*;

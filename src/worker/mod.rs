@@ -233,9 +233,24 @@ pub extern "C-unwind" fn pg_hudi_database_worker_main(argument: pg_sys::Datum) {
     }
     finish_pending_commits();
     services::run_round();
+    if !crate::runtime::stopping() && !BackgroundWorker::sigterm_received() {
+        refresh_lookup_caches();
+    }
     if crate::runtime::stopping() || BackgroundWorker::sigterm_received() {
         log!("{WORKER_NAME} stopped before the end of its round");
     }
+}
+
+/// Brings this database's lookup caches up to date, in a transaction of its own; a failed
+/// cache is recorded in `hudi.lookup_caches` and logged.
+fn refresh_lookup_caches() {
+    BackgroundWorker::transaction(|| {
+        for (relid, outcome) in crate::api::lookup::refresh_all() {
+            if let Err(e) = outcome {
+                log!("{WORKER_NAME}: refreshing the lookup cache of table {} failed: {e}", crate::fdw::table::relation_name(relid));
+            }
+        }
+    });
 }
 
 /// One round of finishing committed writes ([`crate::intents`]), in a transaction of its own.

@@ -176,7 +176,7 @@ pub(crate) fn in_subtransaction<R>(f: impl FnOnce() -> R) -> Result<R, String> {
 }
 
 /// Runs `f` as `role`, as a SECURITY DEFINER function owned by it would.
-fn as_role<R>(role: pg_sys::Oid, f: impl FnOnce() -> R) -> R {
+pub(crate) fn as_role<R>(role: pg_sys::Oid, f: impl FnOnce() -> R) -> R {
     let (mut user, mut context) = (pg_sys::Oid::INVALID, 0);
     // SAFETY: saving and restoring the user id, on the main thread inside a transaction; an
     // ERROR inside resets it with the subtransaction's abort.

@@ -1,0 +1,42 @@
+-- Lookup caches (DESIGN.md, "Lookup cache"): a table's merged rows in RocksDB on this server,
+-- by record key and by secondary keys, loaded and kept current by the background worker.
+--
+--   SELECT hudi.create_lookup_cache('customers', '{id}');        -- the unique index
+--   SELECT hudi.create_lookup_cache('customers', '{country}');   -- a secondary index
+--   SELECT * FROM hudi.lookup_caches;
+--
+-- One cache per table holds every index created for it, under
+-- $PGDATA/pg_hudi/lookup/<database oid>/<table oid>/ (generations: a new one is loaded when the
+-- indexes change or the table was cleaned past the cached commit).
+CREATE TABLE hudi.lookup_cache_keys (
+    relation oid NOT NULL,
+    keys text[] NOT NULL,                  -- the indexed columns, as given
+    columns text[],                        -- the cached columns (NULL: all of them)
+    kind text NOT NULL CHECK (kind IN ('unique', 'secondary')),
+    created timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (relation, keys)
+);
+REVOKE ALL ON hudi.lookup_cache_keys FROM PUBLIC;
+
+CREATE TABLE hudi.lookup_cache_state (
+    relation oid PRIMARY KEY,
+    generation bigint,                     -- the generation readers open
+    position text,                         -- the completion time of the latest commit it holds
+    rows bigint,                           -- rows written by the load and the refreshes since
+    state text NOT NULL DEFAULT 'loading' CHECK (state IN ('loading', 'ready', 'failed')),
+    error text,
+    loaded_at timestamptz,                 -- when the current generation was loaded
+    refreshed_at timestamptz               -- when the worker or a refresh last brought it up to date
+);
+REVOKE ALL ON hudi.lookup_cache_state FROM PUBLIC;
+
+CREATE VIEW hudi.lookup_caches AS
+SELECT k.relation::regclass AS "table", k.keys, k.kind, k.columns,
+       s.position AS cached_instant, s.generation, s.rows,
+       hudi.lookup_cache_bytes(k.relation) AS bytes,
+       COALESCE(s.state, 'loading') AS state, s.error, s.loaded_at, s.refreshed_at
+FROM hudi.lookup_cache_keys k
+LEFT JOIN hudi.lookup_cache_state s ON s.relation = k.relation
+WHERE hudi.may_see_services(k.relation)
+ORDER BY k.relation::regclass::text, k.keys;
+GRANT SELECT ON hudi.lookup_caches TO PUBLIC;

@@ -1,0 +1,122 @@
+"""Lookup caches from SQL (hudi.create_lookup_cache, hudi.refresh_lookup_cache,
+hudi.drop_lookup_cache, hudi.lookup_caches) and kept current by the worker. What a cache holds
+is checked row by row against the merged snapshot in the engine's tests (engine/tests/lookup.rs);
+here: the declarations, the state the view shows against the table (rows, cached instant), new
+generations when the indexes change, errors, and the worker's loads, refreshes, restarts and
+removals."""
+
+from conftest import refused, serve_databases, wait_for
+
+STATE = "SELECT keys, kind, state, rows, cached_instant, generation FROM hudi.lookup_caches ORDER BY keys"
+
+
+def _insert(conn, ids, name, ts):
+    conn.execute("INSERT INTO customers SELECT g, %s || g, (ARRAY['nl','be','fr'])[g %% 3 + 1], g, %s::timestamptz "
+                 "FROM unnest(%s::bigint[]) g", (name, ts, ids))
+
+
+def _cache_dir(conn, table):
+    data = conn.execute("SHOW data_directory").fetchone()[0]
+    db, rel = conn.execute("SELECT d.oid, %s::regclass::oid FROM pg_database d WHERE datname = current_database()",
+                           (table,)).fetchone()
+    import pathlib
+    return pathlib.Path(data) / "pg_hudi/lookup" / str(db) / str(rel)
+
+
+def test_declared_caches_refresh_from_sql_and_follow_the_table(lake, cluster):
+    conn, _ = lake
+    _insert(conn, list(range(1, 101)), "a", "2026-01-01")
+    conn.execute("SELECT hudi.create_lookup_cache('customers', '{id}')")
+    conn.execute("SELECT hudi.create_lookup_cache('customers', '{name}', '{balance}')")
+    # Not loaded yet: the worker does that (these clusters serve no database until asked).
+    assert conn.execute(STATE).fetchall() == [(["id"], "unique", "loading", None, None, None),
+                                              (["name"], "secondary", "loading", None, None, None)]
+    latest = conn.execute("SELECT hudi.latest_commit('customers')").fetchone()[0]
+    assert conn.execute("SELECT hudi.refresh_lookup_cache('customers')").fetchone() == (latest,)
+    assert conn.execute(STATE).fetchall() == [(["id"], "unique", "ready", 100, latest, 1),
+                                              (["name"], "secondary", "ready", 100, latest, 1)]
+    assert conn.execute("SELECT bool_and(bytes > 0) FROM hudi.lookup_caches").fetchone() == (True,)
+    # Writes: new keys, updates, deletes; a refresh applies them to the same generation.
+    _insert(conn, list(range(90, 131)), "b", "2026-01-02")
+    conn.execute("DELETE FROM customers WHERE id % 10 = 7")
+    count = conn.execute("SELECT count(*) FROM customers").fetchone()[0]
+    latest = conn.execute("SELECT hudi.latest_commit('customers')").fetchone()[0]
+    assert conn.execute("SELECT hudi.refresh_lookup_cache('customers')").fetchone() == (latest,)
+    assert conn.execute(STATE).fetchall()[0] == (["id"], "unique", "ready", count, latest, 1)
+    # Nothing new: nothing changes.
+    loaded = conn.execute("SELECT loaded_at FROM hudi.lookup_caches").fetchall()
+    assert conn.execute("SELECT hudi.refresh_lookup_cache('customers')").fetchone() == (latest,)
+    assert conn.execute("SELECT loaded_at FROM hudi.lookup_caches").fetchall() == loaded
+    # Another set of indexes is another cache: a new generation, loaded from the snapshot.
+    conn.execute("SELECT hudi.drop_lookup_cache('customers', '{name}')")
+    conn.execute("SELECT hudi.refresh_lookup_cache('customers')")
+    assert conn.execute(STATE).fetchall() == [(["id"], "unique", "ready", count, latest, 2)]
+    root = _cache_dir(conn, "customers")
+    assert sorted(p.name for p in root.iterdir()) == ["2", "CURRENT"]
+
+
+def test_bad_declarations_are_refused_and_change_nothing(lake, cluster):
+    conn, _ = lake
+    conn.execute("SELECT hudi.create_lookup_cache('customers', '{id}')")
+    assert refused(conn, "SELECT hudi.create_lookup_cache('customers', '{id}')") == "42710"
+    assert refused(conn, "SELECT hudi.create_lookup_cache('customers', '{nope}')") == "42703"
+    assert refused(conn, "SELECT hudi.create_lookup_cache('customers', '{country}', '{_hoodie_record_key}')") == "42703"
+    assert refused(conn, "SELECT hudi.create_lookup_cache('customers', '{}')") == "22023"
+    assert refused(conn, "SELECT hudi.drop_lookup_cache('customers', '{country}')") == "42704"
+    conn.execute("CREATE TABLE plain (id int)")
+    assert refused(conn, "SELECT hudi.create_lookup_cache('plain', '{id}')") == "42809"
+    conn.execute("CREATE ROLE reader")
+    conn.execute("GRANT SELECT ON customers TO reader")
+    conn.execute("SET ROLE reader")
+    assert refused(conn, "SELECT hudi.create_lookup_cache('customers', '{name}')") == "42501"
+    assert refused(conn, "SELECT hudi.refresh_lookup_cache('customers')") == "42501"
+    assert refused(conn, "SELECT hudi.drop_lookup_cache('customers', '{id}')") == "42501"
+    # A role that may read the table sees its caches.
+    assert conn.execute("SELECT keys FROM hudi.lookup_caches").fetchall() == [(["id"],)]
+    conn.execute("RESET ROLE")
+    conn.execute("CREATE FOREIGN TABLE other (id bigint, name text) SERVER lake OPTIONS (path 'customers')")
+    assert refused(conn, "SELECT hudi.refresh_lookup_cache('other')") == "42704"
+    assert conn.execute("SELECT keys, state FROM hudi.lookup_caches").fetchall() == [(["id"], "loading")]
+
+
+def test_the_worker_loads_refreshes_keeps_and_removes_caches(lake, cluster):
+    conn, _ = lake
+    _insert(conn, list(range(1, 201)), "a", "2026-01-01")
+    conn.execute("SELECT hudi.create_lookup_cache('customers', '{id}')")
+    conn.execute("SELECT hudi.create_lookup_cache('customers', '{country, name}')")
+    serve_databases(conn)
+
+    def caught_up():
+        count = conn.execute("SELECT count(*) FROM customers").fetchone()[0]
+        latest = conn.execute("SELECT hudi.latest_commit('customers')").fetchone()[0]
+        return conn.execute("SELECT bool_and(state = 'ready' AND rows = %s AND cached_instant = %s) FROM hudi.lookup_caches",
+                            (count, latest)).fetchone() == (True,)
+    wait_for("the worker's load", caught_up)
+    _insert(conn, list(range(150, 260)), "b", "2026-01-02")
+    conn.execute("DELETE FROM customers WHERE id < 20")
+    wait_for("the worker's refresh", caught_up)
+    (loaded,) = conn.execute("SELECT DISTINCT (generation, loaded_at)::text FROM hudi.lookup_caches").fetchone()
+    # A restart keeps the cache: the worker goes on with the same generation.
+    conn.close()
+    cluster.stop()
+    cluster.start()
+    conn = cluster.connect()
+    serve_databases(conn)  # a start of a test cluster serves no database again
+    _insert(conn, [500], "c", "2026-01-03")
+    wait_for("the refresh after the restart", caught_up)
+    assert conn.execute("SELECT DISTINCT (generation, loaded_at)::text FROM hudi.lookup_caches").fetchone() == (loaded,)
+    # A dropped table's cache goes with it.
+    conn.execute("CREATE FOREIGN TABLE again (id bigint, name text, country text, balance numeric(12, 2), ts timestamptz) "
+                 "SERVER lake OPTIONS (path 'customers')")
+    conn.execute("SELECT hudi.create_lookup_cache('again', '{name}')")
+    again = _cache_dir(conn, "again")
+    wait_for("the second table's cache", lambda: again.exists())
+    conn.execute("DROP FOREIGN TABLE again")
+    wait_for("the dropped table's cache to go", lambda: not again.exists())
+    # Without an index left, the worker removes the cache from disk.
+    root = _cache_dir(conn, "customers")
+    assert root.exists()
+    conn.execute("SELECT hudi.drop_lookup_cache('customers', '{id}')")
+    conn.execute("SELECT hudi.drop_lookup_cache('customers', '{country, name}')")
+    wait_for("the cache's removal", lambda: not root.exists())
+    assert conn.execute("SELECT count(*) FROM hudi.lookup_cache_state").fetchone() == (0,)
