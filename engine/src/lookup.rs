@@ -286,7 +286,7 @@ impl LookupCache {
         let partitions = text(META_FIELDS[PARTITION_PATH_COLUMN])?;
         let operations = rows.column_by_name(OPERATION_COLUMN).map(|c| c.as_string::<i32>().clone());
         let deleted = |row: usize| operations.as_ref().is_some_and(|o| o.value(row) == "D");
-        // The cached columns of the rows that are not deletes, encoded together.
+        // The cached columns of every row, encoded together (those of a delete go unused).
         let cached: Vec<ArrayRef> = self
             .schema
             .fields()
