@@ -120,3 +120,26 @@ def test_the_worker_loads_refreshes_keeps_and_removes_caches(lake, cluster):
     conn.execute("SELECT hudi.drop_lookup_cache('customers', '{country, name}')")
     wait_for("the cache's removal", lambda: not root.exists())
     assert conn.execute("SELECT count(*) FROM hudi.lookup_cache_state").fetchone() == (0,)
+
+
+def test_a_cache_holds_cleaning_back_as_a_consumer_does(lake, cluster):
+    """The cached instant is a consumer position: a clean keeps the files the next refresh
+    reads, so it applies the changes to the same generation instead of loading a new one."""
+    conn, _ = lake
+    conn.execute("ALTER FOREIGN TABLE customers OPTIONS (ADD clean_retain_commits '1')")
+    _insert(conn, list(range(1, 31)), "a", "2026-01-01")
+    conn.execute("SELECT hudi.create_lookup_cache('customers', '{id}')")
+    conn.execute("SELECT hudi.refresh_lookup_cache('customers')")
+    for day in range(2, 5):
+        _insert(conn, list(range(1, 31)), f"d{day}-", f"2026-01-0{day}")
+        conn.execute("SELECT * FROM hudi.compact('customers')")
+    notices = []
+    conn.add_notice_handler(lambda n: notices.append(n.message_primary))
+    conn.execute("SELECT * FROM hudi.clean('customers')")
+    latest = conn.execute("SELECT hudi.latest_commit('customers')").fetchone()[0]
+    assert conn.execute("SELECT hudi.refresh_lookup_cache('customers')").fetchone() == (latest,)
+    assert conn.execute(STATE).fetchall() == [(["id"], "unique", "ready", 30, latest, 1)]
+    # Without the cache, the same clean removes what it kept.
+    conn.execute("SELECT hudi.drop_lookup_cache('customers', '{id}')")
+    (cleaned,) = conn.execute("SELECT count(*) FROM hudi.clean('customers')").fetchone()
+    assert cleaned == 1, notices

@@ -72,12 +72,17 @@ fn clean_options(table: &ForeignHudiTable, local: Vec<ConsumerPosition>) -> Clea
 /// of any role): their positions and when they last consumed.
 fn local_positions(location: &StorageUri) -> Vec<ConsumerPosition> {
     // Row-level security shows each role its own positions only; the cleaner needs them all.
+    // A lookup cache reads changes from its cached instant on, as a consumer does.
     let rows: Vec<(pg_sys::Oid, String, String, i64)> = crate::intents::as_pg_hudi(|| {
         Spi::connect(|client| {
             let rows = client
                 .select(
                     "SELECT relation::pg_catalog.oid, pg_catalog.format('%s/%s', role, consumer), position, \
-                            (pg_catalog.date_part('epoch', updated_at) * 1000)::bigint FROM hudi.consumer_positions",
+                            (pg_catalog.date_part('epoch', updated_at) * 1000)::bigint FROM hudi.consumer_positions \
+                     UNION ALL \
+                     SELECT relation, pg_catalog.format('lookup cache of %s', relation::pg_catalog.regclass), position, \
+                            (pg_catalog.date_part('epoch', refreshed_at) * 1000)::bigint \
+                     FROM hudi.lookup_cache_state WHERE position IS NOT NULL AND refreshed_at IS NOT NULL",
                     None,
                     &[],
                 )
