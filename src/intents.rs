@@ -184,18 +184,10 @@ pub fn forget_completed() {
 /// (the Hudi tables themselves are not predicate-locked; their timeline is read as of now, and
 /// so are the intents).
 pub fn committed_instants(location: &str) -> Vec<String> {
+    let Some(relid) = own_table(c"commit_intents") else { return Vec::new() };
     // SAFETY: a read-only scan of pg_hudi's own heap table inside a transaction, on the main
     // thread; the relation is locked while it is read, and every datum is copied out.
     unsafe {
-        let schema = pg_sys::get_namespace_oid(c"hudi".as_ptr(), true);
-        let relid = if schema == pg_sys::Oid::INVALID {
-            pg_sys::Oid::INVALID
-        } else {
-            pg_sys::get_relname_relid(c"commit_intents".as_ptr(), schema)
-        };
-        if relid == pg_sys::Oid::INVALID {
-            return Vec::new();
-        }
         let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
         let relation = pg_sys::table_open(relid, lock);
         let tupdesc = (*relation).rd_att;
@@ -357,11 +349,20 @@ pub fn finish_committed(location: Option<&str>, owned_only: bool) -> Vec<(Intent
 }
 
 /// Whether this database has pg_hudi's intents table (the worker may run where it has not;
-/// DROP EXTENSION may have removed it), by catalog lookups without SQL.
+/// DROP EXTENSION may have removed it).
 pub fn table_exists() -> bool {
+    own_table(c"commit_intents").is_some()
+}
+
+/// The oid of pg_hudi's own table `name` in schema `hudi`, by catalog lookups without SQL;
+/// `None` where the extension is not installed.
+pub(crate) fn own_table(name: &std::ffi::CStr) -> Option<pg_sys::Oid> {
     // SAFETY: syscache lookups inside a transaction, on the main thread.
     unsafe {
         let schema = pg_sys::get_namespace_oid(c"hudi".as_ptr(), true);
-        schema != pg_sys::Oid::INVALID && pg_sys::get_relname_relid(c"commit_intents".as_ptr(), schema) != pg_sys::Oid::INVALID
+        if schema == pg_sys::Oid::INVALID {
+            return None;
+        }
+        Some(pg_sys::get_relname_relid(name.as_ptr(), schema)).filter(|oid| *oid != pg_sys::Oid::INVALID)
     }
 }

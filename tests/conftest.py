@@ -174,12 +174,27 @@ def kill_backend_and_wait(cluster, pid):
     wait_for("the cluster to come back", recovered, timeout=60)
 
 
-def lock_held(table):
-    """Whether the table lock's latest epoch is not released (it may have expired)."""
+def _unreleased_lock_epoch(table):
+    """The table lock's latest epoch file while it is not released (it may have expired)."""
     epochs = table / ".hoodie/.locks/epochs"
     names = {p.name for p in epochs.iterdir()} if epochs.exists() else set()
     numbered = sorted(n for n in names if n.isdigit())
-    return bool(numbered) and f"{numbered[-1]}.released" not in names
+    return epochs / numbered[-1] if numbered and f"{numbered[-1]}.released" not in names else None
+
+
+def lock_held(table):
+    """Whether the table lock's latest epoch is not released (it may have expired)."""
+    return _unreleased_lock_epoch(table) is not None
+
+
+def lock_holder(table):
+    """The owner (`node:pid`) of the table lock's latest epoch while it is not released."""
+    import json
+    epoch = _unreleased_lock_epoch(table)
+    try:
+        return json.loads(epoch.read_text())["owner"] if epoch else None
+    except (FileNotFoundError, json.JSONDecodeError):  # replaced by a newer epoch meanwhile
+        return None
 
 
 def commit_on_a_thread(cluster, settings, statements):

@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from conftest import commit_on_a_thread, kill_backend_and_wait, our_rows, reference_rows, refused, wait_for
+from conftest import commit_on_a_thread, kill_backend_and_wait, lock_holder, our_rows, reference_rows, refused, wait_for
 
 
 def _pending_instants(table):
@@ -134,18 +134,6 @@ def test_a_backend_killed_after_postgresql_committed_loses_nothing(lake, cluster
     session.close()
 
 
-def _lock_holder(table):
-    """The owner (`node:pid`) of the table lock's latest epoch while it is not released."""
-    epochs = table / ".hoodie/.locks/epochs"
-    numbers = sorted(p.name for p in epochs.glob("*") if p.name.isdigit()) if epochs.exists() else []
-    if not numbers or (epochs / f"{numbers[-1]}.released").exists():
-        return None
-    try:
-        return json.loads((epochs / numbers[-1]).read_text())["owner"]
-    except (FileNotFoundError, json.JSONDecodeError):
-        return None
-
-
 def test_a_terminated_backend_does_not_wait_for_the_table_lock_after_committing(lake, cluster):
     """After PostgreSQL committed, interrupts are held while the Hudi completion waits for the
     table lock; pg_terminate_backend still ends the backend at once (not after the lock's
@@ -162,7 +150,7 @@ def test_a_terminated_backend_does_not_wait_for_the_table_lock_after_committing(
     holder, holder_pid, holder_thread, holder_outcome = commit_on_a_thread(
         cluster, "hudi.debug_pause_before_complete = '10s'",
         ["INSERT INTO customers VALUES (1, 'holder', 'nl', 1, '2026-01-01')", "INSERT INTO audit VALUES (1)"])
-    wait_for("the holder to pause with the table lock", lambda: (_lock_holder(path) or "").endswith(f":{holder_pid}"))
+    wait_for("the holder to pause with the table lock", lambda: (lock_holder(path) or "").endswith(f":{holder_pid}"))
     waiter_thread = threading.Thread(target=lambda: refused(waiter, "COMMIT"), daemon=True)
     waiter_thread.start()
     wait_for("the waiter's PostgreSQL commit", lambda: _audited(conn) == [1, 2])
@@ -170,7 +158,7 @@ def test_a_terminated_backend_does_not_wait_for_the_table_lock_after_committing(
     gone = "SELECT count(*) FROM pg_stat_activity WHERE pid = %s"
     wait_for("the waiter to end", lambda: conn.execute(gone, (waiter_pid,)).fetchone() == (0,), timeout=5)
     # It ended while the holder still holds the lock: it did not wait for it.
-    assert (_lock_holder(path) or "").endswith(f":{holder_pid}")
+    assert (lock_holder(path) or "").endswith(f":{holder_pid}")
     assert len(_pending_instants(path)) == 2
     holder_thread.join(30)
     assert holder_outcome == [None]

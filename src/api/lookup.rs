@@ -37,7 +37,7 @@ fn databases_root() -> PathBuf {
 }
 
 fn spi_error(e: pgrx::spi::SpiError) -> ! {
-    raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, format!("pg_hudi's lookup cache catalog: {e}"), None)
+    crate::error::spi_failed("lookup caches", e)
 }
 
 /// `hudi.create_lookup_cache(table, keys, columns)`: declares an index of `table`'s lookup
@@ -66,27 +66,18 @@ fn create_lookup_cache(table: PgRelation, keys: Vec<String>, columns: default!(O
     let record_key = &reader.config().record_key_fields;
     let unique = keys.len() == record_key.len() && record_key.iter().all(|k| keys.contains(k));
     let kind = if unique { "unique" } else { "secondary" };
-    let args: Vec<DatumWithOid> = vec![table.oid().into(), keys.clone().into(), columns.into(), kind.into()];
-    let inserted = as_pg_hudi(|| {
-        Spi::get_one_with_args::<i64>(
-            "WITH inserted AS (INSERT INTO hudi.lookup_cache_keys (relation, keys, columns, kind) VALUES ($1, $2, $3, $4) \
-             ON CONFLICT DO NOTHING RETURNING 1) SELECT count(*) FROM inserted",
-            &args,
-        )
-        .unwrap_or_else(|e| spi_error(e))
-    });
-    if inserted != Some(1) {
+    let inserted = catalog_rows(
+        "INSERT INTO hudi.lookup_cache_keys (relation, keys, columns, kind) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+        vec![table.oid().into(), keys.clone().into(), columns.into(), kind.into()],
+    );
+    if inserted != 1 {
         raise(
             PgSqlErrorCode::ERRCODE_DUPLICATE_OBJECT,
             format!("foreign table \"{}\" already has a lookup cache on {}", table.name(), keys.join(", ")),
             None,
         );
     }
-    let args: Vec<DatumWithOid> = vec![table.oid().into()];
-    as_pg_hudi(|| {
-        Spi::run_with_args("INSERT INTO hudi.lookup_cache_state (relation) VALUES ($1) ON CONFLICT DO NOTHING", &args)
-            .unwrap_or_else(|e| spi_error(e))
-    });
+    catalog_rows("INSERT INTO hudi.lookup_cache_state (relation) VALUES ($1) ON CONFLICT DO NOTHING", vec![table.oid().into()]);
     // SAFETY: a plain read of a backend global.
     crate::worker::wake::request(unsafe { pg_sys::MyDatabaseId });
 }
@@ -96,30 +87,19 @@ fn create_lookup_cache(table: PgRelation, keys: Vec<String>, columns: default!(O
 #[pg_extern(volatile)]
 fn drop_lookup_cache(table: PgRelation, keys: Vec<String>) {
     require_owner(&table, "drop its lookup cache");
-    let args: Vec<DatumWithOid> = vec![table.oid().into(), keys.clone().into()];
-    let deleted = as_pg_hudi(|| {
-        Spi::get_one_with_args::<i64>(
-            "WITH deleted AS (DELETE FROM hudi.lookup_cache_keys WHERE relation = $1 AND keys = $2 RETURNING 1) SELECT count(*) FROM deleted",
-            &args,
-        )
-        .unwrap_or_else(|e| spi_error(e))
-    });
-    if deleted != Some(1) {
+    let deleted = catalog_rows("DELETE FROM hudi.lookup_cache_keys WHERE relation = $1 AND keys = $2", vec![table.oid().into(), keys.clone().into()]);
+    if deleted != 1 {
         raise(
             PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
             format!("foreign table \"{}\" has no lookup cache on {}", table.name(), keys.join(", ")),
             None,
         );
     }
-    let args: Vec<DatumWithOid> = vec![table.oid().into()];
-    as_pg_hudi(|| {
-        Spi::run_with_args(
-            "DELETE FROM hudi.lookup_cache_state s WHERE relation = $1 \
-             AND NOT EXISTS (SELECT 1 FROM hudi.lookup_cache_keys k WHERE k.relation = s.relation)",
-            &args,
-        )
-        .unwrap_or_else(|e| spi_error(e))
-    });
+    catalog_rows(
+        "DELETE FROM hudi.lookup_cache_state s WHERE relation = $1 \
+         AND NOT EXISTS (SELECT 1 FROM hudi.lookup_cache_keys k WHERE k.relation = s.relation)",
+        vec![table.oid().into()],
+    );
     // SAFETY: a plain read of a backend global.
     crate::worker::wake::request(unsafe { pg_sys::MyDatabaseId });
 }
@@ -135,6 +115,13 @@ fn refresh_lookup_cache(table: PgRelation) -> Option<String> {
     let args: Vec<DatumWithOid> = vec![CACHE_LOCK_CLASS.into(), (table.oid().to_u32() as i32).into()];
     Spi::run_with_args("SELECT pg_catalog.pg_advisory_xact_lock($1, $2)", &args).unwrap_or_else(|e| spi_error(e));
     refresh(table.oid()).unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_EXTERNAL_ROUTINE_EXCEPTION, e, None))
+}
+
+/// Runs `statement` (an INSERT, UPDATE or DELETE of pg_hudi's catalog) as pg_hudi; returns
+/// how many rows it changed.
+fn catalog_rows(statement: &str, args: Vec<DatumWithOid>) -> u64 {
+    as_pg_hudi(|| Spi::connect_mut(|client| client.update(statement, None, &args).map(|changed| changed.len() as u64)))
+        .unwrap_or_else(|e| spi_error(e))
 }
 
 fn has_cache(relid: pg_sys::Oid) -> bool {
@@ -227,12 +214,7 @@ pub(crate) fn refresh(relid: pg_sys::Oid) -> Result<Option<String>, String> {
 /// index declared any more (their last index dropped, or the table). Returns what it did, per
 /// table, for the log.
 pub(crate) fn refresh_all() -> Vec<(pg_sys::Oid, Result<Option<String>, String>)> {
-    // SAFETY: syscache lookups inside a transaction, on the main thread.
-    let declared = unsafe {
-        let schema = pg_sys::get_namespace_oid(c"hudi".as_ptr(), true);
-        schema != pg_sys::Oid::INVALID && pg_sys::get_relname_relid(c"lookup_cache_keys".as_ptr(), schema) != pg_sys::Oid::INVALID
-    };
-    if !declared {
+    if crate::intents::own_table(c"lookup_cache_keys").is_none() {
         return Vec::new();
     }
     // Declarations of dropped tables go with them (their caches then leave the disk below).
