@@ -68,6 +68,10 @@ pub static WRITE_BATCH_ROWS: GucSetting<i32> = GucSetting::<i32>::new(100_000);
 /// blocks name the base-file rows they replace (otherwise by record key, as for other slices).
 pub static USE_RECORD_POSITIONS: GucSetting<bool> = GucSetting::<bool>::new(true);
 
+/// `hudi.enable_lookup_cache`: whether the planner may answer equality on all of a lookup
+/// cache's keys from the cache ([`crate::fdw::lookup`]) instead of scanning the lake.
+pub static ENABLE_LOOKUP_CACHE: GucSetting<bool> = GucSetting::<bool>::new(true);
+
 /// `hudi.cache_table_state`: whether a backend keeps tables' state between statements and
 /// checks it with one timeline listing ([`crate::fdw::table_state`]); off lists every table's
 /// files for every statement (for files placed by hand, outside any Hudi instant).
@@ -119,6 +123,14 @@ pub fn register() {
         c"Whether scans of Hudi tables merge log blocks into base files by the record positions the blocks carry.",
         c"Off merges every file slice by record key (Hudi's hoodie.merge.use.record.positions).",
         &USE_RECORD_POSITIONS,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_bool_guc(
+        c"hudi.enable_lookup_cache",
+        c"Whether queries may find rows of Hudi tables in their lookup caches.",
+        c"Off plans every scan of a Hudi table as a scan of its files, as enable_indexscan does for indexes.",
+        &ENABLE_LOOKUP_CACHE,
         GucContext::Userset,
         GucFlags::default(),
     );

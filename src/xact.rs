@@ -277,6 +277,12 @@ pub struct OwnWrites {
     pub files: Vec<(String, u64)>,
 }
 
+/// Whether this transaction has an open write to the table at `location` (its reads must see
+/// it, which only a read of the table's files does).
+pub fn writes_to(location: &str) -> bool {
+    OPEN.with(|open| open.borrow().values().any(|w| w.location == location))
+}
+
 /// Prepares a read of the table at `location` in this transaction: writes out the rows its
 /// open writes buffered, and returns what they wrote, which the read must see (a transaction
 /// reads its own writes).

@@ -8,6 +8,11 @@
 //! - `s` index number (u16) join key length (u32) join key, record key `\0` partition path —
 //!   empty; the join key in Arrow's row format of the index's columns.
 //!
+//! Filters: a prefix bloom filter over the record key of `r` keys and the index and join key
+//! of `s` keys ([`key_prefix`]), so that a probe for an absent key seldom reads a data block.
+//! Index and filter blocks live in each instance's small block cache (readers in backends:
+//! memory that does not grow with the table; the files are shared through the page cache).
+//!
 //! The write-ahead log is off. Each refresh is one write batch, with the new cached position
 //! in it, flushed at once: readers (RocksDB secondaries, which catch up from flushed files) and
 //! a restart after a crash see a whole applied commit or none of it. A load fills a new
@@ -27,6 +32,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, ErrorKind, Result};
 use crate::read::{ChangeRange, TableReader, OPERATION_COLUMN};
 use crate::read::schema::{META_FIELDS, PARTITION_PATH_COLUMN, RECORD_KEY_COLUMN};
+use crate::table::keygen::{self, KeyFormat};
 
 const STATE_KEY: &[u8] = b"m";
 const ROW_TAG: u8 = b'r';
@@ -54,6 +60,115 @@ struct CacheState {
     /// How many rows the cache holds.
     #[serde(default)]
     rows: u64,
+    /// The table's record key fields.
+    #[serde(default)]
+    record_key_fields: Vec<String>,
+    /// How the cached rows' record keys are made of their key fields' values: what a probe
+    /// by those values needs to find them.
+    #[serde(default)]
+    record_keys: RecordKeys,
+}
+
+/// What the rows a cache took in say about their record keys.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+enum RecordKeys {
+    /// No row yet.
+    Unseen,
+    /// Every row's record key is its key fields' values in this format.
+    Derived(KeyFormat),
+    /// Some row's is not (another key generator), or the cache predates this check.
+    #[default]
+    Unknown,
+}
+
+impl RecordKeys {
+    /// What is known after also taking in the rows of `rows` for which `counts` is true, whose
+    /// record keys are `keys`.
+    fn after(self, fields: &[String], rows: &RecordBatch, keys: &arrow::array::StringArray, counts: impl Fn(usize) -> bool) -> RecordKeys {
+        let candidates: Vec<KeyFormat> = match self {
+            RecordKeys::Unknown => return RecordKeys::Unknown,
+            RecordKeys::Derived(format) => vec![format],
+            RecordKeys::Unseen if fields.len() == 1 => vec![KeyFormat::Value, KeyFormat::Named],
+            RecordKeys::Unseen => vec![KeyFormat::Named],
+        };
+        let counted: Vec<usize> = (0..rows.num_rows()).filter(|&row| counts(row)).collect();
+        if counted.is_empty() {
+            return self;
+        }
+        let Some(columns) = fields.iter().map(|f| rows.column_by_name(f).cloned()).collect::<Option<Vec<ArrayRef>>>() else {
+            return RecordKeys::Unknown;
+        };
+        for format in candidates {
+            let Ok(derived) = keygen::record_keys(fields, &columns, format) else { continue };
+            if counted.iter().all(|&row| derived.is_valid(row) && derived.value(row) == keys.value(row)) {
+                return RecordKeys::Derived(format);
+            }
+        }
+        RecordKeys::Unknown
+    }
+}
+
+/// Which index a probe uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Index {
+    /// Rows by the values of the table's record key fields (the unique index).
+    RecordKey,
+    /// Secondary index `n` of the definition.
+    Secondary(usize),
+}
+
+/// The part of a key that filters are built on: `r` record key `\0`, or `s` index length join
+/// key (a probe's whole seek key; a row's partition or record key behind it is left out).
+fn key_prefix(key: &[u8]) -> &[u8] {
+    match key.first() {
+        Some(&ROW_TAG) => match key[1..].iter().position(|&b| b == 0) {
+            Some(end) => &key[..end + 2],
+            None => key,
+        },
+        Some(&SECONDARY_TAG) if key.len() >= 7 => {
+            let len = u32::from_be_bytes([key[3], key[4], key[5], key[6]]) as usize;
+            &key[..(7 + len).min(key.len())]
+        }
+        _ => key,
+    }
+}
+
+fn has_prefix(key: &[u8]) -> bool {
+    matches!(key.first(), Some(&ROW_TAG) | Some(&SECONDARY_TAG))
+}
+
+/// The options of the writer's instance and of readers': the prefix filters, index and
+/// filter blocks partitioned and kept in a block cache of `block_cache` bytes.
+fn db_options(block_cache: usize) -> Result<rocksdb::Options> {
+    let mut options = rocksdb::Options::default();
+    options.set_prefix_extractor(rocksdb::SliceTransform::create("pg_hudi.lookup.v1", key_prefix, Some(has_prefix)));
+    let mut table = rocksdb::BlockBasedOptions::default();
+    table.set_bloom_filter(10.0, false);
+    table.set_whole_key_filtering(false);
+    table.set_index_type(rocksdb::BlockBasedIndexType::TwoLevelIndexSearch);
+    table.set_partition_filters(true);
+    table.set_cache_index_and_filter_blocks(true);
+    table.set_pin_top_level_index_and_filter(true);
+    table.set_pin_l0_filter_and_index_blocks_in_cache(true);
+    table.set_format_version(5);
+    let cache = rocksdb::Cache::new_lru_cache(block_cache)
+        .map_err(|e| Error::new(ErrorKind::Storage, "cannot make a block cache for a lookup cache").with_source(e))?;
+    table.set_block_cache(&cache);
+    options.set_block_based_table_factory(&table);
+    Ok(options)
+}
+
+/// The block cache of the writer, which loads and refreshes.
+const WRITER_BLOCK_CACHE: usize = 64 << 20;
+/// The block cache of each reader (a backend): index and filter partitions and hot blocks.
+const READER_BLOCK_CACHE: usize = 8 << 20;
+
+/// What changes when the writer flushed: its manifest's name and length.
+fn flushed_marker(dir: &Path) -> Option<(String, u64)> {
+    let manifest = std::fs::read_to_string(dir.join("CURRENT")).ok()?;
+    let manifest = manifest.trim().to_owned();
+    let length = std::fs::metadata(dir.join(&manifest)).ok()?.len();
+    Some((manifest, length))
 }
 
 /// What a load or refresh applied.
@@ -83,8 +198,9 @@ pub struct LookupCache {
     rows: RowConverter,
     /// Per secondary index: its columns' positions in `schema`, and their row format.
     secondary: Vec<(Vec<usize>, RowConverter)>,
-    /// Opened for reading ([`Self::open_reader`]).
-    reader: bool,
+    /// Opened for reading ([`Self::open_reader`]): what the writer had flushed when this
+    /// reader last caught up.
+    reader: Option<Option<(String, u64)>>,
 }
 
 fn rocks_error<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(rocksdb::Error) -> Error + 'a {
@@ -125,7 +241,7 @@ impl LookupCache {
     /// whose data columns are `table_schema` when it does not exist. An existing cache must
     /// have the same definition.
     pub fn open(dir: &Path, definition: &CacheDefinition, table_schema: &Schema) -> Result<LookupCache> {
-        let mut options = rocksdb::Options::default();
+        let mut options = db_options(WRITER_BLOCK_CACHE)?;
         options.create_if_missing(true);
         let db = rocksdb::DB::open(&options, dir).map_err(rocks_error("opening", dir))?;
         let state = match read_state(&db, dir)? {
@@ -138,14 +254,21 @@ impl LookupCache {
             Some(state) => state,
             None => {
                 // Stored at once: a later open with another definition is refused.
-                let state = CacheState { definition: definition.clone(), columns: cached_columns(definition, table_schema)?, position: None, rows: 0 };
+                let state = CacheState {
+                    definition: definition.clone(),
+                    columns: cached_columns(definition, table_schema)?,
+                    position: None,
+                    rows: 0,
+                    record_key_fields: Vec::new(),
+                    record_keys: RecordKeys::Unseen,
+                };
                 let mut batch = rocksdb::WriteBatch::default();
                 batch.put(STATE_KEY, encode_state(&state)?);
                 write_durably(&db, batch)?;
                 state
             }
         };
-        Self::with_state(db, state, table_schema, false)
+        Self::with_state(db, state, table_schema, None)
     }
 
     /// Opens the cache that a writer keeps in `primary` for reading, as a RocksDB secondary
@@ -153,22 +276,26 @@ impl LookupCache {
     /// directory of its own). It shows what the writer had flushed when it was opened, until
     /// [`Self::catch_up`]: a whole applied commit at a time, never part of one.
     pub fn open_reader(primary: &Path, own: &Path, table_schema: &Schema) -> Result<LookupCache> {
-        let mut options = rocksdb::Options::default();
+        let mut options = db_options(READER_BLOCK_CACHE)?;
         // Required of secondaries: every table file stays open.
         options.set_max_open_files(-1);
+        let marker = flushed_marker(primary);
         let db = rocksdb::DB::open_as_secondary(&options, primary, own).map_err(rocks_error("opening", primary))?;
         let state = read_state(&db, primary)?
             .ok_or_else(|| Error::new(ErrorKind::NotFound, format!("there is no lookup cache in {}", primary.display())))?;
-        Self::with_state(db, state, table_schema, true)
+        Self::with_state(db, state, table_schema, Some(marker))
     }
 
     /// A reader's catch-up with what the writer has flushed since: returns whether the cached
-    /// position moved.
+    /// position moved. Costs a read of two file names when the writer flushed nothing since.
     pub fn catch_up(&mut self) -> Result<bool> {
-        if !self.reader {
+        let Some(seen) = &self.reader else { return Ok(false) };
+        let marker = flushed_marker(self.db.path());
+        if marker.is_some() && marker == *seen {
             return Ok(false);
         }
         self.db.try_catch_up_with_primary().map_err(rocks_error("catching up with", self.db.path()))?;
+        self.reader = Some(marker);
         let state = read_state(&self.db, self.db.path())?
             .ok_or_else(|| Error::new(ErrorKind::Corrupt, format!("the lookup cache {} lost its state", self.db.path().display())))?;
         let moved = state.position != self.state.position;
@@ -176,7 +303,7 @@ impl LookupCache {
         Ok(moved)
     }
 
-    fn with_state(db: rocksdb::DB, state: CacheState, table_schema: &Schema, reader: bool) -> Result<LookupCache> {
+    fn with_state(db: rocksdb::DB, state: CacheState, table_schema: &Schema, reader: Option<Option<(String, u64)>>) -> Result<LookupCache> {
         let definition = &state.definition;
         let fields = state
             .columns
@@ -217,10 +344,11 @@ impl LookupCache {
     /// those changes were cleaned; [`CacheGenerations::refresh`] then loads a new generation.
     /// Compactions change no row and write none.
     pub async fn refresh(&mut self, reader: &TableReader) -> Result<Option<Applied>> {
-        if self.reader {
+        if self.reader.is_some() {
             return Err(Error::new(ErrorKind::InvalidArgument, "a lookup cache opened for reading cannot be refreshed"));
         }
         let Some(from) = self.state.position.clone() else { return Ok(None) };
+        self.state.record_key_fields = reader.config().record_key_fields.clone();
         let target = latest_completion(reader);
         let mut applied = Applied { from: Some(from.clone()), to: target.clone(), ..Default::default() };
         if target.is_none() || target.as_deref() == Some(from.as_str()) {
@@ -250,6 +378,7 @@ impl LookupCache {
         // Before the table's first commit: the start, after which changes are read next.
         let target = Some(latest_completion(reader).unwrap_or_default());
         let mut applied = Applied { to: target.clone(), ..Default::default() };
+        self.state.record_key_fields = reader.config().record_key_fields.clone();
         let bound = crate::timeline::ReadBound::Latest;
         let options = crate::read::ScanOptions::default();
         let mut stats = crate::read::ScanStats::default();
@@ -278,7 +407,7 @@ impl LookupCache {
     /// Adds the changes of `rows` (snapshot rows, or change rows with their operation) to
     /// `batch`. A change replaces the key's cached row; its old row names the secondary
     /// entries to remove. Within one read a key appears once per partition.
-    fn apply(&self, rows: &RecordBatch, batch: &mut rocksdb::WriteBatch, applied: &mut Applied) -> Result<()> {
+    fn apply(&mut self, rows: &RecordBatch, batch: &mut rocksdb::WriteBatch, applied: &mut Applied) -> Result<()> {
         let text = |name: &str| -> Result<arrow::array::StringArray> {
             let column = rows.column_by_name(name).ok_or_else(|| missing_column(name))?;
             Ok(arrow::compute::cast(column, &arrow::datatypes::DataType::Utf8).map_err(arrow_error("cannot read record keys"))?.as_string::<i32>().clone())
@@ -287,6 +416,8 @@ impl LookupCache {
         let partitions = text(META_FIELDS[PARTITION_PATH_COLUMN])?;
         let operations = rows.column_by_name(OPERATION_COLUMN).map(|c| c.as_string::<i32>().clone());
         let deleted = |row: usize| operations.as_ref().is_some_and(|o| o.value(row) == "D");
+        // Deletes may carry no values but their keys.
+        self.state.record_keys = self.state.record_keys.after(&self.state.record_key_fields, rows, &keys, |row| !deleted(row));
         // The cached columns of every row, encoded together (those of a delete go unused).
         let cached: Vec<ArrayRef> = self
             .schema
@@ -373,40 +504,97 @@ impl LookupCache {
         RecordBatch::try_new(self.schema.clone(), columns).map_err(arrow_error("cannot decode cached rows"))
     }
 
-    /// The cached rows of the record key `record_key` (of every partition that has it).
-    pub fn get(&self, record_key: &str) -> Result<RecordBatch> {
-        let mut prefix = vec![ROW_TAG];
-        prefix.extend_from_slice(record_key.as_bytes());
-        prefix.push(0);
-        let rows = self.scan_prefix(&prefix)?.into_iter().map(|(_, value)| value).collect::<Vec<_>>();
-        self.decode(rows.iter().map(Vec::as_slice))
+    /// The table's record key fields, when probes by their values find the rows
+    /// ([`Index::RecordKey`]): the cached rows' record keys were all made of those values.
+    pub fn record_key_fields(&self) -> Option<&[String]> {
+        let derived = matches!(self.state.record_keys, RecordKeys::Derived(_) | RecordKeys::Unseen);
+        (derived && !self.state.record_key_fields.is_empty()).then_some(self.state.record_key_fields.as_slice())
     }
 
-    /// The cached rows whose columns of secondary index `index` equal `join_key` (one row of
-    /// those columns, in the index's column order; a NULL matches nothing).
-    pub fn get_by(&self, index: usize, join_key: &[ArrayRef]) -> Result<RecordBatch> {
-        let (_, converter) = self.secondary.get(index).ok_or_else(|| Error::new(ErrorKind::InvalidArgument, format!("the cache has no secondary index {index}")))?;
-        if join_key.iter().any(|c| c.is_null(0)) {
-            return Ok(RecordBatch::new_empty(self.schema.clone()));
-        }
-        let encoded = converter.convert_columns(join_key).map_err(arrow_error("cannot encode join keys"))?;
-        let prefix = secondary_prefix(index, encoded.row(0).as_ref());
+    /// The columns of each secondary index, by number.
+    pub fn secondary_indexes(&self) -> &[Vec<String>] {
+        &self.state.definition.secondary
+    }
+
+    /// The cached rows whose `index` columns equal a row of `keys` (those columns, in the
+    /// index's order, cast to the cached types when they differ): a key with a NULL matches
+    /// nothing, a key given twice matches once. By record key, the rows of every partition
+    /// that has the key.
+    pub fn probe(&self, index: Index, keys: &[ArrayRef]) -> Result<RecordBatch> {
+        let count = keys.first().map_or(0, |k| k.len());
+        let valid = |row: usize| keys.iter().all(|k| k.is_valid(row));
+        let mut prefixes: Vec<Vec<u8>> = match index {
+            Index::RecordKey => {
+                let fields = &self.state.record_key_fields;
+                let format = match self.state.record_keys {
+                    RecordKeys::Derived(format) => format,
+                    RecordKeys::Unseen => KeyFormat::written_for(fields.len()),
+                    RecordKeys::Unknown => {
+                        return Err(Error::new(ErrorKind::InvalidArgument, "the cached rows' record keys are not made of their key fields' values"))
+                    }
+                };
+                let record_keys = keygen::record_keys(fields, keys, format)?;
+                (0..count)
+                    .filter(|&row| valid(row))
+                    .map(|row| {
+                        let mut prefix = vec![ROW_TAG];
+                        prefix.extend_from_slice(record_keys.value(row).as_bytes());
+                        prefix.push(0);
+                        prefix
+                    })
+                    .collect()
+            }
+            Index::Secondary(n) => {
+                let (positions, converter) = self.secondary.get(n).ok_or_else(|| Error::new(ErrorKind::InvalidArgument, format!("the cache has no secondary index {n}")))?;
+                let columns = positions
+                    .iter()
+                    .zip(keys)
+                    .map(|(&i, key)| {
+                        let cached = self.schema.field(i).data_type();
+                        if key.data_type() == cached {
+                            return Ok(key.clone());
+                        }
+                        arrow::compute::cast(key, cached).map_err(arrow_error("cannot encode join keys"))
+                    })
+                    .collect::<Result<Vec<ArrayRef>>>()?;
+                let encoded = converter.convert_columns(&columns).map_err(arrow_error("cannot encode join keys"))?;
+                (0..count).filter(|&row| valid(row)).map(|row| secondary_prefix(n, encoded.row(row).as_ref())).collect()
+            }
+        };
+        prefixes.sort_unstable();
+        prefixes.dedup();
         let mut rows = Vec::new();
-        for (entry, _) in self.scan_prefix(&prefix)? {
-            let mut key = vec![ROW_TAG];
-            key.extend_from_slice(&entry[prefix.len()..]);
-            // Written in the same batch as its entry: a missing row is a broken cache.
-            let row = self.db.get(&key).map_err(rocks_error("reading", self.db.path()))?.ok_or_else(|| {
-                Error::new(ErrorKind::Corrupt, format!("the lookup cache's index {index} names a row it does not hold"))
-            })?;
-            rows.push(row);
+        for prefix in &prefixes {
+            let found = self.scan_prefix(prefix, true)?;
+            match index {
+                Index::RecordKey => rows.extend(found.into_iter().map(|(_, row)| row)),
+                Index::Secondary(n) => {
+                    for (entry, _) in found {
+                        let mut key = vec![ROW_TAG];
+                        key.extend_from_slice(&entry[prefix.len()..]);
+                        // Written in the same batch as its entry: a missing row is a broken cache.
+                        let row = self.db.get(&key).map_err(rocks_error("reading", self.db.path()))?.ok_or_else(|| {
+                            Error::new(ErrorKind::Corrupt, format!("the lookup cache's index {n} names a row it does not hold"))
+                        })?;
+                        rows.push(row);
+                    }
+                }
+            }
         }
         self.decode(rows.iter().map(Vec::as_slice))
     }
 
-    fn scan_prefix(&self, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    /// The entries whose keys start with `prefix`: a probe's whole prefix ([`key_prefix`]),
+    /// found through the filters, or any shorter one (`filtered` false).
+    fn scan_prefix(&self, prefix: &[u8], filtered: bool) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut read = rocksdb::ReadOptions::default();
+        if filtered {
+            read.set_prefix_same_as_start(true);
+        } else {
+            read.set_total_order_seek(true);
+        }
         let mut out = Vec::new();
-        for item in self.db.iterator(rocksdb::IteratorMode::From(prefix, rocksdb::Direction::Forward)) {
+        for item in self.db.iterator_opt(rocksdb::IteratorMode::From(prefix, rocksdb::Direction::Forward), read) {
             let (key, value) = item.map_err(rocks_error("reading", self.db.path()))?;
             if !key.starts_with(prefix) {
                 break;
@@ -418,7 +606,7 @@ impl LookupCache {
 
     /// Every cached row, in key order (for checks).
     pub fn rows(&self) -> Result<RecordBatch> {
-        let rows = self.scan_prefix(&[ROW_TAG])?.into_iter().map(|(_, value)| value).collect::<Vec<_>>();
+        let rows = self.scan_prefix(&[ROW_TAG], false)?.into_iter().map(|(_, value)| value).collect::<Vec<_>>();
         self.decode(rows.iter().map(Vec::as_slice))
     }
 }

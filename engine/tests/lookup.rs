@@ -8,10 +8,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use arrow::array::{ArrayRef, AsArray, RecordBatch, StringArray};
+use arrow::array::{ArrayRef, AsArray, Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::Int64Type;
 use common::customers::{local, rows, schema, spec, writer};
-use engine::lookup::{CacheDefinition, CacheGenerations, LookupCache};
+use engine::lookup::{CacheDefinition, CacheGenerations, Index, LookupCache};
 use engine::ordering::OrderingValue;
 use engine::read::TableReader;
 use engine::services::clean::{clean, CleanOptions};
@@ -109,15 +109,23 @@ async fn a_refreshed_cache_equals_the_merged_snapshot() {
         assert_eq!(cached_rows(&cache.rows().unwrap()), expected, "{context}");
         for id in 1..=13 {
             let want: Vec<Row> = expected.iter().filter(|r| r.0 == id).cloned().collect();
-            assert_eq!(cached_rows(&cache.get(&id.to_string()).unwrap()), want, "{context}, id {id}");
+            assert_eq!(cached_rows(&cache.probe(Index::RecordKey, &[Arc::new(Int64Array::from(vec![id])) as ArrayRef]).unwrap()), want, "{context}, id {id}");
         }
         for name in names.iter().chain(&["nobody"]) {
             let want: Vec<Row> = expected.iter().filter(|r| r.1 == *name).cloned().collect();
             let key: Vec<ArrayRef> = vec![Arc::new(StringArray::from(vec![*name]))];
-            assert_eq!(cached_rows(&cache.get_by(0, &key).unwrap()), want, "{context}, name {name}");
+            assert_eq!(cached_rows(&cache.probe(Index::Secondary(0), &key).unwrap()), want, "{context}, name {name}");
         }
         let null: Vec<ArrayRef> = vec![Arc::new(StringArray::from(vec![None::<&str>]))];
-        assert_eq!(cache.get_by(0, &null).unwrap().num_rows(), 0);
+        assert_eq!(cache.probe(Index::Secondary(0), &null).unwrap().num_rows(), 0);
+        // Many keys at once, repeated, absent and NULL among them: each matching row once.
+        assert_eq!(cache.record_key_fields(), Some(&["id".to_owned()][..]), "{context}");
+        let ids: ArrayRef = Arc::new(Int64Array::from(vec![Some(3), None, Some(3), Some(99), Some(5)]));
+        let want: Vec<Row> = expected.iter().filter(|r| r.0 == 3 || r.0 == 5).cloned().collect();
+        assert_eq!(cached_rows(&cache.probe(Index::RecordKey, &[ids]).unwrap()), want, "{context}");
+        let names_asked: ArrayRef = Arc::new(StringArray::from(vec!["ann", "nobody", "ann", "cy"]));
+        let want: Vec<Row> = expected.iter().filter(|r| r.1 == "ann" || r.1 == "cy").cloned().collect();
+        assert_eq!(cached_rows(&cache.probe(Index::Secondary(0), &[names_asked]).unwrap()), want, "{context}");
         assert!(applied.to.is_some() && applied.to != applied.from, "{context}: {applied:?}");
         assert_eq!(cache.position(), applied.to.as_deref());
         assert_eq!(applied.rows as usize, expected.len(), "{context}");
@@ -210,7 +218,7 @@ async fn a_cache_whose_changes_were_cleaned_is_rebuilt_from_the_snapshot() {
     for name in ["first", "second", "third", "fourth"] {
         let key: Vec<ArrayRef> = vec![Arc::new(StringArray::from(vec![name]))];
         let want: Vec<Row> = expected.iter().filter(|r| r.1 == name).cloned().collect();
-        assert_eq!(cached_rows(&cache.get_by(0, &key).unwrap()), want, "{name}");
+        assert_eq!(cached_rows(&cache.probe(Index::Secondary(0), &key).unwrap()), want, "{name}");
     }
 }
 
@@ -250,7 +258,7 @@ async fn readers_see_whole_commits_while_the_writer_refreshes() {
                 assert_eq!((rows.len(), names.len()), (8, 1), "a torn read: {rows:?}");
                 let name = names.into_iter().next().unwrap().to_owned();
                 let key: Vec<ArrayRef> = vec![Arc::new(StringArray::from(vec![name.as_str()]))];
-                assert_eq!(reader.get_by(0, &key).unwrap().num_rows(), 8, "{name}");
+                assert_eq!(reader.probe(Index::Secondary(0), &key).unwrap().num_rows(), 8, "{name}");
                 versions.insert(name);
                 if finished {
                     return (versions, reader.position().map(str::to_owned));

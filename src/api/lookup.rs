@@ -201,8 +201,9 @@ pub(crate) fn refresh(relid: pg_sys::Oid) -> Result<Option<String>, String> {
     });
     if let Ok(applied) = &outcome {
         if applied.loaded_generation.is_some() {
-            // Nothing reads the caches yet but refreshes, which hold the lock: the old
-            // generations can go at once.
+            // Backends that read an old generation keep its files open (a secondary instance
+            // opens every file) until their next statement opens the new one; one that was
+            // opening it just now fails and reads the lake for that statement.
             generations.remove_older().map_err(|e| e.to_string())?;
         }
     }

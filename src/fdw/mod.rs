@@ -2,6 +2,7 @@
 //! scans and `IMPORT FOREIGN SCHEMA`.
 
 pub mod import;
+pub mod lookup;
 pub mod modify;
 pub mod options;
 pub mod positions;

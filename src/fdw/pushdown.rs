@@ -14,7 +14,7 @@ use crate::datum::{PG_EPOCH_DAYS, PG_EPOCH_MICROS};
 /// Attribute number → Hudi field name of the foreign table's bound columns.
 pub type FieldNames = BTreeMap<i16, String>;
 
-fn list_items<T>(list: *mut pg_sys::List) -> Vec<*mut T> {
+pub(crate) fn list_items<T>(list: *mut pg_sys::List) -> Vec<*mut T> {
     if list.is_null() {
         return Vec::new();
     }
@@ -23,7 +23,7 @@ fn list_items<T>(list: *mut pg_sys::List) -> Vec<*mut T> {
 }
 
 /// Strips binary-compatible casts around an expression.
-unsafe fn strip(mut node: *mut pg_sys::Node) -> *mut pg_sys::Node {
+pub(crate) unsafe fn strip(mut node: *mut pg_sys::Node) -> *mut pg_sys::Node {
     while !node.is_null() && (*node).type_ == pg_sys::NodeTag::T_RelabelType {
         node = (*(node as *mut pg_sys::RelabelType)).arg as *mut pg_sys::Node;
     }
@@ -31,7 +31,7 @@ unsafe fn strip(mut node: *mut pg_sys::Node) -> *mut pg_sys::Node {
 }
 
 /// The field a plain column reference of relation `relid` names, and the column's type.
-unsafe fn column_of(node: *mut pg_sys::Node, relid: u32, fields: &FieldNames) -> Option<(String, pg_sys::Oid)> {
+pub(crate) unsafe fn column_of(node: *mut pg_sys::Node, relid: u32, fields: &FieldNames) -> Option<(String, pg_sys::Oid)> {
     let node = strip(node);
     if node.is_null() || (*node).type_ != pg_sys::NodeTag::T_Var {
         return None;
@@ -70,6 +70,12 @@ fn family(type_oid: pg_sys::Oid) -> Option<TypeFamily> {
         pg_sys::TIMESTAMPTZOID => TypeFamily::TimestampTz,
         _ => return None,
     })
+}
+
+/// Whether values of the two types compare as PostgreSQL compares them once converted to one
+/// of them (integers of any width, text and varchar, ...).
+pub(crate) fn same_family(a: pg_sys::Oid, b: pg_sys::Oid) -> bool {
+    family(a).is_some_and(|f| family(b) == Some(f))
 }
 
 /// A datum of a type filters understand as a [`Scalar`].
@@ -113,7 +119,7 @@ unsafe fn constant_of(node: *mut pg_sys::Node) -> Option<(pg_sys::Datum, pg_sys:
 /// built-in operator (not a user-defined one that happens to be called `=`) whose function is
 /// immutable (so neither `TimeZone` nor other settings change its answer) under a
 /// deterministic collation (a nondeterministic one equates strings that differ in bytes).
-unsafe fn exact_comparison(opno: pg_sys::Oid, collation: pg_sys::Oid) -> Option<Op> {
+pub(crate) unsafe fn exact_comparison(opno: pg_sys::Oid, collation: pg_sys::Oid) -> Option<Op> {
     if opno.to_u32() >= pg_sys::FirstGenbkiObjectId {
         return None;
     }

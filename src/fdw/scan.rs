@@ -19,6 +19,7 @@ use pgrx::PgSqlErrorCode;
 
 use crate::datum::{self, ColumnReader, ColumnType};
 use crate::error::{raise, OrReport};
+use crate::fdw::lookup::{self, CacheShape, LookupPlan};
 use crate::fdw::positions;
 use crate::fdw::pushdown::{self, FieldNames};
 use crate::fdw::table::ForeignHudiTable;
@@ -118,6 +119,12 @@ struct PlanInfo {
     options: ScanOptions,
     /// Partitions and file slices kept of the total, at plan time.
     stats: (usize, usize, usize, usize),
+    /// The attributes' Hudi fields.
+    fields: FieldNames,
+    /// The table's lookup cache, when a latest-snapshot read may use it.
+    cache: Option<CacheShape>,
+    /// What a lookup scan probes (its values in the plan's `fdw_exprs`).
+    lookup: Option<LookupPlan>,
 }
 
 impl PlanInfo {
@@ -276,9 +283,18 @@ pub unsafe extern "C-unwind" fn get_foreign_rel_size(
         .sum();
     // Compressed Parquet holds roughly one row per 50 bytes; ANALYZE refines this.
     (*baserel).rows = (bytes as f64 / 50.0).max(1.0);
+    if (*baserel).tuples <= 0.0 {
+        // What parameterized paths estimate their rows from.
+        (*baserel).tuples = (*baserel).rows;
+    }
+    let latest = matches!(spec, ReadSpec::Snapshot { bound: ReadBound::Latest, read_optimized: false });
+    let cache = if latest { lookup::shape(relid, table.uri.as_str(), reader.schema()) } else { None };
     let info = PlanInfo {
         options,
         stats: (stats.partitions_kept, stats.partitions_total, stats.slices_kept, stats.slices_total),
+        fields,
+        cache,
+        lookup: None,
     };
     (*baserel).fdw_private = info.to_list() as *mut c_void;
 }
@@ -287,7 +303,7 @@ pub unsafe extern "C-unwind" fn get_foreign_rel_size(
 pub unsafe extern "C-unwind" fn get_foreign_paths(
     root: *mut pg_sys::PlannerInfo,
     baserel: *mut pg_sys::RelOptInfo,
-    _relid: pg_sys::Oid,
+    relid: pg_sys::Oid,
 ) {
     let rows = (*baserel).rows;
     let startup = 100.0;
@@ -305,36 +321,61 @@ pub unsafe extern "C-unwind" fn get_foreign_paths(
         std::ptr::null_mut(),
     );
     pg_sys::add_path(baserel, path as *mut pg_sys::Path);
+    let info = PlanInfo::from_list((*baserel).fdw_private as *mut pg_sys::List);
+    if let (Some(shape), Some(types)) = (&info.cache, lookup::cached_schema(relid)) {
+        lookup::add_paths(root, baserel, shape, &info.fields, info.options.columns.as_deref(), &types);
+    }
 }
 
-/// Every qual stays with PostgreSQL, which rechecks all of them.
+/// Every qual stays with PostgreSQL, which rechecks all of them (a lookup's too).
 #[pg_guard]
 pub unsafe extern "C-unwind" fn get_foreign_plan(
-    _root: *mut pg_sys::PlannerInfo,
+    root: *mut pg_sys::PlannerInfo,
     baserel: *mut pg_sys::RelOptInfo,
-    _relid: pg_sys::Oid,
-    _best_path: *mut pg_sys::ForeignPath,
+    relid: pg_sys::Oid,
+    best_path: *mut pg_sys::ForeignPath,
     tlist: *mut pg_sys::List,
     scan_clauses: *mut pg_sys::List,
     outer_plan: *mut pg_sys::Plan,
 ) -> *mut pg_sys::ForeignScan {
     let quals = pg_sys::extract_actual_clauses(scan_clauses, false);
+    let mut private = (*baserel).fdw_private as *mut pg_sys::List;
+    let mut exprs = std::ptr::null_mut();
+    if let Some(index) = lookup::path_index((*best_path).fdw_private) {
+        let mut info = PlanInfo::from_list(private);
+        let planned = match (&info.cache, lookup::cached_schema(relid)) {
+            (Some(shape), Some(types)) => lookup::plan(root, baserel, index, shape, scan_clauses, &info.fields, &types),
+            _ => None,
+        };
+        if let Some((plan, values)) = planned {
+            info.lookup = Some(plan);
+            private = info.to_list();
+            exprs = values;
+        }
+    }
     pg_sys::make_foreignscan(
         tlist,
         quals,
         (*baserel).relid,
-        std::ptr::null_mut(),
-        (*baserel).fdw_private as *mut pg_sys::List,
+        exprs,
+        private,
         std::ptr::null_mut(),
         std::ptr::null_mut(),
         outer_plan,
     )
 }
 
+/// Where a scan's rows come from.
+enum Source {
+    /// The slices to read, fetched and merged ahead.
+    Lake(SliceScan),
+    /// The table's lookup cache, probed at each (re)scan.
+    Lookup(lookup::Probe),
+}
+
 /// Executor state of one scan, owned by `ForeignScanState::fdw_state`.
 struct ScanState {
-    /// The slices to read, fetched and merged ahead.
-    scan: SliceScan,
+    source: Source,
     batch: Option<RecordBatch>,
     next_row: usize,
     /// `(attribute index, binding)` of the columns the query uses; the others stay NULL.
@@ -389,17 +430,28 @@ pub unsafe extern "C-unwind" fn begin_foreign_scan(node: *mut pg_sys::ForeignSca
     }
     let relation = (*node).ss.ss_currentRelation;
     let relid = (*relation).rd_id;
+    let plan = (*node).ss.ps.plan as *mut pg_sys::ForeignScan;
+    let info = PlanInfo::from_list((*plan).fdw_private);
+    if let Some(lookup_plan) = &info.lookup {
+        // A cache gone since planning leaves the lake to answer (every qual is rechecked).
+        if let Some(probe) = lookup::begin(node, relid, lookup_plan, (*plan).fdw_exprs) {
+            let schema = lookup::cached_schema(relid).expect("begin opened the cache");
+            let columns = cached_bindings((*relation).rd_att, &schema, info.options.columns.as_deref());
+            install_state(node, ScanState { source: Source::Lookup(probe), batch: None, next_row: 0, columns, readers: Vec::new(), row_positions: None });
+            return;
+        }
+    }
+    let relation_name = crate::fdw::table::relation_name(relid);
     let table = ForeignHudiTable::of_relation(relid);
     let spec = read_spec(&table);
     let reader = open_for(&table, &spec);
     let schema = spec.schema(&reader);
-    let columns = bind_columns((*relation).rd_att, schema, &crate::fdw::table::relation_name(relid), &table.uri.to_string());
+    let columns = bind_columns((*relation).rd_att, schema, &relation_name, &table.uri.to_string());
     // Deletes are reported only to scans that can show them.
     let with_deletes = schema
         .index_of(OPERATION_COLUMN)
         .is_ok_and(|i| columns.iter().any(|c| c.is_some_and(|c| c.source == Some(i))));
-    let plan = (*node).ss.ps.plan as *mut pg_sys::ForeignScan;
-    let mut options = PlanInfo::from_list((*plan).fdw_private).options;
+    let mut options = info.options;
     options.ignore_record_positions = !guc::USE_RECORD_POSITIONS.get();
     let (slices, stats) = slices_to_read(&reader, &spec, &options);
     let columns = used_bindings(columns, options.columns.as_deref(), schema);
@@ -409,16 +461,20 @@ pub unsafe extern "C-unwind" fn begin_foreign_scan(node: *mut pg_sys::ForeignSca
         ReadSpec::Snapshot { bound, .. } => SliceQuery::Snapshot(bound),
         ReadSpec::Incremental { range } => SliceQuery::Changes { range, with_deletes },
     };
-    let state = Box::new(ScanState {
-        scan: SliceScan::new(reader, query, options, slices, stats, guc::read_ahead_slices()),
+    let state = ScanState {
+        source: Source::Lake(SliceScan::new(reader, query, options, slices, stats, guc::read_ahead_slices())),
         batch: None,
         next_row: 0,
         columns,
         readers: Vec::new(),
         row_positions,
-    });
-    (*node).fdw_state = Box::into_raw(state) as *mut c_void;
+    };
+    install_state(node, state);
+}
 
+/// Gives `node` its state, freed with the query's memory.
+unsafe fn install_state(node: *mut pg_sys::ForeignScanState, state: ScanState) {
+    (*node).fdw_state = Box::into_raw(Box::new(state)) as *mut c_void;
     let query_memory = (*(*node).ss.ps.state).es_query_cxt;
     let callback = pg_sys::MemoryContextAllocZero(query_memory, std::mem::size_of::<pg_sys::MemoryContextCallback>())
         as *mut pg_sys::MemoryContextCallback;
@@ -444,16 +500,20 @@ pub unsafe extern "C-unwind" fn iterate_foreign_scan(node: *mut pg_sys::ForeignS
         // The slice is used up: its memory goes before the next one arrives.
         state.readers.clear();
         state.batch = None;
-        // Slices are fetched on this thread's runtime and decoded ahead on helper threads.
-        let Some(rows) = block_on(state.scan.next()) else {
+        let next = match &mut state.source {
+            // Slices are fetched on this thread's runtime and decoded ahead on helper threads.
+            Source::Lake(scan) => block_on(scan.next()).map(OrReport::or_report),
+            Source::Lookup(probe) => probe.next(node),
+        };
+        let Some(rows) = next else {
             pg_sys::ExecClearTuple(slot);
             return slot;
         };
-        state.batch = rows.or_report();
+        state.batch = rows;
         state.next_row = 0;
         state.readers = state.batch.as_ref().map(|b| column_readers(&state.columns, b)).unwrap_or_default();
-        if let Some(positions) = &mut state.row_positions {
-            positions.of(state.scan.current_slice(), state.batch.as_ref());
+        if let (Some(positions), Source::Lake(scan)) = (&mut state.row_positions, &state.source) {
+            positions.of(scan.current_slice(), state.batch.as_ref());
         }
     }
 }
@@ -517,7 +577,10 @@ fn fill_row(readers: &[(usize, ColumnReader)], row: usize, values: &mut [pg_sys:
 #[pg_guard]
 pub unsafe extern "C-unwind" fn rescan_foreign_scan(node: *mut pg_sys::ForeignScanState) {
     let state = &mut *((*node).fdw_state as *mut ScanState);
-    state.scan.restart();
+    match &mut state.source {
+        Source::Lake(scan) => scan.restart(),
+        Source::Lookup(probe) => probe.restart(),
+    }
     state.readers.clear();
     state.batch = None;
     state.next_row = 0;
@@ -537,11 +600,18 @@ unsafe fn explain_text(label: &str, value: &str, es: *mut pg_sys::ExplainState) 
 /// EXPLAIN VERBOSE: the query, pushed filters, and how much of the table the scan keeps.
 #[pg_guard]
 pub unsafe extern "C-unwind" fn explain_foreign_scan(node: *mut pg_sys::ForeignScanState, es: *mut pg_sys::ExplainState) {
+    let relation = (*node).ss.ss_currentRelation;
+    let relid = (*relation).rd_id;
+    let plan = (*node).ss.ps.plan as *mut pg_sys::ForeignScan;
+    let info = PlanInfo::from_list((*plan).fdw_private);
+    let state = ((*node).fdw_state as *const ScanState).as_ref();
+    if let Some(lookup_plan) = &info.lookup {
+        explain_lookup(relid, lookup_plan, state, es);
+    }
     if !(*es).verbose {
         return;
     }
-    let relation = (*node).ss.ss_currentRelation;
-    let table = ForeignHudiTable::of_relation((*relation).rd_id);
+    let table = ForeignHudiTable::of_relation(relid);
     let query = match read_spec(&table) {
         ReadSpec::Snapshot { bound, read_optimized } => {
             let kind = if read_optimized { "read optimized" } else { "snapshot" };
@@ -558,26 +628,86 @@ pub unsafe extern "C-unwind" fn explain_foreign_scan(node: *mut pg_sys::ForeignS
     };
     explain_text("Hudi Query", &query, es);
     explain_text("Hudi Table", table.uri.as_str(), es);
-    let plan = (*node).ss.ps.plan as *mut pg_sys::ForeignScan;
-    let info = PlanInfo::from_list((*plan).fdw_private);
+    let scan = match state.map(|s| &s.source) {
+        Some(Source::Lookup(_)) => return,
+        Some(Source::Lake(scan)) => Some(scan),
+        None if info.lookup.is_some() => return,
+        None => None,
+    };
     if !info.options.filter.is_empty() {
         let filters: Vec<String> = info.options.filter.predicates.iter().map(|p| p.to_string()).collect();
         explain_text("Hudi Filters", &filters.join(" AND "), es);
     }
-    let state = (*node).fdw_state as *const ScanState;
-    let (partitions_kept, partitions_total, slices_kept, slices_total) = match state.as_ref() {
-        Some(s) => {
-            let stats = s.scan.stats();
+    let (partitions_kept, partitions_total, slices_kept, slices_total) = match scan {
+        Some(scan) => {
+            let stats = scan.stats();
             (stats.partitions_kept, stats.partitions_total, stats.slices_kept, stats.slices_total)
         }
         None => info.stats,
     };
     explain_text("Hudi Partitions", &format!("{partitions_kept} of {partitions_total}"), es);
     explain_text("Hudi File Slices", &format!("{slices_kept} of {slices_total}"), es);
-    if let Some(state) = state.as_ref() {
-        let stats = state.scan.stats();
+    if let Some(scan) = scan {
+        let stats = scan.stats();
         explain_text("Hudi Row Groups", &format!("{} of {} read", stats.row_groups_kept, stats.row_groups_total), es);
     }
+}
+
+/// EXPLAIN of a lookup scan: `Lookup: table (keys) = values`; with VERBOSE the cached instant
+/// and how far it is behind the table; with ANALYZE the probes made.
+unsafe fn explain_lookup(relid: pg_sys::Oid, plan: &LookupPlan, state: Option<&ScanState>, es: *mut pg_sys::ExplainState) {
+    let values = match plan.shown.as_slice() {
+        [one] => one.clone(),
+        many => format!("({})", many.join(", ")),
+    };
+    let kind = match plan.index {
+        engine::lookup::Index::RecordKey => "unique",
+        engine::lookup::Index::Secondary(_) => "secondary",
+    };
+    let name = crate::fdw::table::relation_name(relid);
+    explain_text("Lookup", &format!("{name} ({}) = {values} [{kind}]", plan.columns.join(", ")), es);
+    match state.map(|s| &s.source) {
+        Some(Source::Lake(_)) => explain_text("Lookup Fallback", "the table's files (its cache is gone)", es),
+        Some(Source::Lookup(probe)) if (*es).analyze => {
+            explain_text("Lookup Probes", &format!("{} keys, {} rows", probe.probes, probe.found), es)
+        }
+        _ => {}
+    }
+    if (*es).verbose {
+        if let Some(position) = lookup::cached_position(relid) {
+            let reader = ForeignHudiTable::of_relation(relid).open_reader();
+            let (commits, seconds) = lookup::lag(&reader, &position);
+            let at = if position.is_empty() { "the table's start" } else { position.as_str() };
+            explain_text("Lookup Cache", &format!("at {at}, {commits} commits ({seconds:.3} s) behind"), es);
+        }
+    }
+}
+
+/// The bindings of the attributes of `tupdesc` among `used` fields (all when `None`) to the
+/// cached columns `schema` (by name, as [`bind_columns`] binds them to the table's; the types
+/// were checked at plan time).
+unsafe fn cached_bindings(tupdesc: pg_sys::TupleDesc, schema: &Schema, used: Option<&[String]>) -> Vec<(usize, ColumnBinding)> {
+    let attributes = (*tupdesc).attrs.as_slice((*tupdesc).natts as usize);
+    attributes
+        .iter()
+        .enumerate()
+        .filter(|(_, attr)| !attr.attisdropped)
+        .filter_map(|(i, attr)| {
+            let name = CStr::from_ptr(attr.attname.data.as_ptr()).to_string_lossy();
+            let source = schema.index_of(&name).ok().or_else(|| {
+                let mut matches = schema.fields().iter().enumerate().filter(|(_, f)| f.name().eq_ignore_ascii_case(&name));
+                match (matches.next(), matches.next()) {
+                    (Some((i, _)), None) => Some(i),
+                    _ => None,
+                }
+            })?;
+            let field = schema.field(source).name();
+            if used.is_some_and(|used| !used.iter().any(|u| u == field)) {
+                return None;
+            }
+            Some((i, ColumnBinding { source: Some(source), column_type: ColumnType::from_type_oid(attr.atttypid)? }))
+        })
+        .collect()
 }
 
 /// ANALYZE: the table's size from its files, and a sample of its latest snapshot.

@@ -1,9 +1,65 @@
-//! Key generation (hudi-format.md §3): how a record's partition path is made from its fields,
-//! and so what a partition path says about the records in it.
+//! Key generation (hudi-format.md §3): how a record's key and partition path are made from its
+//! fields, and so what a partition path says about the records in it.
 
 use std::collections::BTreeMap;
 
+use arrow::array::{Array, ArrayRef, AsArray, StringArray};
+use arrow::datatypes::DataType;
+
+use crate::error::{Error, ErrorKind, Result};
 use crate::table::TableConfig;
+
+/// How a record key is made of its fields' values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum KeyFormat {
+    /// The single key field's value (the simple and non-partitioned generators).
+    Value,
+    /// `f1:v1,f2:v2` (the complex generator; also Spark's for one field), an empty value
+    /// written as `__empty__`.
+    Named,
+}
+
+impl KeyFormat {
+    /// What pg_hudi writes for a key of `fields` fields.
+    pub fn written_for(fields: usize) -> KeyFormat {
+        if fields == 1 { KeyFormat::Value } else { KeyFormat::Named }
+    }
+}
+
+/// The record keys of rows whose key fields `fields` have the values `columns` (of any type
+/// with a text form; NULLs make NULL keys).
+pub fn record_keys(fields: &[String], columns: &[ArrayRef], format: KeyFormat) -> Result<StringArray> {
+    let text = columns
+        .iter()
+        .map(|c| {
+            let cast = arrow::compute::cast(c, &DataType::Utf8)
+                .map_err(|e| Error::new(ErrorKind::InvalidArgument, "cannot format key values").with_source(e))?;
+            Ok(cast.as_string::<i32>().clone())
+        })
+        .collect::<Result<Vec<StringArray>>>()?;
+    let rows = text.first().map_or(0, |c| c.len());
+    match (format, text.as_slice()) {
+        (KeyFormat::Value, [single]) => Ok(single.clone()),
+        (KeyFormat::Value, _) => Err(Error::new(ErrorKind::InvalidArgument, "a record key of several fields names them")),
+        (KeyFormat::Named, _) => {
+            use std::fmt::Write;
+            let mut keys = arrow::array::StringBuilder::with_capacity(rows, rows * 16 * fields.len());
+            for row in 0..rows {
+                if text.iter().any(|c| c.is_null(row)) {
+                    keys.append_null();
+                    continue;
+                }
+                for (i, (field, column)) in fields.iter().zip(&text).enumerate() {
+                    let value = column.value(row);
+                    let value = if value.is_empty() { "__empty__" } else { value };
+                    let _ = write!(keys, "{}{field}:{value}", if i > 0 { "," } else { "" });
+                }
+                keys.append_value("");
+            }
+            Ok(keys.finish())
+        }
+    }
+}
 
 /// The partition level of a NULL or empty value (Hive's convention, which Hudi follows).
 pub const DEFAULT_PARTITION: &str = "__HIVE_DEFAULT_PARTITION__";

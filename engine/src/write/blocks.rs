@@ -118,20 +118,7 @@ impl BlockEncoder {
                 }
             }
         }
-        if let [single] = columns.as_slice() {
-            return Ok(single.as_string::<i32>().clone());
-        }
-        use std::fmt::Write;
-        let mut keys = arrow::array::StringBuilder::with_capacity(batch.num_rows(), batch.num_rows() * 16 * fields.len());
-        for row in 0..batch.num_rows() {
-            for (i, (field, column)) in fields.iter().zip(&columns).enumerate() {
-                let value = column.as_string::<i32>().value(row);
-                let value = if value.is_empty() { "__empty__" } else { value };
-                let _ = write!(keys, "{}{field}:{value}", if i > 0 { "," } else { "" });
-            }
-            keys.append_value("");
-        }
-        Ok(keys.finish())
+        crate::table::keygen::record_keys(fields, &columns, crate::table::keygen::KeyFormat::written_for(fields.len()))
     }
 
     /// The hive-style partition path of each row.
