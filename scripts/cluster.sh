@@ -32,7 +32,7 @@ unix_socket_directories = '$sockets'
 shared_preload_libraries = 'pg_hudi'
 fsync = off
 full_page_writes = off
-max_connections = 50
+max_connections = ${PG_HUDI_MAX_CONNECTIONS:-50}
 log_line_prefix = '%m [%p] %b '
 CONF
   if [ -n "${PG_HUDI_WORKER_DATABASES:-}" ]; then

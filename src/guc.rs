@@ -27,6 +27,15 @@ pub fn worker_naptime() -> std::time::Duration {
     std::time::Duration::from_secs(WORKER_NAPTIME.get().max(1) as u64)
 }
 
+/// `hudi.lookup_refresh_interval`: milliseconds between the starts of two lookup rounds of a
+/// database with lookup caches (commits on this server start one at once).
+pub static LOOKUP_REFRESH_INTERVAL: GucSetting<i32> = GucSetting::<i32>::new(1000);
+
+/// `hudi.lookup_refresh_interval` as a duration.
+pub fn lookup_refresh_interval() -> std::time::Duration {
+    std::time::Duration::from_millis(LOOKUP_REFRESH_INTERVAL.get().max(100) as u64)
+}
+
 /// `hudi.as_of_instant`: time travel for every Hudi table read in the session (overrides the
 /// tables' `as_of_instant` option).
 pub static AS_OF_INSTANT: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
@@ -259,6 +268,16 @@ pub fn register() {
         86_400,
         GucContext::Sighup,
         GucFlags::UNIT_S,
+    );
+    GucRegistry::define_int_guc(
+        c"hudi.lookup_refresh_interval",
+        c"Time between two refreshes of the lookup caches of a database.",
+        c"Each refresh applies the commits since the caches' instants; a commit on this server starts one at once.",
+        &LOOKUP_REFRESH_INTERVAL,
+        100,
+        3_600_000,
+        GucContext::Sighup,
+        GucFlags::UNIT_MS,
     );
 }
 

@@ -206,7 +206,10 @@ impl PreparedWrite {
         let completed = crate::runtime::block_on_unless_terminated(intent.commit.complete(&storage, &owner, &crate::guc::lock_options()))
             .unwrap_or_else(|| Err(engine::Error::new(engine::ErrorKind::InUse, "the backend was asked to terminate before the completion was done")));
         match completed {
-            Ok(_) => crate::intents::completed_after_commit(intent.location, intent.commit.instant),
+            Ok(done) => {
+                crate::fdw::lookup::committed(write.relation, &done.completion);
+                crate::intents::completed_after_commit(intent.location, intent.commit.instant)
+            }
             Err(e) => {
                 // Kept alive again, for as long as this backend lives: a Hudi writer that rolls
                 // back writes with expired heartbeats (and knows nothing of prepared marks)
@@ -380,6 +383,8 @@ unsafe extern "C-unwind" fn on_transaction_event(event: pg_sys::XactEvent::Type,
             let holdoff = pg_sys::InterruptHoldoffCount;
             pg_sys::InterruptHoldoffCount += 1;
             let wake_worker = prepared.iter().any(|p| p.write.wakes_worker);
+            // A table with a lookup cache on this server: its refresh follows the commit.
+            let refresh_caches = prepared.iter().any(|p| crate::api::lookup::cache_root(p.write.relation).exists());
             for write in prepared {
                 let instant = write.intent.commit.instant.clone();
                 if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| write.complete())).is_err() {
@@ -387,9 +392,12 @@ unsafe extern "C-unwind" fn on_transaction_event(event: pg_sys::XactEvent::Type,
                 }
             }
             pg_sys::InterruptHoldoffCount = holdoff;
+            // After the completions: the rounds they start see them.
             if wake_worker {
-                // After the completions: the round it starts sees them.
                 crate::worker::wake::request(pg_sys::MyDatabaseId);
+            }
+            if refresh_caches {
+                crate::worker::wake::request_cache_refresh(pg_sys::MyDatabaseId);
             }
         }
         pg_sys::XactEvent::XACT_EVENT_ABORT | pg_sys::XactEvent::XACT_EVENT_PARALLEL_ABORT => {

@@ -103,6 +103,9 @@ def test_the_worker_loads_refreshes_keeps_and_removes_caches(lake, cluster):
     cluster.start()
     conn = cluster.connect()
     serve_databases(conn)  # a start of a test cluster serves no database again
+    # Queries use the kept cache at once.
+    plan = "\n".join(r[0] for r in conn.execute("EXPLAIN SELECT name FROM customers WHERE id = 3"))
+    assert "Lookup: customers (id) = '3' [unique]" in plan, plan
     _insert(conn, [500], "c", "2026-01-03")
     wait_for("the refresh after the restart", caught_up)
     assert conn.execute("SELECT DISTINCT (generation, loaded_at)::text FROM hudi.lookup_caches").fetchone() == (loaded,)

@@ -4,14 +4,17 @@
 //!
 //! Layout, in the one column family (so that one write batch and one flush cover everything):
 //! - `m` — the cache's state ([`CacheState`]: definition, cached position), JSON;
-//! - `r` record key `\0` partition path — the row's cached columns, in Arrow's row format;
+//! - `r` record key `\0` partition path — the row's cached columns: the end offset of each
+//!   (u32, little-endian), then each column's value in Arrow's row format of that column alone,
+//!   so that a probe decodes only the columns its query reads;
 //! - `s` index number (u16) join key length (u32) join key, record key `\0` partition path —
 //!   empty; the join key in Arrow's row format of the index's columns.
 //!
 //! Filters: a prefix bloom filter over the record key of `r` keys and the index and join key
 //! of `s` keys ([`key_prefix`]), so that a probe for an absent key seldom reads a data block.
-//! Index and filter blocks live in each instance's small block cache (readers in backends:
-//! memory that does not grow with the table; the files are shared through the page cache).
+//! Files are uncompressed and read through memory maps, index and filter blocks included: a
+//! backend's reader holds them in place in the page cache, which all backends share, so its
+//! private memory does not grow with the table.
 //!
 //! The write-ahead log is off. Each refresh is one write batch, with the new cached position
 //! in it, flushed at once: readers (RocksDB secondaries, which catch up from flushed files) and
@@ -67,6 +70,21 @@ struct CacheState {
     /// by those values needs to find them.
     #[serde(default)]
     record_keys: RecordKeys,
+    /// Whether some row has a partition path (then a record key may have rows in several
+    /// partitions, found by a prefix scan; otherwise by one point read).
+    #[serde(default = "partitioned_unless_known")]
+    partitioned: bool,
+    /// The layout of cached rows and files ([`ROW_FORMAT`]); a cache of another is loaded anew.
+    #[serde(default)]
+    format: u32,
+}
+
+/// The layout of cached rows and of the cache's files this version writes (1: all columns
+/// in one Arrow row; 2: columns apart; 3: data blocks with a hash index; 4: restarts every four keys).
+const ROW_FORMAT: u32 = 4;
+
+fn partitioned_unless_known() -> bool {
+    true
 }
 
 /// What the rows a cache took in say about their record keys.
@@ -137,19 +155,23 @@ fn has_prefix(key: &[u8]) -> bool {
     matches!(key.first(), Some(&ROW_TAG) | Some(&SECONDARY_TAG))
 }
 
-/// The options of the writer's instance and of readers': the prefix filters, index and
-/// filter blocks partitioned and kept in a block cache of `block_cache` bytes.
+/// The options of the writer's instance and of readers': the prefix filters, and blocks stored
+/// uncompressed and read through memory maps. A probe reads index, filter and data blocks in
+/// place from the page cache, which every backend shares, instead of copying (and
+/// decompressing) them into memory of its own; the block cache of `block_cache` bytes holds
+/// only what cannot be read in place.
 fn db_options(block_cache: usize) -> Result<rocksdb::Options> {
     let mut options = rocksdb::Options::default();
+    options.set_compression_type(rocksdb::DBCompressionType::None);
+    options.set_allow_mmap_reads(true);
     options.set_prefix_extractor(rocksdb::SliceTransform::create("pg_hudi.lookup.v1", key_prefix, Some(has_prefix)));
     let mut table = rocksdb::BlockBasedOptions::default();
     table.set_bloom_filter(10.0, false);
     table.set_whole_key_filtering(false);
-    table.set_index_type(rocksdb::BlockBasedIndexType::TwoLevelIndexSearch);
-    table.set_partition_filters(true);
-    table.set_cache_index_and_filter_blocks(true);
-    table.set_pin_top_level_index_and_filter(true);
-    table.set_pin_l0_filter_and_index_blocks_in_cache(true);
+    // A hash index in each data block: a point read finds its key without a binary search.
+    table.set_data_block_index_type(rocksdb::DataBlockIndexType::BinaryAndHash);
+    // ... and a restart point every four keys, which bounds the keys it parses to get there.
+    table.set_block_restart_interval(4);
     table.set_format_version(5);
     let cache = rocksdb::Cache::new_lru_cache(block_cache)
         .map_err(|e| Error::new(ErrorKind::Storage, "cannot make a block cache for a lookup cache").with_source(e))?;
@@ -195,7 +217,8 @@ pub struct LookupCache {
     state: CacheState,
     /// The cached columns.
     schema: SchemaRef,
-    rows: RowConverter,
+    /// Each cached column's row format.
+    columns: Vec<RowConverter>,
     /// Per secondary index: its columns' positions in `schema`, and their row format.
     secondary: Vec<(Vec<usize>, RowConverter)>,
     /// Opened for reading ([`Self::open_reader`]): what the writer had flushed when this
@@ -245,7 +268,7 @@ impl LookupCache {
         options.create_if_missing(true);
         let db = rocksdb::DB::open(&options, dir).map_err(rocks_error("opening", dir))?;
         let state = match read_state(&db, dir)? {
-            Some(state) if state.definition != *definition => {
+            Some(state) if state.definition != *definition || state.format != ROW_FORMAT => {
                 return Err(Error::new(
                     ErrorKind::InvalidArgument,
                     format!("the lookup cache {} was made for other columns or indexes", dir.display()),
@@ -261,6 +284,8 @@ impl LookupCache {
                     rows: 0,
                     record_key_fields: Vec::new(),
                     record_keys: RecordKeys::Unseen,
+                    partitioned: false,
+                    format: ROW_FORMAT,
                 };
                 let mut batch = rocksdb::WriteBatch::default();
                 batch.put(STATE_KEY, encode_state(&state)?);
@@ -283,6 +308,9 @@ impl LookupCache {
         let db = rocksdb::DB::open_as_secondary(&options, primary, own).map_err(rocks_error("opening", primary))?;
         let state = read_state(&db, primary)?
             .ok_or_else(|| Error::new(ErrorKind::NotFound, format!("there is no lookup cache in {}", primary.display())))?;
+        if state.format != ROW_FORMAT {
+            return Err(Error::new(ErrorKind::InvalidArgument, format!("the lookup cache {} has rows of another layout", primary.display())));
+        }
         Self::with_state(db, state, table_schema, Some(marker))
     }
 
@@ -315,7 +343,7 @@ impl LookupCache {
             RowConverter::new(positions.iter().map(|&i| SortField::new(schema.field(i).data_type().clone())).collect())
                 .map_err(arrow_error("cannot encode these column types in a lookup cache"))
         };
-        let rows = converter(&(0..schema.fields().len()).collect::<Vec<_>>())?;
+        let columns = (0..schema.fields().len()).map(|i| converter(&[i])).collect::<Result<Vec<_>>>()?;
         let secondary = definition
             .secondary
             .iter()
@@ -324,7 +352,7 @@ impl LookupCache {
                 Ok((positions.clone(), converter(&positions)?))
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(LookupCache { db, state, schema, rows, secondary, reader })
+        Ok(LookupCache { db, state, schema, columns, secondary, reader })
     }
 
     /// The completion time of the latest commit the cache holds (`""` when it was loaded
@@ -416,6 +444,7 @@ impl LookupCache {
         let partitions = text(META_FIELDS[PARTITION_PATH_COLUMN])?;
         let operations = rows.column_by_name(OPERATION_COLUMN).map(|c| c.as_string::<i32>().clone());
         let deleted = |row: usize| operations.as_ref().is_some_and(|o| o.value(row) == "D");
+        self.state.partitioned |= partitions.iter().any(|p| p.is_some_and(|p| !p.is_empty()));
         // Deletes may carry no values but their keys.
         self.state.record_keys = self.state.record_keys.after(&self.state.record_key_fields, rows, &keys, |row| !deleted(row));
         // The cached columns of every row, encoded together (those of a delete go unused).
@@ -432,7 +461,12 @@ impl LookupCache {
                 arrow::compute::cast(column, field.data_type()).map_err(arrow_error("cannot encode cached rows"))
             })
             .collect::<Result<_>>()?;
-        let encoded = self.rows.convert_columns(&cached).map_err(arrow_error("cannot encode cached rows"))?;
+        let encoded = self
+            .columns
+            .iter()
+            .zip(&cached)
+            .map(|(converter, column)| converter.convert_columns(std::slice::from_ref(column)).map_err(arrow_error("cannot encode cached rows")))
+            .collect::<Result<Vec<_>>>()?;
         let secondary_keys = self
             .secondary
             .iter()
@@ -464,7 +498,7 @@ impl LookupCache {
                 continue;
             }
             applied.row_change += i64::from(!existed);
-            batch.put(&key, encoded.row(row).as_ref());
+            batch.put(&key, row_value(&encoded, row));
             for (index, (join_keys, nulls)) in secondary_keys.iter().enumerate() {
                 // NULL join keys match nothing, so they are not indexed.
                 if !nulls[row] {
@@ -482,13 +516,12 @@ impl LookupCache {
             // Decoding the old row is for its join keys only.
             return Ok(Vec::new());
         }
-        let columns = self.decode(std::iter::once(encoded)).map_err(|e| {
-            Error::new(ErrorKind::Corrupt, format!("the lookup cache holds an unreadable row for {}", String::from_utf8_lossy(key))).with_source(e)
-        })?;
         self.secondary
             .iter()
             .map(|(positions, converter)| {
-                let values: Vec<ArrayRef> = positions.iter().map(|&i| columns.column(i).clone()).collect();
+                let values = self.decode_columns(&[encoded], positions).map_err(|e| {
+                    Error::new(ErrorKind::Corrupt, format!("the lookup cache holds an unreadable row for {}", String::from_utf8_lossy(key))).with_source(e)
+                })?;
                 if values.iter().any(|v| v.is_null(0)) {
                     return Ok(None);
                 }
@@ -498,10 +531,34 @@ impl LookupCache {
             .collect()
     }
 
-    fn decode<'a>(&self, encoded: impl Iterator<Item = &'a [u8]>) -> Result<RecordBatch> {
-        let parser = self.rows.parser();
-        let columns = self.rows.convert_rows(encoded.map(|bytes| parser.parse(bytes))).map_err(arrow_error("cannot decode cached rows"))?;
-        RecordBatch::try_new(self.schema.clone(), columns).map_err(arrow_error("cannot decode cached rows"))
+    /// The cached columns `projection` (positions in [`Self::schema`]) of the rows `encoded`.
+    fn decode_columns(&self, encoded: &[&[u8]], projection: &[usize]) -> Result<Vec<ArrayRef>> {
+        let count = self.columns.len();
+        projection
+            .iter()
+            .map(|&c| {
+                let converter = self.columns.get(c).ok_or_else(|| Error::new(ErrorKind::InvalidArgument, format!("the cache has no column {c}")))?;
+                let parser = converter.parser();
+                let values = encoded
+                    .iter()
+                    .map(|row| column_bytes(row, c, count).map(|bytes| parser.parse(bytes)))
+                    .collect::<Result<Vec<_>>>()?;
+                let mut decoded = converter.convert_rows(values).map_err(arrow_error("cannot decode cached rows"))?;
+                Ok(decoded.remove(0))
+            })
+            .collect()
+    }
+
+    /// The rows `encoded` as a batch of the cached columns `projection`.
+    fn decode(&self, encoded: &[&[u8]], projection: &[usize]) -> Result<RecordBatch> {
+        let schema = Arc::new(self.schema.project(projection).map_err(arrow_error("cannot decode cached rows"))?);
+        let columns = self.decode_columns(encoded, projection)?;
+        RecordBatch::try_new_with_options(schema, columns, &arrow::array::RecordBatchOptions::new().with_row_count(Some(encoded.len())))
+            .map_err(arrow_error("cannot decode cached rows"))
+    }
+
+    fn all_columns(&self) -> Vec<usize> {
+        (0..self.columns.len()).collect()
     }
 
     /// The table's record key fields, when probes by their values find the rows
@@ -519,8 +576,9 @@ impl LookupCache {
     /// The cached rows whose `index` columns equal a row of `keys` (those columns, in the
     /// index's order, cast to the cached types when they differ): a key with a NULL matches
     /// nothing, a key given twice matches once. By record key, the rows of every partition
-    /// that has the key.
-    pub fn probe(&self, index: Index, keys: &[ArrayRef]) -> Result<RecordBatch> {
+    /// that has the key. Only the cached columns `projection` (positions in [`Self::schema`])
+    /// are decoded.
+    pub fn probe(&self, index: Index, keys: &[ArrayRef], projection: &[usize]) -> Result<RecordBatch> {
         let count = keys.first().map_or(0, |k| k.len());
         let valid = |row: usize| keys.iter().all(|k| k.is_valid(row));
         let mut prefixes: Vec<Vec<u8>> = match index {
@@ -561,10 +619,19 @@ impl LookupCache {
                 (0..count).filter(|&row| valid(row)).map(|row| secondary_prefix(n, encoded.row(row).as_ref())).collect()
             }
         };
-        prefixes.sort_unstable();
-        prefixes.dedup();
+        if prefixes.len() > 1 {
+            prefixes.sort_unstable();
+            prefixes.dedup();
+        }
         let mut rows = Vec::new();
         for prefix in &prefixes {
+            if index == Index::RecordKey && !self.state.partitioned {
+                // The key's one row, under the empty partition path.
+                if let Some(row) = self.db.get_pinned_opt(prefix, &probe_options()).map_err(rocks_error("reading", self.db.path()))? {
+                    rows.push(row.to_vec());
+                }
+                continue;
+            }
             let found = self.scan_prefix(prefix, true)?;
             match index {
                 Index::RecordKey => rows.extend(found.into_iter().map(|(_, row)| row)),
@@ -581,13 +648,13 @@ impl LookupCache {
                 }
             }
         }
-        self.decode(rows.iter().map(Vec::as_slice))
+        self.decode(&rows.iter().map(Vec::as_slice).collect::<Vec<_>>(), projection)
     }
 
     /// The entries whose keys start with `prefix`: a probe's whole prefix ([`key_prefix`]),
     /// found through the filters, or any shorter one (`filtered` false).
     fn scan_prefix(&self, prefix: &[u8], filtered: bool) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        let mut read = rocksdb::ReadOptions::default();
+        let mut read = probe_options();
         if filtered {
             read.set_prefix_same_as_start(true);
         } else {
@@ -607,8 +674,46 @@ impl LookupCache {
     /// Every cached row, in key order (for checks).
     pub fn rows(&self) -> Result<RecordBatch> {
         let rows = self.scan_prefix(&[ROW_TAG], false)?.into_iter().map(|(_, value)| value).collect::<Vec<_>>();
-        self.decode(rows.iter().map(Vec::as_slice))
+        self.decode(&rows.iter().map(Vec::as_slice).collect::<Vec<_>>(), &self.all_columns())
     }
+}
+
+/// Row `row` of the columns `encoded` as a cached row: each column's end offset, then the
+/// columns' bytes.
+fn row_value(encoded: &[arrow::row::Rows], row: usize) -> Vec<u8> {
+    let header = 4 * encoded.len();
+    let values: Vec<&[u8]> = encoded.iter().map(|rows| rows.row(row).data()).collect();
+    let mut out = Vec::with_capacity(header + values.iter().map(|v| v.len()).sum::<usize>());
+    let mut end = header;
+    for value in &values {
+        end += value.len();
+        out.extend_from_slice(&(end as u32).to_le_bytes());
+    }
+    for value in values {
+        out.extend_from_slice(value);
+    }
+    out
+}
+
+/// The bytes of column `c` of the `count` columns of the cached row `row`.
+fn column_bytes(row: &[u8], c: usize, count: usize) -> Result<&[u8]> {
+    let offset = |i: usize| -> Option<usize> { Some(u32::from_le_bytes(row.get(4 * i..4 * i + 4)?.try_into().ok()?) as usize) };
+    let start = if c == 0 { Some(4 * count) } else { offset(c - 1) };
+    start
+        .zip(offset(c))
+        .and_then(|(start, end)| row.get(start..end))
+        .ok_or_else(|| Error::new(ErrorKind::Corrupt, "the lookup cache holds a damaged row"))
+}
+
+/// How probes read: without verifying block checksums on every read (a damaged cache is
+/// rebuilt from the table; the writer's compactions verify what they read), and in place.
+fn probe_options() -> rocksdb::ReadOptions {
+    let mut read = rocksdb::ReadOptions::default();
+    read.set_verify_checksums(false);
+    // Blocks are read in place from their memory map; copying them into the block cache
+    // would only cost.
+    read.fill_cache(false);
+    read
 }
 
 /// Writes `batch` without the write-ahead log, then flushes it: readers (which catch up from

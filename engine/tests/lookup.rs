@@ -21,6 +21,11 @@ use engine::write::{create_table, Transaction};
 
 type Row = (i64, String, String);
 
+/// Every cached column, for probes.
+fn every_column(cache: &LookupCache) -> Vec<usize> {
+    (0..cache.schema().fields().len()).collect()
+}
+
 fn cached_rows(batch: &RecordBatch) -> Vec<Row> {
     let id = batch.column_by_name("id").unwrap().as_primitive::<Int64Type>().clone();
     let name = batch.column_by_name("name").unwrap().as_string::<i32>().clone();
@@ -109,23 +114,32 @@ async fn a_refreshed_cache_equals_the_merged_snapshot() {
         assert_eq!(cached_rows(&cache.rows().unwrap()), expected, "{context}");
         for id in 1..=13 {
             let want: Vec<Row> = expected.iter().filter(|r| r.0 == id).cloned().collect();
-            assert_eq!(cached_rows(&cache.probe(Index::RecordKey, &[Arc::new(Int64Array::from(vec![id])) as ArrayRef]).unwrap()), want, "{context}, id {id}");
+            assert_eq!(cached_rows(&cache.probe(Index::RecordKey, &[Arc::new(Int64Array::from(vec![id])) as ArrayRef], &every_column(&cache)).unwrap()), want, "{context}, id {id}");
         }
         for name in names.iter().chain(&["nobody"]) {
             let want: Vec<Row> = expected.iter().filter(|r| r.1 == *name).cloned().collect();
             let key: Vec<ArrayRef> = vec![Arc::new(StringArray::from(vec![*name]))];
-            assert_eq!(cached_rows(&cache.probe(Index::Secondary(0), &key).unwrap()), want, "{context}, name {name}");
+            assert_eq!(cached_rows(&cache.probe(Index::Secondary(0), &key, &every_column(&cache)).unwrap()), want, "{context}, name {name}");
         }
         let null: Vec<ArrayRef> = vec![Arc::new(StringArray::from(vec![None::<&str>]))];
-        assert_eq!(cache.probe(Index::Secondary(0), &null).unwrap().num_rows(), 0);
+        assert_eq!(cache.probe(Index::Secondary(0), &null, &every_column(&cache)).unwrap().num_rows(), 0);
         // Many keys at once, repeated, absent and NULL among them: each matching row once.
         assert_eq!(cache.record_key_fields(), Some(&["id".to_owned()][..]), "{context}");
         let ids: ArrayRef = Arc::new(Int64Array::from(vec![Some(3), None, Some(3), Some(99), Some(5)]));
         let want: Vec<Row> = expected.iter().filter(|r| r.0 == 3 || r.0 == 5).cloned().collect();
-        assert_eq!(cached_rows(&cache.probe(Index::RecordKey, &[ids]).unwrap()), want, "{context}");
+        assert_eq!(cached_rows(&cache.probe(Index::RecordKey, &[ids.clone()], &every_column(&cache)).unwrap()), want, "{context}");
+        // Only the columns asked for are decoded.
+        let name = cache.schema().index_of("name").unwrap();
+        let projected = cache.probe(Index::RecordKey, &[ids], &[name]).unwrap();
+        assert_eq!(projected.schema().fields().len(), 1);
+        let mut names: Vec<String> = projected.column(0).as_string::<i32>().iter().map(|n| n.unwrap().to_owned()).collect();
+        names.sort();
+        let mut want_names: Vec<String> = want.iter().map(|r| r.1.clone()).collect();
+        want_names.sort();
+        assert_eq!(names, want_names, "{context}");
         let names_asked: ArrayRef = Arc::new(StringArray::from(vec!["ann", "nobody", "ann", "cy"]));
         let want: Vec<Row> = expected.iter().filter(|r| r.1 == "ann" || r.1 == "cy").cloned().collect();
-        assert_eq!(cached_rows(&cache.probe(Index::Secondary(0), &[names_asked]).unwrap()), want, "{context}");
+        assert_eq!(cached_rows(&cache.probe(Index::Secondary(0), &[names_asked], &every_column(&cache)).unwrap()), want, "{context}");
         assert!(applied.to.is_some() && applied.to != applied.from, "{context}: {applied:?}");
         assert_eq!(cache.position(), applied.to.as_deref());
         assert_eq!(applied.rows as usize, expected.len(), "{context}");
@@ -218,7 +232,7 @@ async fn a_cache_whose_changes_were_cleaned_is_rebuilt_from_the_snapshot() {
     for name in ["first", "second", "third", "fourth"] {
         let key: Vec<ArrayRef> = vec![Arc::new(StringArray::from(vec![name]))];
         let want: Vec<Row> = expected.iter().filter(|r| r.1 == name).cloned().collect();
-        assert_eq!(cached_rows(&cache.probe(Index::Secondary(0), &key).unwrap()), want, "{name}");
+        assert_eq!(cached_rows(&cache.probe(Index::Secondary(0), &key, &every_column(&cache)).unwrap()), want, "{name}");
     }
 }
 
@@ -258,7 +272,7 @@ async fn readers_see_whole_commits_while_the_writer_refreshes() {
                 assert_eq!((rows.len(), names.len()), (8, 1), "a torn read: {rows:?}");
                 let name = names.into_iter().next().unwrap().to_owned();
                 let key: Vec<ArrayRef> = vec![Arc::new(StringArray::from(vec![name.as_str()]))];
-                assert_eq!(reader.probe(Index::Secondary(0), &key).unwrap().num_rows(), 8, "{name}");
+                assert_eq!(reader.probe(Index::Secondary(0), &key, &every_column(&reader)).unwrap().num_rows(), 8, "{name}");
                 versions.insert(name);
                 if finished {
                     return (versions, reader.position().map(str::to_owned));

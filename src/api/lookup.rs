@@ -79,7 +79,7 @@ fn create_lookup_cache(table: PgRelation, keys: Vec<String>, columns: default!(O
     }
     catalog_rows("INSERT INTO hudi.lookup_cache_state (relation) VALUES ($1) ON CONFLICT DO NOTHING", vec![table.oid().into()]);
     // SAFETY: a plain read of a backend global.
-    crate::worker::wake::request(unsafe { pg_sys::MyDatabaseId });
+    crate::worker::wake::request_cache_refresh(unsafe { pg_sys::MyDatabaseId });
 }
 
 /// `hudi.drop_lookup_cache(table, keys)`: removes that index; the worker removes a cache with
@@ -101,7 +101,7 @@ fn drop_lookup_cache(table: PgRelation, keys: Vec<String>) {
         vec![table.oid().into()],
     );
     // SAFETY: a plain read of a backend global.
-    crate::worker::wake::request(unsafe { pg_sys::MyDatabaseId });
+    crate::worker::wake::request_cache_refresh(unsafe { pg_sys::MyDatabaseId });
 }
 
 /// `hudi.refresh_lookup_cache(table)`: brings the table's cache up to its latest commit now
@@ -216,6 +216,8 @@ pub(crate) fn refresh(relid: pg_sys::Oid) -> Result<Option<String>, String> {
 /// table, for the log.
 pub(crate) fn refresh_all() -> Vec<(pg_sys::Oid, Result<Option<String>, String>)> {
     if crate::intents::own_table(c"lookup_cache_keys").is_none() {
+        // SAFETY: a plain read of a backend global.
+        crate::worker::wake::set_has_caches(unsafe { pg_sys::MyDatabaseId }, false);
         return Vec::new();
     }
     // Declarations of dropped tables go with them (their caches then leave the disk below).
@@ -237,6 +239,8 @@ pub(crate) fn refresh_all() -> Vec<(pg_sys::Oid, Result<Option<String>, String>)
             .collect()
     });
     remove_undeclared(&tables.iter().map(|(relid, _)| *relid).collect::<Vec<_>>());
+    // SAFETY: a plain read of a backend global.
+    crate::worker::wake::set_has_caches(unsafe { pg_sys::MyDatabaseId }, !tables.is_empty());
     let mut done = Vec::new();
     for (relid, owner) in tables {
         let args: Vec<DatumWithOid> = vec![CACHE_LOCK_CLASS.into(), (relid.to_u32() as i32).into()];

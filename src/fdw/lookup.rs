@@ -11,6 +11,12 @@
 //! commit across every index; a new generation is opened when the worker published one. A
 //! plan whose cache is gone by execution reads the lake instead (the rechecked quals keep its
 //! answer the same).
+//!
+//! Freshness: after this session committed to the table, its lookups wait (a bounded while)
+//! for the cache to hold that commit — it reads its writes. A table with `lookup_max_lag`
+//! whose cache misses a commit older than that waits for the cache too (`lookup_on_stale
+//! 'wait'`, the default), fails (`'error'`), or reads the lake (`'scan'`). A wait that runs out
+//! reads the lake.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -74,6 +80,99 @@ thread_local! {
     static OPEN: RefCell<HashMap<u32, OpenCache>> = RefCell::new(HashMap::new());
     /// The reader directories this backend made, removed when it exits.
     static READER_DIRS: RefCell<Vec<PathBuf>> = const { RefCell::new(Vec::new()) };
+    /// The completion time of this session's latest commit to each table.
+    static COMMITTED: RefCell<HashMap<u32, String>> = RefCell::new(HashMap::new());
+}
+
+/// How long a lookup waits for its cache to take in a commit before it reads the lake.
+const FRESHNESS_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Records that this session's commit to `relid` completed at `completion`: its later
+/// lookups of the table see it.
+pub fn committed(relid: pg_sys::Oid, completion: &str) {
+    COMMITTED.with(|c| {
+        let mut c = c.borrow_mut();
+        let latest = c.entry(relid.to_u32()).or_default();
+        if latest.as_str() < completion {
+            *latest = completion.to_owned();
+        }
+    });
+}
+
+/// The commit (a completion time) that `relid`'s open cache at `position` must hold for this
+/// lookup: this session's latest, and under `lookup_max_lag` the table's latest when the
+/// cache misses one older than that. `Err(())`: read the lake instead.
+unsafe fn freshness_target(relid: pg_sys::Oid, position: &str) -> Result<Option<String>, ()> {
+    let own = COMMITTED.with(|c| c.borrow().get(&relid.to_u32()).cloned()).filter(|c| c.as_str() > position);
+    let options = crate::fdw::table::options_of((*pg_sys::GetForeignTable(relid)).options);
+    let Some(max_lag) = options.get("lookup_max_lag") else { return Ok(own) };
+    let reader = crate::fdw::table::ForeignHudiTable::of_relation(relid).open_reader();
+    let missing: Vec<String> = reader
+        .timeline()
+        .completed_writes()
+        .filter_map(|i| i.completion.clone())
+        .filter(|c| c.as_str() > position)
+        .collect();
+    let (Some(oldest), Some(latest)) = (missing.iter().min(), missing.iter().max()) else { return Ok(own) };
+    let age_ms = engine::write::time::parse_instant(oldest).map_or(0, |t| now_ms() - t);
+    if (age_ms as f64) <= interval_ms(max_lag) {
+        return Ok(own);
+    }
+    match options.get("lookup_on_stale").map_or("wait", String::as_str) {
+        "scan" => Err(()),
+        "error" => crate::error::raise(
+            pgrx::PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!(
+                "the lookup cache of \"{}\" misses {} commits, the oldest from {:.1} s ago, more than lookup_max_lag ({max_lag})",
+                crate::fdw::table::relation_name(relid),
+                missing.len(),
+                age_ms as f64 / 1000.0
+            ),
+            Some("Wait for the worker's refresh, call hudi.refresh_lookup_cache, or set lookup_on_stale to 'wait' or 'scan'.".into()),
+        ),
+        _ => Ok(Some(own.map_or(latest.clone(), |own| own.max(latest.clone())))),
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+/// An interval option in milliseconds, as PostgreSQL reads it.
+fn interval_ms(value: &str) -> f64 {
+    let args: Vec<pgrx::datum::DatumWithOid> = vec![value.into()];
+    pgrx::Spi::get_one_with_args::<f64>("SELECT pg_catalog.date_part('epoch', $1::pg_catalog.interval)::float8 * 1000", &args)
+        .ok()
+        .flatten()
+        .unwrap_or(f64::INFINITY)
+}
+
+/// Waits, a bounded while, for `relid`'s open cache to hold the commit completed at
+/// `target`: asks the worker for a refresh and catches up until then. Whether it got there.
+fn wait_for(relid: pg_sys::Oid, target: &str, table_schema: &mut dyn FnMut() -> SchemaRef) -> bool {
+    // SAFETY: plain reads of backend globals.
+    crate::worker::wake::request_cache_refresh(unsafe { pg_sys::MyDatabaseId });
+    let deadline = std::time::Instant::now() + FRESHNESS_WAIT;
+    loop {
+        // Caught up again within this statement: it waits for this, before any row.
+        OPEN.with(|open| open.borrow_mut().get_mut(&relid.to_u32()).map(|entry| entry.statement = (0, 0)));
+        if !refresh_open(relid, true, table_schema) {
+            return false;
+        }
+        if cached_position(relid).is_some_and(|p| p.as_str() >= target) {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        // SAFETY: this backend's latch, on its main thread.
+        unsafe {
+            let events = (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH) as i32;
+            pg_sys::WaitLatch(pg_sys::MyLatch, events, 10, pg_sys::PG_WAIT_EXTENSION);
+            pg_sys::ResetLatch(pg_sys::MyLatch);
+        }
+        pgrx::check_for_interrupts!();
+    }
 }
 
 fn current_statement() -> (u32, i64) {
@@ -496,6 +595,10 @@ pub struct Probe {
     kinds: Vec<PgKind>,
     /// The index's columns, as cached.
     key_schema: SchemaRef,
+    /// The cached columns the query reads (positions in the cache's columns).
+    projection: Vec<usize>,
+    /// Those columns: what each probe returns.
+    pub schema: SchemaRef,
     done: bool,
     /// Probes and rows found, for EXPLAIN ANALYZE.
     pub probes: u64,
@@ -504,7 +607,7 @@ pub struct Probe {
 
 /// Starts a lookup scan of `plan` for `node`: catches this backend's cache of `relid` up (once
 /// per statement) and prepares the values; `None` when there is no cache to read any more.
-pub unsafe fn begin(node: *mut pg_sys::ForeignScanState, relid: pg_sys::Oid, plan: &LookupPlan, exprs: *mut pg_sys::List) -> Option<Probe> {
+pub unsafe fn begin(node: *mut pg_sys::ForeignScanState, relid: pg_sys::Oid, plan: &LookupPlan, exprs: *mut pg_sys::List, used: Option<&[String]>) -> Option<Probe> {
     let mut schema = || {
         let table = crate::fdw::table::ForeignHudiTable::of_relation(relid);
         table.open_reader().schema().clone()
@@ -512,14 +615,25 @@ pub unsafe fn begin(node: *mut pg_sys::ForeignScanState, relid: pg_sys::Oid, pla
     if !refresh_open(relid, true, &mut schema) {
         return None;
     }
-    let key_schema = with_open(relid, |cache| {
+    let position = cached_position(relid).unwrap_or_default();
+    match freshness_target(relid, &position) {
+        Err(()) => return None,
+        Ok(Some(target)) if !wait_for(relid, &target, &mut schema) => return None,
+        Ok(_) => {}
+    }
+    let (key_schema, projection, schema) = with_open(relid, |cache| {
         let fields = plan.columns.iter().map(|c| cache.schema().field_with_name(c).cloned().ok()).collect::<Option<Vec<_>>>()?;
+        let projection: Vec<usize> = match used {
+            Some(used) => used.iter().map(|name| cache.schema().index_of(name).ok()).collect::<Option<Vec<_>>>()?,
+            None => (0..cache.schema().fields().len()).collect(),
+        };
+        let schema = std::sync::Arc::new(cache.schema().project(&projection).ok()?);
         // A generation of other indexes than planned: the lake answers.
         let index_matches = match plan.index {
             Index::RecordKey => cache.record_key_fields() == Some(plan.columns.as_slice()),
             Index::Secondary(n) => cache.secondary_indexes().get(n) == Some(&plan.columns),
         };
-        index_matches.then(|| std::sync::Arc::new(Schema::new(fields)))
+        index_matches.then(|| (std::sync::Arc::new(Schema::new(fields)), projection, schema))
     })??;
     let states = pg_sys::ExecInitExprList(exprs, node as *mut pg_sys::PlanState);
     let values: Vec<*mut pg_sys::ExprState> = pushdown::list_items(states);
@@ -534,7 +648,7 @@ pub unsafe fn begin(node: *mut pg_sys::ForeignScanState, relid: pg_sys::Oid, pla
             PgKind::from_type_oid(oid)
         })
         .collect::<Option<Vec<_>>>()?;
-    Some(Probe { relid, plan: plan.clone(), values, kinds, key_schema, done: false, probes: 0, found: 0 })
+    Some(Probe { relid, plan: plan.clone(), values, kinds, key_schema, projection, schema, done: false, probes: 0, found: 0 })
 }
 
 impl Probe {
@@ -584,16 +698,20 @@ impl Probe {
         if keys.is_empty() {
             return Some(None);
         }
-        let columns: Vec<ArrayRef> = (0..self.key_schema.fields().len())
+        let columns: Vec<ArrayRef> = if let [one] = keys.as_slice() {
+            one.columns().to_vec()
+        } else {
+            (0..self.key_schema.fields().len())
             .map(|c| {
                 let parts: Vec<&dyn Array> = keys.iter().map(|k| k.column(c).as_ref()).collect();
                 arrow::compute::concat(&parts).unwrap_or_else(|e| {
                     crate::error::raise(pgrx::PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, format!("cannot gather lookup keys: {e}"), None)
                 })
             })
-            .collect();
+            .collect()
+        };
         self.probes += columns.first().map_or(0, |c| c.len()) as u64;
-        let rows = with_open(self.relid, |cache| cache.probe(self.plan.index, &columns))?.or_report();
+        let rows = with_open(self.relid, |cache| cache.probe(self.plan.index, &columns, &self.projection))?.or_report();
         self.found += rows.num_rows() as u64;
         Some(Some(rows))
     }

@@ -40,7 +40,11 @@ pub const TABLE_OPTIONS: &[&str] = &[
     "archive_max_instants",
     "compaction_log_bytes",
     "compaction_max_delay",
+    "lookup_max_lag",
+    "lookup_on_stale",
 ];
+/// What a lookup does with a cache more than `lookup_max_lag` behind its table.
+pub const LOOKUP_ON_STALE: &[&str] = &["wait", "error", "scan"];
 pub const SERVICES: &[&str] = &["auto", "off"];
 pub const QUERY_TYPES: &[&str] = &["snapshot", "read_optimized", "incremental"];
 pub const MERGE_MODES: &[&str] = &["event_time", "commit_time", "partial_update"];
@@ -259,7 +263,10 @@ fn validate_table(options: &[(String, String)]) {
             "merge_mode" if !MERGE_MODES.contains(&value.as_str()) => {
                 bad_value(name, value, format_args!("expected one of {}", MERGE_MODES.join(", ")))
             }
-            "clean_max_retain" | "compaction_max_delay" => validate_interval(name, value),
+            "clean_max_retain" | "compaction_max_delay" | "lookup_max_lag" => validate_interval(name, value),
+            "lookup_on_stale" if !LOOKUP_ON_STALE.contains(&value.as_str()) => {
+                bad_value(name, value, format_args!("expected one of {}", LOOKUP_ON_STALE.join(", ")))
+            }
             "compaction_log_bytes" => validate_size(name, value),
             "services" if !SERVICES.contains(&value.as_str()) => {
                 bad_value(name, value, format_args!("expected one of {}", SERVICES.join(", ")))
@@ -268,7 +275,7 @@ fn validate_table(options: &[(String, String)]) {
                 Ok(n) if n >= 1 => {}
                 _ => bad_value(name, value, "expected a positive integer"),
             },
-            "query_type" | "merge_mode" | "services" => {}
+            "query_type" | "merge_mode" | "services" | "lookup_on_stale" => {}
             _ => unknown_option(name, OptionTarget::ForeignTable, TABLE_OPTIONS),
         }
     }

@@ -434,9 +434,8 @@ pub unsafe extern "C-unwind" fn begin_foreign_scan(node: *mut pg_sys::ForeignSca
     let info = PlanInfo::from_list((*plan).fdw_private);
     if let Some(lookup_plan) = &info.lookup {
         // A cache gone since planning leaves the lake to answer (every qual is rechecked).
-        if let Some(probe) = lookup::begin(node, relid, lookup_plan, (*plan).fdw_exprs) {
-            let schema = lookup::cached_schema(relid).expect("begin opened the cache");
-            let columns = cached_bindings((*relation).rd_att, &schema, info.options.columns.as_deref());
+        if let Some(probe) = lookup::begin(node, relid, lookup_plan, (*plan).fdw_exprs, info.options.columns.as_deref()) {
+            let columns = cached_bindings((*relation).rd_att, &probe.schema.clone(), info.options.columns.as_deref());
             install_state(node, ScanState { source: Source::Lookup(probe), batch: None, next_row: 0, columns, readers: Vec::new(), row_positions: None });
             return;
         }
@@ -684,7 +683,7 @@ unsafe fn explain_lookup(relid: pg_sys::Oid, plan: &LookupPlan, state: Option<&S
 }
 
 /// The bindings of the attributes of `tupdesc` among `used` fields (all when `None`) to the
-/// cached columns `schema` (by name, as [`bind_columns`] binds them to the table's; the types
+/// columns `schema` a probe returns (by name, as [`bind_columns`] binds them to the table's; the types
 /// were checked at plan time).
 unsafe fn cached_bindings(tupdesc: pg_sys::TupleDesc, schema: &Schema, used: Option<&[String]>) -> Vec<(usize, ColumnBinding)> {
     let attributes = (*tupdesc).attrs.as_slice((*tupdesc).natts as usize);

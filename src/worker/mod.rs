@@ -12,7 +12,10 @@
 //! stops the round at its next safe point), and a database gains a worker within a nap of
 //! `CREATE EXTENSION`. A commit to a table with `services 'auto'` wakes the launcher, which
 //! then starts that database's round without waiting out the nap ([`wake`]; at most one round
-//! a second). Both exit cleanly on SIGTERM or when the postmaster dies.
+//! a second). A database with lookup caches also gets a lookup round every
+//! `hudi.lookup_refresh_interval`, or at once after a commit to a cached table on this server:
+//! a short-lived worker that only brings the caches up to date, beside the full rounds. Both
+//! exit cleanly on SIGTERM or when the postmaster dies.
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -53,7 +56,8 @@ pub extern "C-unwind" fn pg_hudi_launcher_main(_argument: pg_sys::Datum) {
     BackgroundWorker::connect_worker_to_spi(Some(&database), None);
     log!("{LAUNCHER_NAME} started (listing databases from \"{database}\")");
     wake::listen(true);
-    let mut launched = Launched::default();
+    let mut launched = Launched::new(Round::Full);
+    let mut lookups = Launched::new(Round::Lookup);
     let mut served = Vec::new();
     loop {
         let databases = BackgroundWorker::transaction(databases_to_serve);
@@ -68,14 +72,26 @@ pub extern "C-unwind" fn pg_hudi_launcher_main(_argument: pg_sys::Datum) {
         }
         launched.reap();
         launched.want(wake::take_requests(), &databases);
-        for (oid, name) in launched.due(&databases, guc::worker_naptime(), guc::MAX_DATABASE_WORKERS.get().max(1) as usize) {
+        let max = guc::MAX_DATABASE_WORKERS.get().max(1) as usize;
+        for (oid, name) in launched.due(&databases, guc::worker_naptime(), max) {
             if !launched.start(oid, &name) {
                 log!("{LAUNCHER_NAME}: no background worker slot for database \"{name}\" (max_worker_processes); trying again next round");
                 break;
             }
         }
+        lookups.reap();
+        let (with_caches, asked) = wake::take_cache_requests();
+        lookups.want(Some(asked), &databases);
+        let cached: Vec<(pg_sys::Oid, String)> = databases.iter().filter(|(oid, _)| with_caches.contains(oid)).cloned().collect();
+        for (oid, name) in lookups.due(&cached, guc::lookup_refresh_interval(), max) {
+            if !lookups.start(oid, &name) {
+                break;
+            }
+        }
+        let wake = launched.next_wake(guc::worker_naptime());
+        let wake = if cached.is_empty() { wake } else { wake.min(lookups.next_wake(guc::lookup_refresh_interval())) };
         // A worker's start and exit set the latch too (it notifies the launcher).
-        if !BackgroundWorker::wait_latch(Some(launched.next_wake(guc::worker_naptime()))) {
+        if !BackgroundWorker::wait_latch(Some(wake)) {
             break;
         }
         if BackgroundWorker::sighup_received() {
@@ -106,20 +122,56 @@ fn databases_to_serve() -> Vec<(pg_sys::Oid, String)> {
     all.into_iter().filter(|(_, name)| wanted.is_empty() || wanted.contains(name)).collect()
 }
 
-/// The workers the launcher started: those running, when each database's last one started
-/// (rounds start a nap apart, as autovacuum's do, or back to back when one takes longer), and
-/// the databases a commit asked a round for.
-#[derive(Default)]
+/// What a database worker does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Round {
+    /// Finishes committed writes, runs the table services, refreshes the lookup caches.
+    Full,
+    /// Refreshes the lookup caches only.
+    Lookup,
+}
+
+impl Round {
+    /// The worker's argument: the database, and in the high half the kind of round.
+    fn argument(self, database: pg_sys::Oid) -> pg_sys::Datum {
+        let kind = match self {
+            Round::Full => 0u64,
+            Round::Lookup => 1,
+        };
+        pg_sys::Datum::from(u64::from(database.to_u32()) | kind << 32)
+    }
+
+    fn of_argument(argument: pg_sys::Datum) -> (pg_sys::Oid, Round) {
+        let value = argument.value() as u64;
+        let round = if value >> 32 == 1 { Round::Lookup } else { Round::Full };
+        (pg_sys::Oid::from(value as u32), round)
+    }
+
+    /// The least time between two rounds of a database that commits ask for.
+    fn wake_spacing(self) -> Duration {
+        match self {
+            Round::Full => Duration::from_secs(1),
+            // A lookup round is short and its commit waits to be seen.
+            Round::Lookup => Duration::ZERO,
+        }
+    }
+}
+
+/// The workers of one kind of round the launcher started: those running, when each
+/// database's last one started (rounds start a nap apart, as autovacuum's do, or back to back
+/// when one takes longer), and the databases a commit asked a round for.
 struct Launched {
+    round: Round,
     running: HashMap<pg_sys::Oid, *mut pg_sys::BackgroundWorkerHandle>,
     started: HashMap<pg_sys::Oid, Instant>,
     wanted: HashSet<pg_sys::Oid>,
 }
 
-/// The least time between two rounds of a database that commits ask for.
-const WAKE_SPACING: Duration = Duration::from_secs(1);
-
 impl Launched {
+    fn new(round: Round) -> Launched {
+        Launched { round, running: HashMap::new(), started: HashMap::new(), wanted: HashSet::new() }
+    }
+
     /// Forgets the workers that exited.
     fn reap(&mut self) {
         self.running.retain(|_, handle| {
@@ -144,10 +196,10 @@ impl Launched {
         }
     }
 
-    /// How long after its last start a round of `oid` is due: a nap, or when a commit asked
-    /// for it, a second.
+    /// How long after its last start a round of `oid` is due: a nap, or less when a commit
+    /// asked for it.
     fn spacing(&self, oid: &pg_sys::Oid, nap: Duration) -> Duration {
-        if self.wanted.contains(oid) { nap.min(WAKE_SPACING) } else { nap }
+        if self.wanted.contains(oid) { nap.min(self.round.wake_spacing()) } else { nap }
     }
 
     /// The databases whose worker should start now: without one running and without one that
@@ -169,14 +221,18 @@ impl Launched {
         // allocated in the launcher's top memory context (outside any transaction).
         unsafe {
             let mut worker: pg_sys::BackgroundWorker = std::mem::zeroed();
-            copy_name(&mut worker.bgw_name, &format!("{WORKER_NAME} for database {name}"));
+            let what = match self.round {
+                Round::Full => "",
+                Round::Lookup => " (lookup caches)",
+            };
+            copy_name(&mut worker.bgw_name, &format!("{WORKER_NAME} for database {name}{what}"));
             copy_name(&mut worker.bgw_type, WORKER_NAME);
             copy_name(&mut worker.bgw_library_name, "pg_hudi");
             copy_name(&mut worker.bgw_function_name, "pg_hudi_database_worker_main");
             worker.bgw_flags = (pg_sys::BGWORKER_SHMEM_ACCESS | pg_sys::BGWORKER_BACKEND_DATABASE_CONNECTION) as i32;
             worker.bgw_start_time = pg_sys::BgWorkerStartTime::BgWorkerStart_RecoveryFinished;
             worker.bgw_restart_time = pg_sys::BGW_NEVER_RESTART as i32;
-            worker.bgw_main_arg = pg_sys::Datum::from(oid.to_u32());
+            worker.bgw_main_arg = self.round.argument(oid);
             worker.bgw_notify_pid = pg_sys::MyProcPid;
             let mut handle = std::ptr::null_mut();
             let context = pg_sys::MemoryContextSwitchTo(pg_sys::TopMemoryContext);
@@ -200,7 +256,7 @@ impl Launched {
             .map(|(oid, t)| self.spacing(oid, nap).saturating_sub(t.elapsed()))
             .filter(|d| !d.is_zero())
             .min();
-        soonest.unwrap_or(nap).max(Duration::from_millis(100))
+        soonest.unwrap_or(nap).max(Duration::from_millis(20))
     }
 }
 
@@ -219,7 +275,7 @@ fn copy_name(buffer: &mut [std::ffi::c_char], text: &str) {
 #[unsafe(no_mangle)]
 pub extern "C-unwind" fn pg_hudi_database_worker_main(argument: pg_sys::Datum) {
     BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
-    let database = pg_sys::Oid::from(argument.value() as u32);
+    let (database, round) = Round::of_argument(argument);
     BackgroundWorker::connect_worker_to_spi_by_oid(Some(database), None);
     crate::runtime::in_worker();
     let installed = BackgroundWorker::transaction(|| {
@@ -229,6 +285,11 @@ pub extern "C-unwind" fn pg_hudi_database_worker_main(argument: pg_sys::Datum) {
             .unwrap_or(false)
     });
     if !installed {
+        wake::set_has_caches(database, false);
+        return;
+    }
+    if round == Round::Lookup {
+        refresh_lookup_caches();
         return;
     }
     finish_pending_commits();

@@ -1,7 +1,10 @@
 //! Commits wake the launcher: a transaction that wrote a table with `services 'auto'` asks for
 //! its database's round at once (its compaction may be due now), instead of at the end of the
-//! nap. The requests and the launcher's latch live in shared memory, so this needs the library
-//! in `shared_preload_libraries` (without it there is no worker to wake either).
+//! nap; one that wrote a table with a lookup cache on this server asks for its database's
+//! lookup round (which only refreshes the caches). Which databases have lookup caches is kept
+//! here too: the launcher starts their lookup rounds every `hudi.lookup_refresh_interval`.
+//! The requests and the launcher's latch live in shared memory, so this needs the library in
+//! `shared_preload_libraries` (without it there is no worker to wake either).
 
 use pgrx::lwlock::PgLwLock;
 use pgrx::prelude::*;
@@ -14,6 +17,28 @@ pub struct Wakeups {
     /// Database oids; 0 is a free slot. When all are taken, `overflow` asks for every database.
     databases: [u32; 32],
     overflow: bool,
+    /// The databases with lookup caches, as their rounds last found (0: a free slot).
+    with_caches: [u32; 32],
+    /// The databases whose caches a commit asked to refresh now.
+    caches_asked: [u32; 32],
+}
+
+/// Adds `oid` to the slots of `set` (false when they are all taken).
+fn insert(set: &mut [u32; 32], oid: u32) -> bool {
+    if set.contains(&oid) {
+        return true;
+    }
+    match set.iter_mut().find(|slot| **slot == 0) {
+        Some(slot) => {
+            *slot = oid;
+            true
+        }
+        None => false,
+    }
+}
+
+fn members(set: &[u32; 32]) -> Vec<pg_sys::Oid> {
+    set.iter().filter(|&&d| d != 0).map(|&d| pg_sys::Oid::from(d)).collect()
 }
 
 // SAFETY: plain integers, no pointers into process memory (the latch is in shared memory,
@@ -53,11 +78,8 @@ pub fn request(database: pg_sys::Oid) {
     let latch = {
         let mut wakeups = WAKEUPS.exclusive();
         let oid = database.to_u32();
-        if !wakeups.databases.contains(&oid) {
-            match wakeups.databases.iter_mut().find(|slot| **slot == 0) {
-                Some(slot) => *slot = oid,
-                None => wakeups.overflow = true,
-            }
+        if !insert(&mut wakeups.databases, oid) {
+            wakeups.overflow = true;
         }
         wakeups.latch
     };
@@ -68,13 +90,57 @@ pub fn request(database: pg_sys::Oid) {
     }
 }
 
+/// Records whether database `database` has lookup caches (its lookup rounds start then).
+pub fn set_has_caches(database: pg_sys::Oid, has: bool) {
+    if !available() {
+        return;
+    }
+    let mut wakeups = WAKEUPS.exclusive();
+    if has {
+        // More databases with caches than slots: the others refresh with their full rounds.
+        insert(&mut wakeups.with_caches, database.to_u32());
+    } else {
+        wakeups.with_caches.iter_mut().filter(|slot| **slot == database.to_u32()).for_each(|slot| *slot = 0);
+    }
+}
+
+/// Asks for a lookup round of database `database` now, and wakes the launcher.
+pub fn request_cache_refresh(database: pg_sys::Oid) {
+    if !available() {
+        return;
+    }
+    let latch = {
+        let mut wakeups = WAKEUPS.exclusive();
+        let oid = database.to_u32();
+        insert(&mut wakeups.with_caches, oid);
+        insert(&mut wakeups.caches_asked, oid);
+        wakeups.latch
+    };
+    if latch != 0 {
+        // SAFETY: as in `request`.
+        unsafe { pg_sys::SetLatch(latch as *mut pg_sys::Latch) };
+    }
+}
+
+/// The databases with lookup caches, and those whose refresh commits asked for since the
+/// last call.
+pub fn take_cache_requests() -> (Vec<pg_sys::Oid>, Vec<pg_sys::Oid>) {
+    if !available() {
+        return (Vec::new(), Vec::new());
+    }
+    let mut wakeups = WAKEUPS.exclusive();
+    let asked = members(&wakeups.caches_asked);
+    wakeups.caches_asked = [0; 32];
+    (members(&wakeups.with_caches), asked)
+}
+
 /// The requests since the last call: the databases asked for, or `None` for all of them.
 pub fn take_requests() -> Option<Vec<pg_sys::Oid>> {
     if !available() {
         return Some(Vec::new());
     }
     let mut wakeups = WAKEUPS.exclusive();
-    let asked: Vec<pg_sys::Oid> = wakeups.databases.iter().filter(|&&d| d != 0).map(|&d| pg_sys::Oid::from(d)).collect();
+    let asked = members(&wakeups.databases);
     let overflow = std::mem::take(&mut wakeups.overflow);
     wakeups.databases = [0; 32];
     (!overflow).then_some(asked)

@@ -32,6 +32,10 @@ pub fn record_keys(fields: &[String], columns: &[ArrayRef], format: KeyFormat) -
     let text = columns
         .iter()
         .map(|c| {
+            if let Some(ints) = c.as_primitive_opt::<arrow::datatypes::Int64Type>() {
+                // The common key, without the cast kernel's generality (probes format one).
+                return Ok(ints.iter().map(|v| v.map(|v| v.to_string())).collect::<StringArray>());
+            }
             let cast = arrow::compute::cast(c, &DataType::Utf8)
                 .map_err(|e| Error::new(ErrorKind::InvalidArgument, "cannot format key values").with_source(e))?;
             Ok(cast.as_string::<i32>().clone())
