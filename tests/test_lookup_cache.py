@@ -5,7 +5,7 @@ here: the declarations, the state the view shows against the table (rows, cached
 generations when the indexes change, errors, and the worker's loads, refreshes, restarts and
 removals."""
 
-from conftest import refused, serve_databases, wait_for
+from conftest import create_lake_server, refused, serve_databases, wait_for
 
 STATE = "SELECT keys, kind, state, rows, cached_instant, generation FROM hudi.lookup_caches ORDER BY keys"
 
@@ -147,3 +147,29 @@ def test_a_cache_holds_cleaning_back_as_a_consumer_does(lake, cluster):
     conn.execute("SELECT hudi.drop_lookup_cache('customers', '{id}')")
     (cleaned,) = conn.execute("SELECT count(*) FROM hudi.clean('customers')").fetchone()
     assert cleaned == 1, notices
+
+
+def test_caches_go_with_the_extension_and_the_database(lake, cluster):
+    conn, root = lake
+    _insert(conn, [1, 2, 3], "a", "2026-01-01")
+    conn.execute("SELECT hudi.create_lookup_cache('customers', '{id}')")
+    conn.execute("SELECT hudi.refresh_lookup_cache('customers')")
+    database = _cache_dir(conn, "customers").parent
+    assert database.exists()
+    # A second database with a cache of its own, then dropped.
+    conn.execute("CREATE DATABASE doomed")
+    doomed = cluster.connect(dbname="doomed")
+    create_lake_server(doomed, root.parent)
+    doomed.execute("CREATE FOREIGN TABLE customers (id bigint, name text, country text, balance numeric(12, 2), "
+                   "ts timestamptz) SERVER lake OPTIONS (path 'customers')")
+    doomed.execute("SELECT hudi.create_lookup_cache('customers', '{id}')")
+    doomed.execute("SELECT hudi.refresh_lookup_cache('customers')")
+    doomed_dir = _cache_dir(doomed, "customers").parent
+    assert doomed_dir.exists()
+    doomed.close()
+    conn.execute("DROP DATABASE doomed")
+    serve_databases(conn)
+    wait_for("the dropped database's caches to go", lambda: not doomed_dir.exists())
+    # DROP EXTENSION: the next round finds no extension and removes the database's caches.
+    conn.execute("DROP EXTENSION pg_hudi CASCADE")
+    wait_for("the caches of the dropped extension to go", lambda: not database.exists())

@@ -146,3 +146,28 @@ def test_explain_shows_the_lookup_and_how_far_the_cache_is_behind(lake, cluster)
     assert "Lookup" not in plan("EXPLAIN SELECT * FROM customers WHERE id = 3")
     conn.execute("RESET hudi.as_of_instant")
     assert refused(conn, "SELECT * FROM customers WHERE id = 'x'") == "22P02"
+
+
+def test_an_unpartitioned_table_is_probed_by_point_reads(lake, cluster):
+    """A table without partitions keeps one row per record key: probes read it directly."""
+    conn, _ = lake
+    conn.execute("CREATE FOREIGN TABLE accounts (id bigint, name text, ts timestamptz) SERVER lake "
+                 "OPTIONS (path 'accounts', primary_key 'id', ordering_field 'ts')")
+    conn.execute("SELECT hudi.create_table('accounts')")
+    conn.execute("INSERT INTO accounts SELECT g, 'a' || g, now() FROM generate_series(1, 40) g")
+    conn.execute("SELECT hudi.create_lookup_cache('accounts', '{id}')")
+    conn.execute("CREATE TABLE wanted AS SELECT g::int AS id FROM generate_series(-3, 50) g UNION ALL SELECT NULL")
+    conn.execute("SET enable_hashjoin = off; SET enable_mergejoin = off")
+    join = "SELECT w.id, a.name FROM wanted w JOIN {} a ON a.id = w.id"
+    for round in range(2):
+        if round:
+            conn.execute("UPDATE accounts SET name = 'b' || id WHERE id % 3 = 0")
+            conn.execute("DELETE FROM accounts WHERE id % 5 = 0")
+        conn.execute("SELECT hudi.refresh_lookup_cache('accounts')")
+        conn.execute("DROP TABLE IF EXISTS heap_accounts")
+        conn.execute("SET hudi.enable_lookup_cache = off")
+        conn.execute("CREATE TABLE heap_accounts AS SELECT * FROM accounts")
+        conn.execute("RESET hudi.enable_lookup_cache")
+        assert "Lookup: accounts (id) = w.id" in "\n".join(r[0] for r in conn.execute("EXPLAIN " + join.format("accounts")))
+        heap = _rows(conn, join.format("heap_accounts"))
+        assert _rows(conn, join.format("accounts")) == heap and len(heap) > 20, round

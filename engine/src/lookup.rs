@@ -164,6 +164,8 @@ fn db_options(block_cache: usize) -> Result<rocksdb::Options> {
     let mut options = rocksdb::Options::default();
     options.set_compression_type(rocksdb::DBCompressionType::None);
     options.set_allow_mmap_reads(true);
+    // The compaction that ends a load splits its key range between both cores.
+    options.set_max_subcompactions(2);
     options.set_prefix_extractor(rocksdb::SliceTransform::create("pg_hudi.lookup.v1", key_prefix, Some(has_prefix)));
     let mut table = rocksdb::BlockBasedOptions::default();
     table.set_bloom_filter(10.0, false);
@@ -398,25 +400,48 @@ impl LookupCache {
         Ok(Some(applied))
     }
 
-    /// Fills an empty cache from `reader`'s latest merged snapshot, a file slice per batch
-    /// (memory: one slice's rows), then stores the position and compacts the database once
-    /// (a bulk load left in level 0 makes every later probe slow). Readers must not open it
-    /// before it is done: [`CacheGenerations`] publishes it only then.
+    /// Fills an empty cache from `reader`'s latest merged snapshot: each file slice's entries
+    /// sorted and written as a table file of their own (the next slice decoded on a helper
+    /// thread meanwhile; memory: two slices' rows and one's entries), all files ingested at
+    /// once, then compacted into one sorted run (a load left in overlapping files makes every
+    /// later probe slow), and the position stored. Readers must not open it before it is
+    /// done: [`CacheGenerations`] publishes it only then.
     async fn load(&mut self, reader: &TableReader) -> Result<Applied> {
         // Before the table's first commit: the start, after which changes are read next.
         let target = Some(latest_completion(reader).unwrap_or_default());
         let mut applied = Applied { to: target.clone(), ..Default::default() };
         self.state.record_key_fields = reader.config().record_key_fields.clone();
         let bound = crate::timeline::ReadBound::Latest;
-        let options = crate::read::ScanOptions::default();
-        let mut stats = crate::read::ScanStats::default();
-        for slice in reader.slices(&bound).await? {
-            if let Some(rows) = reader.read_slice(&slice, &bound, &options, &mut stats).await? {
-                let mut batch = rocksdb::WriteBatch::default();
-                self.apply(&rows, &mut batch, &mut applied)?;
-                write_unlogged(&self.db, batch)?;
+        let slices = reader.slices(&bound).await?;
+        let query = crate::read::SliceQuery::Snapshot(bound);
+        let mut scan = crate::read::prefetch::SliceScan::new(reader.clone(), query, Default::default(), slices, Default::default(), 1);
+        let staging = self.db.path().join("load");
+        std::fs::create_dir_all(&staging).map_err(|e| Error::new(ErrorKind::Storage, format!("cannot create {}", staging.display())).with_source(e))?;
+        let options = db_options(WRITER_BLOCK_CACHE)?;
+        let mut files = Vec::new();
+        while let Some(rows) = scan.next().await {
+            let Some(rows) = rows? else { continue };
+            let mut entries = SortedEntries::default();
+            self.apply(&rows, &mut entries, &mut applied)?;
+            if entries.0.is_empty() {
+                continue;
             }
+            entries.0.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            let path = staging.join(format!("{}.sst", files.len()));
+            let mut writer = rocksdb::SstFileWriter::create(&options);
+            writer.open(&path).map_err(rocks_error("writing", &path))?;
+            for (key, value) in &entries.0 {
+                writer.put(key, value).map_err(rocks_error("writing", &path))?;
+            }
+            writer.finish().map_err(rocks_error("writing", &path))?;
+            files.push(path);
         }
+        if !files.is_empty() {
+            let mut ingest = rocksdb::IngestExternalFileOptions::default();
+            ingest.set_move_files(true);
+            self.db.ingest_external_file_opts(&ingest, files).map_err(rocks_error("loading", self.db.path()))?;
+        }
+        let _ = std::fs::remove_dir_all(&staging);
         self.store_position(rocksdb::WriteBatch::default(), target, &mut applied)?;
         self.db.compact_range(None::<&[u8]>, None::<&[u8]>);
         Ok(applied)
@@ -435,7 +460,7 @@ impl LookupCache {
     /// Adds the changes of `rows` (snapshot rows, or change rows with their operation) to
     /// `batch`. A change replaces the key's cached row; its old row names the secondary
     /// entries to remove. Within one read a key appears once per partition.
-    fn apply(&mut self, rows: &RecordBatch, batch: &mut rocksdb::WriteBatch, applied: &mut Applied) -> Result<()> {
+    fn apply(&mut self, rows: &RecordBatch, batch: &mut impl Entries, applied: &mut Applied) -> Result<()> {
         let text = |name: &str| -> Result<arrow::array::StringArray> {
             let column = rows.column_by_name(name).ok_or_else(|| missing_column(name))?;
             Ok(arrow::compute::cast(column, &arrow::datatypes::DataType::Utf8).map_err(arrow_error("cannot read record keys"))?.as_string::<i32>().clone())
@@ -486,7 +511,7 @@ impl LookupCache {
                     existed = true;
                     for (index, entry) in self.secondary_entries(&old, &key)?.into_iter().enumerate() {
                         if let Some(join_key) = entry {
-                            batch.delete(secondary_key(index, &join_key, &key));
+                            batch.delete(&secondary_key(index, &join_key, &key));
                         }
                     }
                 }
@@ -498,11 +523,11 @@ impl LookupCache {
                 continue;
             }
             applied.row_change += i64::from(!existed);
-            batch.put(&key, row_value(&encoded, row));
+            batch.put(key.clone(), row_value(&encoded, row));
             for (index, (join_keys, nulls)) in secondary_keys.iter().enumerate() {
                 // NULL join keys match nothing, so they are not indexed.
                 if !nulls[row] {
-                    batch.put(secondary_key(index, join_keys.row(row).as_ref(), &key), []);
+                    batch.put(secondary_key(index, join_keys.row(row).as_ref(), &key), Vec::new());
                 }
             }
             applied.upserts += 1;
@@ -648,6 +673,11 @@ impl LookupCache {
                 }
             }
         }
+        if rows.is_empty() {
+            // A miss decodes nothing.
+            let schema = self.schema.project(projection).map_err(arrow_error("cannot decode cached rows"))?;
+            return Ok(RecordBatch::new_empty(Arc::new(schema)));
+        }
         self.decode(&rows.iter().map(Vec::as_slice).collect::<Vec<_>>(), projection)
     }
 
@@ -675,6 +705,37 @@ impl LookupCache {
     pub fn rows(&self) -> Result<RecordBatch> {
         let rows = self.scan_prefix(&[ROW_TAG], false)?.into_iter().map(|(_, value)| value).collect::<Vec<_>>();
         self.decode(&rows.iter().map(Vec::as_slice).collect::<Vec<_>>(), &self.all_columns())
+    }
+}
+
+/// Where [`LookupCache::apply`] puts what it writes.
+trait Entries {
+    fn put(&mut self, key: Vec<u8>, value: Vec<u8>);
+    fn delete(&mut self, key: &[u8]);
+}
+
+impl Entries for rocksdb::WriteBatch {
+    fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
+        rocksdb::WriteBatch::put(self, key, value)
+    }
+
+    fn delete(&mut self, key: &[u8]) {
+        rocksdb::WriteBatch::delete(self, key)
+    }
+}
+
+/// The entries of a load, sorted before they are written to a file. A load applies snapshot
+/// rows to an empty cache, which deletes nothing.
+#[derive(Default)]
+struct SortedEntries(Vec<(Vec<u8>, Vec<u8>)>);
+
+impl Entries for SortedEntries {
+    fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
+        self.0.push((key, value));
+    }
+
+    fn delete(&mut self, _key: &[u8]) {
+        debug_assert!(false, "a load deletes nothing");
     }
 }
 

@@ -263,6 +263,31 @@ pub(crate) fn refresh_all() -> Vec<(pg_sys::Oid, Result<Option<String>, String>)
     done
 }
 
+/// Removes the caches of this database (its extension was dropped).
+pub(crate) fn remove_database_caches() {
+    // SAFETY: a plain read of a backend global.
+    let root = databases_root().join(unsafe { pg_sys::MyDatabaseId }.to_u32().to_string());
+    if root.exists() {
+        if let Err(e) = std::fs::remove_dir_all(&root) {
+            pgrx::warning!("pg_hudi: cannot remove the lookup caches {}: {e}", root.display());
+        }
+    }
+}
+
+/// Removes the caches of databases that no longer exist (`existing`: the oids of those that
+/// do), for the launcher, which outlives them.
+pub(crate) fn remove_caches_of_dropped_databases(existing: &[pg_sys::Oid]) {
+    let Ok(entries) = std::fs::read_dir(databases_root()) else { return };
+    for entry in entries.flatten() {
+        let oid = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok());
+        if oid.is_some_and(|oid| !existing.iter().any(|e| e.to_u32() == oid)) {
+            if let Err(e) = std::fs::remove_dir_all(entry.path()) {
+                pgrx::warning!("pg_hudi: cannot remove the lookup caches {}: {e}", entry.path().display());
+            }
+        }
+    }
+}
+
 /// Removes the cache directories of this database whose table has no declared index.
 fn remove_undeclared(declared: &[pg_sys::Oid]) {
     // SAFETY: a plain read of a backend global.

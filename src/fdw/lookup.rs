@@ -668,6 +668,9 @@ impl Probe {
             }
             per_column.push(if self.plan.arrays[i] { array_elements(datum) } else { vec![datum] });
         }
+        if let Some(key) = self.single_integer_key(&per_column) {
+            return self.probe_keys(&[key]);
+        }
         // Every combination of the columns' values, converted to the cached types; a value
         // the column cannot hold (out of its range) matches nothing.
         let mut keys: Vec<RecordBatch> = Vec::new();
@@ -710,10 +713,36 @@ impl Probe {
             })
             .collect()
         };
+        self.probe_keys(&columns)
+    }
+
+    /// The common probe — one integer value for a `bigint` key — as its array, built without
+    /// the general conversion.
+    fn single_integer_key(&self, per_column: &[Vec<pg_sys::Datum>]) -> Option<ArrayRef> {
+        let ([values], [kind]) = (per_column, self.kinds.as_slice()) else { return None };
+        let [value] = values.as_slice() else { return None };
+        if self.key_schema.field(0).data_type() != &arrow::datatypes::DataType::Int64 {
+            return None;
+        }
+        // SAFETY: the datum is of the expression's type, `kind`.
+        let value = unsafe {
+            use pgrx::FromDatum;
+            match kind {
+                PgKind::Int2 => i64::from(i16::from_datum(*value, false)?),
+                PgKind::Int4 => i64::from(i32::from_datum(*value, false)?),
+                PgKind::Int8 => i64::from_datum(*value, false)?,
+                _ => return None,
+            }
+        };
+        Some(std::sync::Arc::new(arrow::array::Int64Array::from(vec![value])))
+    }
+
+    /// Probes the cache for the keys `columns` (the index's columns).
+    fn probe_keys(&mut self, columns: &[ArrayRef]) -> Option<Option<RecordBatch>> {
         self.probes += columns.first().map_or(0, |c| c.len()) as u64;
-        let rows = with_open(self.relid, |cache| cache.probe(self.plan.index, &columns, &self.projection))?.or_report();
+        let rows = with_open(self.relid, |cache| cache.probe(self.plan.index, columns, &self.projection))?.or_report();
         self.found += rows.num_rows() as u64;
-        Some(Some(rows))
+        Some((rows.num_rows() > 0).then_some(rows))
     }
 
     /// Probes again at the next call, with the values then.

@@ -59,8 +59,15 @@ pub extern "C-unwind" fn pg_hudi_launcher_main(_argument: pg_sys::Datum) {
     let mut launched = Launched::new(Round::Full);
     let mut lookups = Launched::new(Round::Lookup);
     let mut served = Vec::new();
+    let mut swept: Option<Instant> = None;
     loop {
         let databases = BackgroundWorker::transaction(databases_to_serve);
+        if swept.is_none_or(|t| t.elapsed() >= guc::worker_naptime()) {
+            // The caches of dropped databases, which no round of theirs will remove.
+            let existing = BackgroundWorker::transaction(all_databases);
+            crate::api::lookup::remove_caches_of_dropped_databases(&existing);
+            swept = Some(Instant::now());
+        }
         let names: Vec<&str> = databases.iter().map(|(_, name)| name.as_str()).collect();
         if names != served {
             if names.is_empty() {
@@ -103,6 +110,16 @@ pub extern "C-unwind" fn pg_hudi_launcher_main(_argument: pg_sys::Datum) {
     // which tells the postmaster not to restart us. Running workers finish their rounds.
     wake::listen(false);
     log!("{LAUNCHER_NAME} exiting");
+}
+
+/// Every database's oid.
+fn all_databases() -> Vec<pg_sys::Oid> {
+    Spi::connect(|client| {
+        let rows = client
+            .select("SELECT oid FROM pg_catalog.pg_database", None, &[])
+            .unwrap_or_else(|e| crate::error::spi_failed("listing databases", e));
+        rows.filter_map(|row| row.get::<pg_sys::Oid>(1).ok().flatten()).collect()
+    })
 }
 
 /// The databases that allow connections, by oid, restricted to `hudi.worker_databases`.
@@ -285,7 +302,9 @@ pub extern "C-unwind" fn pg_hudi_database_worker_main(argument: pg_sys::Datum) {
             .unwrap_or(false)
     });
     if !installed {
+        // Without the extension (dropped): no caches either.
         wake::set_has_caches(database, false);
+        crate::api::lookup::remove_database_caches();
         return;
     }
     if round == Round::Lookup {
