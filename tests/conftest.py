@@ -121,6 +121,11 @@ def our_rows(conn):
     return sorted(conn.execute("SELECT id, name, country, balance FROM customers").fetchall())
 
 
+def plan_text(conn, sql):
+    """The plan `EXPLAIN sql` prints, as one text (`sql` may start with EXPLAIN's options)."""
+    return "\n".join(r[0] for r in conn.execute(f"EXPLAIN {sql}"))
+
+
 def refused(conn, sql, params=None):
     """The SQLSTATE `sql` fails with, or None when it succeeds."""
     try:

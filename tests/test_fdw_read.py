@@ -4,7 +4,7 @@ exactly the rows of its expected/ file (the reference reader's snapshot)."""
 import pytest
 
 import hudi_rows
-from conftest import new_lake
+from conftest import new_lake, plan_text
 from hudi_rows import same
 
 META = ["_hoodie_commit_time", "_hoodie_commit_seqno", "_hoodie_record_key",
@@ -114,7 +114,7 @@ def test_time_travel_and_read_optimized(cluster, lake):
 
 
 def explain(conn, sql):
-    return "\n".join(r[0] for r in conn.execute(f"EXPLAIN (VERBOSE) {sql}"))
+    return plan_text(conn, f"(VERBOSE) {sql}")
 
 
 def test_filters_prune_partitions_and_never_change_results(cluster, lake):

@@ -5,7 +5,7 @@ here: the declarations, the state the view shows against the table (rows, cached
 generations when the indexes change, errors, and the worker's loads, refreshes, restarts and
 removals."""
 
-from conftest import create_lake_server, refused, serve_databases, wait_for
+from conftest import create_lake_server, plan_text, refused, serve_databases, wait_for
 
 STATE = "SELECT keys, kind, state, rows, cached_instant, generation FROM hudi.lookup_caches ORDER BY keys"
 
@@ -104,7 +104,7 @@ def test_the_worker_loads_refreshes_keeps_and_removes_caches(lake, cluster):
     conn = cluster.connect()
     serve_databases(conn)  # a start of a test cluster serves no database again
     # Queries use the kept cache at once.
-    plan = "\n".join(r[0] for r in conn.execute("EXPLAIN SELECT name FROM customers WHERE id = 3"))
+    plan = plan_text(conn, "SELECT name FROM customers WHERE id = 3")
     assert "Lookup: customers (id) = '3' [unique]" in plan, plan
     _insert(conn, [500], "c", "2026-01-03")
     wait_for("the refresh after the restart", caught_up)

@@ -7,7 +7,7 @@ sessions joining through the cache while the table changes never see two commits
 import threading
 import time
 
-from conftest import create_lake_server, refused, run_in_threads, serve_databases, wait_for
+from conftest import create_lake_server, plan_text, refused, run_in_threads, serve_databases, wait_for
 
 COLUMNS = "id bigint, name text, country text, balance numeric(12, 2), ts timestamptz"
 OPTIONS = "path 'customers', primary_key 'id', ordering_field 'ts', partition_by 'country', buckets '4'"
@@ -51,7 +51,7 @@ def test_lookups_see_commits_within_a_second(lake, cluster):
     serve_databases(conn)
     wait_for("the worker's load", lambda: _ready(conn))
     reader = cluster.connect()
-    assert "Lookup: customers" in "\n".join(r[0] for r in reader.execute("EXPLAIN SELECT name FROM customers WHERE id = 1"))
+    assert "Lookup: customers" in plan_text(reader, "SELECT name FROM customers WHERE id = 1")
     # Commits on this server wake the refresh.
     woken = [_seen_after(reader, lambda: conn.execute("UPDATE customers SET name = %s WHERE id = 1", (f"w{i}",)), f"w{i}")
              for i in range(100)]
@@ -108,7 +108,7 @@ def test_joining_sessions_never_see_a_torn_commit(lake, cluster):
         session = cluster.connect()
         session.execute("SET enable_hashjoin = off; SET enable_mergejoin = off")
         sql = "SELECT c.name, c.balance FROM wanted w JOIN customers c ON c.id = w.id"
-        assert "Lookup: customers" in "\n".join(r[0] for r in session.execute("EXPLAIN " + sql))
+        assert "Lookup: customers" in plan_text(session, sql)
         while not done.is_set():
             rows = session.execute(sql).fetchall()
             assert len(rows) == 30, rows

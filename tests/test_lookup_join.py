@@ -9,7 +9,7 @@ under a TimeZone that is not UTC."""
 import os
 import random
 
-from conftest import refused
+from conftest import plan_text, refused
 
 QUERIES = [
     # by record key (the unique index), int4 outer values against the bigint key
@@ -85,7 +85,7 @@ def test_lookups_answer_as_the_heap_copy_and_the_lake_do(lake, cluster):
         found = 0
         for sql in QUERIES:
             context = f"seed {seed}, round {round}: {sql}"
-            plan = "\n".join(r[0] for r in reader.execute("EXPLAIN " + sql).fetchall())
+            plan = plan_text(reader, sql)
             assert "Lookup: customers" in plan, f"{context}\n{plan}"
             cached = _rows(reader, sql)
             heap = _rows(reader, sql.replace("customers c", "heap_customers c").replace("FROM customers", "FROM heap_customers"))
@@ -113,37 +113,35 @@ def test_explain_shows_the_lookup_and_how_far_the_cache_is_behind(lake, cluster)
     conn.execute("SET enable_hashjoin = off")
     conn.execute("SET enable_mergejoin = off")
 
-    def plan(sql):
-        return "\n".join(r[0] for r in conn.execute(sql).fetchall())
     # No cache yet, or not loaded yet: the lake.
-    assert "Lookup" not in plan("EXPLAIN " + join)
+    assert "Lookup" not in plan_text(conn, join)
     conn.execute("SELECT hudi.create_lookup_cache('customers', '{id}')")
-    assert "Lookup" not in plan("EXPLAIN " + join)
+    assert "Lookup" not in plan_text(conn, join)
     reached = conn.execute("SELECT hudi.refresh_lookup_cache('customers')").fetchone()[0]
-    shown = plan("EXPLAIN (VERBOSE) " + join)
+    shown = plan_text(conn, "(VERBOSE) " + join)
     assert "Lookup: customers (id) = o.customer_id [unique]" in shown, shown
     assert f"Lookup Cache: at {reached}, 0 commits" in shown, shown
-    analyzed = plan("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) " + join)
+    analyzed = plan_text(conn, "(ANALYZE, COSTS OFF, TIMING OFF) " + join)
     assert "Lookup Probes: 5 keys, 5 rows" in analyzed, analyzed
     # Another session's commit the cache has not taken in yet shows as lag; the lookups serve
     # what is cached (this session's own commits it would wait for).
     cluster.connect().execute("INSERT INTO customers VALUES (1, 'renamed', 'nl', 1, now())")
-    assert ", 1 commits" in plan("EXPLAIN (VERBOSE) " + join)
+    assert ", 1 commits" in plan_text(conn, "(VERBOSE) " + join)
     assert conn.execute("SELECT name FROM customers WHERE id = 1").fetchall() == [("n1",)]
     # A transaction that wrote the table reads its own writes: from the lake.
     conn.execute("BEGIN")
     conn.execute("INSERT INTO customers VALUES (2, 'mine', 'nl', 2, now())")
-    assert "Lookup" not in plan("EXPLAIN " + join)
+    assert "Lookup" not in plan_text(conn, join)
     assert ("mine",) in conn.execute(join).fetchall()
     conn.execute("ROLLBACK")
     # Off, or no index on the columns: the lake.
     conn.execute("SET hudi.enable_lookup_cache = off")
-    assert "Lookup" not in plan("EXPLAIN " + join)
+    assert "Lookup" not in plan_text(conn, join)
     conn.execute("RESET hudi.enable_lookup_cache")
-    assert "Lookup" not in plan("EXPLAIN SELECT * FROM customers c WHERE c.name = 'n3'"), "no index on name"
+    assert "Lookup" not in plan_text(conn, "SELECT * FROM customers c WHERE c.name = 'n3'"), "no index on name"
     # Time travel reads the lake.
     conn.execute(f"SET hudi.as_of_instant = '{reached}'")
-    assert "Lookup" not in plan("EXPLAIN SELECT * FROM customers WHERE id = 3")
+    assert "Lookup" not in plan_text(conn, "SELECT * FROM customers WHERE id = 3")
     conn.execute("RESET hudi.as_of_instant")
     assert refused(conn, "SELECT * FROM customers WHERE id = 'x'") == "22P02"
 
@@ -168,6 +166,6 @@ def test_an_unpartitioned_table_is_probed_by_point_reads(lake, cluster):
         conn.execute("SET hudi.enable_lookup_cache = off")
         conn.execute("CREATE TABLE heap_accounts AS SELECT * FROM accounts")
         conn.execute("RESET hudi.enable_lookup_cache")
-        assert "Lookup: accounts (id) = w.id" in "\n".join(r[0] for r in conn.execute("EXPLAIN " + join.format("accounts")))
+        assert "Lookup: accounts (id) = w.id" in plan_text(conn, join.format("accounts"))
         heap = _rows(conn, join.format("heap_accounts"))
         assert _rows(conn, join.format("accounts")) == heap and len(heap) > 20, round

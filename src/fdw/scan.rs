@@ -307,20 +307,7 @@ pub unsafe extern "C-unwind" fn get_foreign_paths(
 ) {
     let rows = (*baserel).rows;
     let startup = 100.0;
-    let total = startup + rows * 0.02;
-    let path = pg_sys::create_foreignscan_path(
-        root,
-        baserel,
-        std::ptr::null_mut(),
-        rows,
-        startup,
-        total,
-        std::ptr::null_mut(),
-        std::ptr::null_mut(),
-        std::ptr::null_mut(),
-        std::ptr::null_mut(),
-    );
-    pg_sys::add_path(baserel, path as *mut pg_sys::Path);
+    lookup::add_foreign_path(root, baserel, rows, (startup, startup + rows * 0.02), std::ptr::null_mut(), std::ptr::null_mut());
     let info = PlanInfo::from_list((*baserel).fdw_private as *mut pg_sys::List);
     if let (Some(shape), Some(types)) = (&info.cache, lookup::cached_schema(relid)) {
         lookup::add_paths(root, baserel, shape, &info.fields, info.options.columns.as_deref(), &types);
