@@ -23,6 +23,15 @@ def _ready(conn):
                         (latest,)).fetchone() == (True,)
 
 
+def _cached_and_served(conn, rows_sql):
+    """`customers` with the rows of `rows_sql`, its cache on id, and the worker serving the
+    database, once the cache is loaded."""
+    conn.execute(f"INSERT INTO customers {rows_sql}")
+    conn.execute("SELECT hudi.create_lookup_cache('customers', '{id}')")
+    serve_databases(conn)
+    wait_for("the worker's load", lambda: _ready(conn))
+
+
 def _other_database(cluster, conn, root):
     """A second database with its own foreign table on the same Hudi table: its commits wake
     nothing of this database's, whose worker sees them by polling only."""
@@ -45,11 +54,8 @@ def _seen_after(reader, commit, expected, timeout=10):
 
 def test_lookups_see_commits_within_a_second(lake, cluster):
     conn, table = lake
-    conn.execute("INSERT INTO customers SELECT g, 'n' || g, 'nl', g, now() FROM generate_series(1, 20) g")
-    conn.execute("SELECT hudi.create_lookup_cache('customers', '{id}')")
     conn.execute("ALTER SYSTEM SET hudi.lookup_refresh_interval = '500ms'")
-    serve_databases(conn)
-    wait_for("the worker's load", lambda: _ready(conn))
+    _cached_and_served(conn, "SELECT g, 'n' || g, 'nl', g, now() FROM generate_series(1, 20) g")
     reader = cluster.connect()
     assert "Lookup: customers" in plan_text(reader, "SELECT name FROM customers WHERE id = 1")
     # Commits on this server wake the refresh.
@@ -96,11 +102,8 @@ def test_joining_sessions_never_see_a_torn_commit(lake, cluster):
     """Every commit sets all rows' name and balance to its number; each join of the 30 rows
     sees one number in every row and both columns, while the worker applies commits."""
     conn, _ = lake
-    conn.execute("INSERT INTO customers SELECT g, 'v0', 'nl', 0, now() FROM generate_series(1, 30) g")
     conn.execute("CREATE TABLE wanted AS SELECT g AS id FROM generate_series(1, 30) g")
-    conn.execute("SELECT hudi.create_lookup_cache('customers', '{id}')")
-    serve_databases(conn)
-    wait_for("the worker's load", lambda: _ready(conn))
+    _cached_and_served(conn, "SELECT g, 'v0', 'nl', 0, now() FROM generate_series(1, 30) g")
     done = threading.Event()
     seen = [set() for _ in range(8)]
 

@@ -74,14 +74,14 @@ struct CacheState {
     /// partitions, found by a prefix scan; otherwise by one point read).
     #[serde(default = "partitioned_unless_known")]
     partitioned: bool,
-    /// The layout of cached rows and files ([`ROW_FORMAT`]); a cache of another is loaded anew.
+    /// The layout of cached rows and files ([`LAYOUT`]); a cache of another is loaded anew.
     #[serde(default)]
     format: u32,
 }
 
 /// The layout of cached rows and of the cache's files this version writes (1: all columns
 /// in one Arrow row; 2: columns apart; 3: data blocks with a hash index; 4: restarts every four keys).
-const ROW_FORMAT: u32 = 4;
+const LAYOUT: u32 = 4;
 
 fn partitioned_unless_known() -> bool {
     true
@@ -123,6 +123,21 @@ impl RecordKeys {
             }
         }
         RecordKeys::Unknown
+    }
+}
+
+/// The cached columns a probe decodes, and their schema: made once per scan
+/// ([`LookupCache::projection`]), used by every probe.
+#[derive(Debug, Clone)]
+pub struct Projection {
+    columns: Vec<usize>,
+    schema: SchemaRef,
+}
+
+impl Projection {
+    /// The columns probes return.
+    pub fn schema(&self) -> &SchemaRef {
+        &self.schema
     }
 }
 
@@ -184,7 +199,7 @@ fn db_options(block_cache: usize) -> Result<rocksdb::Options> {
 
 /// The block cache of the writer, which loads and refreshes.
 const WRITER_BLOCK_CACHE: usize = 64 << 20;
-/// The block cache of each reader (a backend): index and filter partitions and hot blocks.
+/// The block cache of each reader (a backend): what cannot be read in place.
 const READER_BLOCK_CACHE: usize = 8 << 20;
 
 /// What changes when the writer flushed: its manifest's name and length.
@@ -226,6 +241,8 @@ pub struct LookupCache {
     /// Opened for reading ([`Self::open_reader`]): what the writer had flushed when this
     /// reader last caught up.
     reader: Option<Option<(String, u64)>>,
+    /// How probes read rows ([`probe_options`]), made once.
+    point_read: rocksdb::ReadOptions,
 }
 
 fn rocks_error<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(rocksdb::Error) -> Error + 'a {
@@ -270,7 +287,7 @@ impl LookupCache {
         options.create_if_missing(true);
         let db = rocksdb::DB::open(&options, dir).map_err(rocks_error("opening", dir))?;
         let state = match read_state(&db, dir)? {
-            Some(state) if state.definition != *definition || state.format != ROW_FORMAT => {
+            Some(state) if state.definition != *definition || state.format != LAYOUT => {
                 return Err(Error::new(
                     ErrorKind::InvalidArgument,
                     format!("the lookup cache {} was made for other columns or indexes", dir.display()),
@@ -287,7 +304,7 @@ impl LookupCache {
                     record_key_fields: Vec::new(),
                     record_keys: RecordKeys::Unseen,
                     partitioned: false,
-                    format: ROW_FORMAT,
+                    format: LAYOUT,
                 };
                 let mut batch = rocksdb::WriteBatch::default();
                 batch.put(STATE_KEY, encode_state(&state)?);
@@ -310,7 +327,7 @@ impl LookupCache {
         let db = rocksdb::DB::open_as_secondary(&options, primary, own).map_err(rocks_error("opening", primary))?;
         let state = read_state(&db, primary)?
             .ok_or_else(|| Error::new(ErrorKind::NotFound, format!("there is no lookup cache in {}", primary.display())))?;
-        if state.format != ROW_FORMAT {
+        if state.format != LAYOUT {
             return Err(Error::new(ErrorKind::InvalidArgument, format!("the lookup cache {} has rows of another layout", primary.display())));
         }
         Self::with_state(db, state, table_schema, Some(marker))
@@ -354,7 +371,7 @@ impl LookupCache {
                 Ok((positions.clone(), converter(&positions)?))
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(LookupCache { db, state, schema, columns, secondary, reader })
+        Ok(LookupCache { db, state, schema, columns, secondary, reader, point_read: probe_options() })
     }
 
     /// The completion time of the latest commit the cache holds (`""` when it was loaded
@@ -574,16 +591,29 @@ impl LookupCache {
             .collect()
     }
 
-    /// The rows `encoded` as a batch of the cached columns `projection`.
-    fn decode(&self, encoded: &[&[u8]], projection: &[usize]) -> Result<RecordBatch> {
-        let schema = Arc::new(self.schema.project(projection).map_err(arrow_error("cannot decode cached rows"))?);
-        let columns = self.decode_columns(encoded, projection)?;
-        RecordBatch::try_new_with_options(schema, columns, &arrow::array::RecordBatchOptions::new().with_row_count(Some(encoded.len())))
-            .map_err(arrow_error("cannot decode cached rows"))
+    /// The rows `encoded` as a batch of the cached columns of `projection`.
+    fn decode(&self, encoded: &[&[u8]], projection: &Projection) -> Result<RecordBatch> {
+        if encoded.is_empty() {
+            return Ok(RecordBatch::new_empty(projection.schema.clone()));
+        }
+        let columns = self.decode_columns(encoded, &projection.columns)?;
+        let options = arrow::array::RecordBatchOptions::new().with_row_count(Some(encoded.len()));
+        RecordBatch::try_new_with_options(projection.schema.clone(), columns, &options).map_err(arrow_error("cannot decode cached rows"))
     }
 
-    fn all_columns(&self) -> Vec<usize> {
-        (0..self.columns.len()).collect()
+    /// The projection of the cached columns named `names` (all of them when `None`).
+    pub fn projection(&self, names: Option<&[String]>) -> Result<Projection> {
+        let columns = match names {
+            Some(names) => names.iter().map(|n| self.schema.index_of(n).map_err(|_| missing_column(n))).collect::<Result<Vec<_>>>()?,
+            None => (0..self.columns.len()).collect(),
+        };
+        let schema = Arc::new(self.schema.project(&columns).map_err(arrow_error("cannot project the cached columns"))?);
+        Ok(Projection { columns, schema })
+    }
+
+    /// The row stored under `key`, read as probes read.
+    fn read_row(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self.db.get_pinned_opt(key, &self.point_read).map_err(rocks_error("reading", self.db.path()))?.map(|row| row.to_vec()))
     }
 
     /// The table's record key fields, when probes by their values find the rows
@@ -601,9 +631,8 @@ impl LookupCache {
     /// The cached rows whose `index` columns equal a row of `keys` (those columns, in the
     /// index's order, cast to the cached types when they differ): a key with a NULL matches
     /// nothing, a key given twice matches once. By record key, the rows of every partition
-    /// that has the key. Only the cached columns `projection` (positions in [`Self::schema`])
-    /// are decoded.
-    pub fn probe(&self, index: Index, keys: &[ArrayRef], projection: &[usize]) -> Result<RecordBatch> {
+    /// that has the key. Only the cached columns of `projection` are decoded.
+    pub fn probe(&self, index: Index, keys: &[ArrayRef], projection: &Projection) -> Result<RecordBatch> {
         let count = keys.first().map_or(0, |k| k.len());
         let valid = |row: usize| keys.iter().all(|k| k.is_valid(row));
         let mut prefixes: Vec<Vec<u8>> = match index {
@@ -617,15 +646,8 @@ impl LookupCache {
                     }
                 };
                 let record_keys = keygen::record_keys(fields, keys, format)?;
-                (0..count)
-                    .filter(|&row| valid(row))
-                    .map(|row| {
-                        let mut prefix = vec![ROW_TAG];
-                        prefix.extend_from_slice(record_keys.value(row).as_bytes());
-                        prefix.push(0);
-                        prefix
-                    })
-                    .collect()
+                // The key's rows in every partition; in none (unpartitioned), its one row.
+                (0..count).filter(|&row| valid(row)).map(|row| row_key(record_keys.value(row), "")).collect()
             }
             Index::Secondary(n) => {
                 let (positions, converter) = self.secondary.get(n).ok_or_else(|| Error::new(ErrorKind::InvalidArgument, format!("the cache has no secondary index {n}")))?;
@@ -651,10 +673,7 @@ impl LookupCache {
         let mut rows = Vec::new();
         for prefix in &prefixes {
             if index == Index::RecordKey && !self.state.partitioned {
-                // The key's one row, under the empty partition path.
-                if let Some(row) = self.db.get_pinned_opt(prefix, &probe_options()).map_err(rocks_error("reading", self.db.path()))? {
-                    rows.push(row.to_vec());
-                }
+                rows.extend(self.read_row(prefix)?);
                 continue;
             }
             let found = self.scan_prefix(prefix, true)?;
@@ -665,18 +684,13 @@ impl LookupCache {
                         let mut key = vec![ROW_TAG];
                         key.extend_from_slice(&entry[prefix.len()..]);
                         // Written in the same batch as its entry: a missing row is a broken cache.
-                        let row = self.db.get(&key).map_err(rocks_error("reading", self.db.path()))?.ok_or_else(|| {
+                        let row = self.read_row(&key)?.ok_or_else(|| {
                             Error::new(ErrorKind::Corrupt, format!("the lookup cache's index {n} names a row it does not hold"))
                         })?;
                         rows.push(row);
                     }
                 }
             }
-        }
-        if rows.is_empty() {
-            // A miss decodes nothing.
-            let schema = self.schema.project(projection).map_err(arrow_error("cannot decode cached rows"))?;
-            return Ok(RecordBatch::new_empty(Arc::new(schema)));
         }
         self.decode(&rows.iter().map(Vec::as_slice).collect::<Vec<_>>(), projection)
     }
@@ -704,7 +718,7 @@ impl LookupCache {
     /// Every cached row, in key order (for checks).
     pub fn rows(&self) -> Result<RecordBatch> {
         let rows = self.scan_prefix(&[ROW_TAG], false)?.into_iter().map(|(_, value)| value).collect::<Vec<_>>();
-        self.decode(&rows.iter().map(Vec::as_slice).collect::<Vec<_>>(), &self.all_columns())
+        self.decode(&rows.iter().map(Vec::as_slice).collect::<Vec<_>>(), &self.projection(None)?)
     }
 }
 
@@ -768,6 +782,7 @@ fn column_bytes(row: &[u8], c: usize, count: usize) -> Result<&[u8]> {
 
 /// How probes read: without verifying block checksums on every read (a damaged cache is
 /// rebuilt from the table; the writer's compactions verify what they read), and in place.
+/// Iterators take their options by value, point reads share [`LookupCache::point_read`].
 fn probe_options() -> rocksdb::ReadOptions {
     let mut read = rocksdb::ReadOptions::default();
     read.set_verify_checksums(false);
@@ -820,6 +835,34 @@ fn cached_columns(definition: &CacheDefinition, table_schema: &Schema) -> Result
 /// The completion time of the latest completed commit `reader` sees (`None`: none).
 fn latest_completion(reader: &TableReader) -> Option<String> {
     reader.timeline().completed_writes().filter_map(|i| i.completion.clone()).max()
+}
+
+/// How far a cache at `position` (a completion time) is behind the table a reader shows.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Lag {
+    /// The completed commits the cache does not hold.
+    pub commits: usize,
+    /// Milliseconds from the cached commit's completion to the latest one's.
+    pub behind_ms: i64,
+    /// How long ago the oldest commit the cache does not hold completed, in milliseconds.
+    pub oldest_missing_age_ms: i64,
+    /// The latest completed commit: the position that holds them all.
+    pub latest: Option<String>,
+}
+
+impl Lag {
+    pub fn of(reader: &TableReader, position: &str) -> Lag {
+        let missing: Vec<&str> =
+            reader.timeline().completed_writes().filter_map(|i| i.completion.as_deref()).filter(|c| *c > position).collect();
+        let millis = |instant: Option<&&str>| instant.and_then(|i| crate::write::time::parse_instant(i));
+        let (oldest, latest) = (missing.iter().min(), missing.iter().max());
+        let behind_ms = match (millis(latest), crate::write::time::parse_instant(position)) {
+            (Some(latest), Some(cached)) => (latest - cached).max(0),
+            _ => 0,
+        };
+        let oldest_missing_age_ms = millis(oldest).map_or(0, |t| (crate::write::time::now_ms() as i64 - t).max(0));
+        Lag { commits: missing.len(), behind_ms, oldest_missing_age_ms, latest: latest.map(|l| l.to_string()) }
+    }
 }
 
 /// A table's lookup cache across generations: `<root>/<n>` are caches (RocksDB databases) and

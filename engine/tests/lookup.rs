@@ -11,7 +11,7 @@ use std::time::Duration;
 use arrow::array::{ArrayRef, AsArray, Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::Int64Type;
 use common::customers::{local, rows, schema, spec, writer};
-use engine::lookup::{CacheDefinition, CacheGenerations, Index, LookupCache};
+use engine::lookup::{CacheDefinition, CacheGenerations, Index, LookupCache, Projection};
 use engine::ordering::OrderingValue;
 use engine::read::TableReader;
 use engine::services::clean::{clean, CleanOptions};
@@ -22,8 +22,8 @@ use engine::write::{create_table, Transaction};
 type Row = (i64, String, String);
 
 /// Every cached column, for probes.
-fn every_column(cache: &LookupCache) -> Vec<usize> {
-    (0..cache.schema().fields().len()).collect()
+fn every_column(cache: &LookupCache) -> Projection {
+    cache.projection(None).unwrap()
 }
 
 fn cached_rows(batch: &RecordBatch) -> Vec<Row> {
@@ -129,8 +129,8 @@ async fn a_refreshed_cache_equals_the_merged_snapshot() {
         let want: Vec<Row> = expected.iter().filter(|r| r.0 == 3 || r.0 == 5).cloned().collect();
         assert_eq!(cached_rows(&cache.probe(Index::RecordKey, &[ids.clone()], &every_column(&cache)).unwrap()), want, "{context}");
         // Only the columns asked for are decoded.
-        let name = cache.schema().index_of("name").unwrap();
-        let projected = cache.probe(Index::RecordKey, &[ids], &[name]).unwrap();
+        let name = cache.projection(Some(&["name".to_owned()])).unwrap();
+        let projected = cache.probe(Index::RecordKey, &[ids], &name).unwrap();
         assert_eq!(projected.schema().fields().len(), 1);
         let mut names: Vec<String> = projected.column(0).as_string::<i32>().iter().map(|n| n.unwrap().to_owned()).collect();
         names.sort();

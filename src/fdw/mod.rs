@@ -14,6 +14,23 @@ pub mod table_state;
 use pgrx::prelude::*;
 use pgrx::PgBox;
 
+/// Planning data in a `fdw_private` list (of a path or a plan, so copied with it): one String
+/// node holding `value` as JSON.
+pub(crate) unsafe fn private_list(value: &impl serde::Serialize) -> *mut pg_sys::List {
+    let json = std::ffi::CString::new(serde_json::to_string(value).unwrap_or_default()).unwrap_or_default();
+    let node = pg_sys::makeString(pg_sys::pstrdup(json.as_ptr()));
+    pg_sys::lappend(std::ptr::null_mut(), node.cast())
+}
+
+/// What [`private_list`] stored in `list` (`None`: an empty list, or data of another kind).
+pub(crate) unsafe fn from_private_list<T: serde::de::DeserializeOwned>(list: *mut pg_sys::List) -> Option<T> {
+    if list.is_null() || (*list).length < 1 {
+        return None;
+    }
+    let node = (*(*list).elements).ptr_value as *mut pg_sys::String;
+    serde_json::from_str(&std::ffi::CStr::from_ptr((*node).sval).to_string_lossy()).ok()
+}
+
 /// `fmgr` info record for the handler, which is declared by hand in `sql/fdw.sql`.
 #[unsafe(no_mangle)]
 #[doc(hidden)]

@@ -146,23 +146,31 @@ fn pushable(op: Op, value: &Scalar) -> bool {
     !matches!(value, Scalar::String(_)) || matches!(op, Op::Eq | Op::NotEq)
 }
 
-unsafe fn predicate_of(clause: *mut pg_sys::Node, relid: u32, fields: &FieldNames) -> Option<Predicate> {
+/// A comparison of a column of relation `relid` with another expression: the column (its
+/// field and type), the operator as seen from the column's side, the other side, and whether
+/// the column is compared with any element of that side, an array (`= ANY`, `IN`).
+pub(crate) struct ColumnComparison {
+    pub column: (String, pg_sys::Oid),
+    pub op: Op,
+    pub other: *mut pg_sys::Node,
+    pub any: bool,
+}
+
+/// The comparison `clause` is, when the engine may evaluate its operator
+/// ([`exact_comparison`]) and one side is a column of `relid` (the other not: it may be
+/// anything else). `= ANY` only; other array comparisons are not.
+pub(crate) unsafe fn column_comparison(clause: *mut pg_sys::Node, relid: u32, fields: &FieldNames) -> Option<ColumnComparison> {
     match (*clause).type_ {
         pg_sys::NodeTag::T_OpExpr => {
             let expr = clause as *mut pg_sys::OpExpr;
             let args: Vec<*mut pg_sys::Node> = list_items((*expr).args);
             let [left, right] = args.as_slice() else { return None };
             let op = exact_comparison((*expr).opno, (*expr).inputcollid)?;
-            let ((column, column_type), constant, op) = match (column_of(*left, relid, fields), column_of(*right, relid, fields)) {
-                (Some(column), None) => (column, constant_of(*right)?, op),
-                (None, Some(column)) => (column, constant_of(*left)?, op.commuted()),
-                _ => return None,
-            };
-            if family(column_type)? != family(constant.1)? {
-                return None;
+            match (column_of(*left, relid, fields), column_of(*right, relid, fields)) {
+                (Some(column), None) => Some(ColumnComparison { column, op, other: *right, any: false }),
+                (None, Some(column)) => Some(ColumnComparison { column, op: op.commuted(), other: *left, any: false }),
+                _ => None,
             }
-            let value = scalar_of(constant.0, constant.1)?;
-            pushable(op, &value).then_some(Predicate::Compare { column, op, value })
         }
         pg_sys::NodeTag::T_ScalarArrayOpExpr => {
             let expr = clause as *mut pg_sys::ScalarArrayOpExpr;
@@ -171,28 +179,39 @@ unsafe fn predicate_of(clause: *mut pg_sys::Node, relid: u32, fields: &FieldName
             if !(*expr).useOr || exact_comparison((*expr).opno, (*expr).inputcollid)? != Op::Eq {
                 return None;
             }
-            let (column, column_type) = column_of(*left, relid, fields)?;
-            let (array, _) = constant_of(*right)?;
-            let array = pg_sys::pg_detoast_datum(array.cast_mut_ptr()) as *mut pg_sys::ArrayType;
-            let element_type = (*array).elemtype;
-            if family(column_type)? != family(element_type)? {
-                return None;
-            }
-            let (mut len, mut by_value, mut align) = (0i16, false, 0 as std::ffi::c_char);
-            pg_sys::get_typlenbyvalalign(element_type, &mut len, &mut by_value, &mut align);
-            let (mut items, mut nulls, mut count) = (std::ptr::null_mut(), std::ptr::null_mut(), 0);
-            pg_sys::deconstruct_array(array, element_type, len.into(), by_value, align, &mut items, &mut nulls, &mut count);
-            let mut values = Vec::new();
-            for i in 0..count as usize {
-                if *nulls.add(i) {
-                    continue;
-                }
-                values.push(scalar_of(*items.add(i), element_type)?);
-            }
-            Some(Predicate::In { column, values })
+            Some(ColumnComparison { column: column_of(*left, relid, fields)?, op: Op::Eq, other: *right, any: true })
         }
         _ => None,
     }
+}
+
+/// The element type and the non-NULL elements of an array datum.
+pub(crate) unsafe fn array_elements(datum: pg_sys::Datum) -> (pg_sys::Oid, Vec<pg_sys::Datum>) {
+    let array = pg_sys::pg_detoast_datum(datum.cast_mut_ptr()) as *mut pg_sys::ArrayType;
+    let element_type = (*array).elemtype;
+    let (mut len, mut by_value, mut align) = (0i16, false, 0 as std::ffi::c_char);
+    pg_sys::get_typlenbyvalalign(element_type, &mut len, &mut by_value, &mut align);
+    let (mut items, mut nulls, mut count) = (std::ptr::null_mut(), std::ptr::null_mut(), 0);
+    pg_sys::deconstruct_array(array, element_type, len.into(), by_value, align, &mut items, &mut nulls, &mut count);
+    (element_type, (0..count as usize).filter(|&i| !*nulls.add(i)).map(|i| *items.add(i)).collect())
+}
+
+unsafe fn predicate_of(clause: *mut pg_sys::Node, relid: u32, fields: &FieldNames) -> Option<Predicate> {
+    let ColumnComparison { column: (column, column_type), op, other, any } = column_comparison(clause, relid, fields)?;
+    let (datum, type_oid) = constant_of(other)?;
+    if any {
+        let (element_type, items) = array_elements(datum);
+        if !same_family(column_type, element_type) {
+            return None;
+        }
+        let values = items.into_iter().map(|item| scalar_of(item, element_type)).collect::<Option<Vec<_>>>()?;
+        return Some(Predicate::In { column, values });
+    }
+    if !same_family(column_type, type_oid) {
+        return None;
+    }
+    let value = scalar_of(datum, type_oid)?;
+    pushable(op, &value).then_some(Predicate::Compare { column, op, value })
 }
 
 /// The pushable part of a relation's restriction clauses.

@@ -129,18 +129,11 @@ struct PlanInfo {
 
 impl PlanInfo {
     unsafe fn to_list(&self) -> *mut pg_sys::List {
-        let json = std::ffi::CString::new(serde_json::to_string(self).unwrap_or_default()).unwrap_or_default();
-        let node = pg_sys::makeString(pg_sys::pstrdup(json.as_ptr()));
-        pg_sys::lappend(std::ptr::null_mut(), node as *mut c_void)
+        crate::fdw::private_list(self)
     }
 
     unsafe fn from_list(list: *mut pg_sys::List) -> PlanInfo {
-        if list.is_null() || (*list).length < 1 {
-            return PlanInfo::default();
-        }
-        let node = (*(*list).elements).ptr_value as *mut pg_sys::String;
-        let json = CStr::from_ptr((*node).sval).to_string_lossy();
-        serde_json::from_str(&json).unwrap_or_default()
+        crate::fdw::from_private_list(list).unwrap_or_default()
     }
 }
 
@@ -422,7 +415,7 @@ pub unsafe extern "C-unwind" fn begin_foreign_scan(node: *mut pg_sys::ForeignSca
     if let Some(lookup_plan) = &info.lookup {
         // A cache gone since planning leaves the lake to answer (every qual is rechecked).
         if let Some(probe) = lookup::begin(node, relid, lookup_plan, (*plan).fdw_exprs, info.options.columns.as_deref()) {
-            let columns = cached_bindings((*relation).rd_att, &probe.schema.clone(), info.options.columns.as_deref());
+            let columns = cached_bindings((*relation).rd_att, probe.projection.schema());
             install_state(node, ScanState { source: Source::Lookup(probe), batch: None, next_row: 0, columns, readers: Vec::new(), row_positions: None });
             return;
         }
@@ -662,17 +655,18 @@ unsafe fn explain_lookup(relid: pg_sys::Oid, plan: &LookupPlan, state: Option<&S
     if (*es).verbose {
         if let Some(position) = lookup::cached_position(relid) {
             let reader = ForeignHudiTable::of_relation(relid).open_reader();
-            let (commits, seconds) = lookup::lag(&reader, &position);
+            let lag = engine::lookup::Lag::of(&reader, &position);
             let at = if position.is_empty() { "the table's start" } else { position.as_str() };
-            explain_text("Lookup Cache", &format!("at {at}, {commits} commits ({seconds:.3} s) behind"), es);
+            let seconds = lag.behind_ms as f64 / 1000.0;
+            explain_text("Lookup Cache", &format!("at {at}, {} commits ({seconds:.3} s) behind", lag.commits), es);
         }
     }
 }
 
-/// The bindings of the attributes of `tupdesc` among `used` fields (all when `None`) to the
-/// columns `schema` a probe returns (by name, as [`bind_columns`] binds them to the table's; the types
+/// The bindings of the attributes of `tupdesc` to the columns `schema` a probe returns, the
+/// ones the query reads (by name, as [`bind_columns`] binds them to the table's; the types
 /// were checked at plan time).
-unsafe fn cached_bindings(tupdesc: pg_sys::TupleDesc, schema: &Schema, used: Option<&[String]>) -> Vec<(usize, ColumnBinding)> {
+unsafe fn cached_bindings(tupdesc: pg_sys::TupleDesc, schema: &Schema) -> Vec<(usize, ColumnBinding)> {
     let attributes = (*tupdesc).attrs.as_slice((*tupdesc).natts as usize);
     attributes
         .iter()
@@ -687,10 +681,6 @@ unsafe fn cached_bindings(tupdesc: pg_sys::TupleDesc, schema: &Schema, used: Opt
                     _ => None,
                 }
             })?;
-            let field = schema.field(source).name();
-            if used.is_some_and(|used| !used.iter().any(|u| u == field)) {
-                return None;
-            }
             Some((i, ColumnBinding { source: Some(source), column_type: ColumnType::from_type_oid(attr.atttypid)? }))
         })
         .collect()

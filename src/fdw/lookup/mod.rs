@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 
 pub use paths::{add_foreign_path, add_paths, path_index, plan};
 pub use probe::{begin, Probe};
-pub use readers::{cached_position, cached_schema, committed, lag, shape};
+pub use readers::{cached_position, cached_schema, committed, shape};
 
 /// What planning needs to know of a table's cache.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

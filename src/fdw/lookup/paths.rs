@@ -6,9 +6,7 @@ use std::ffi::{c_void, CStr};
 use arrow::datatypes::Schema;
 use engine::lookup::Index;
 use pgrx::pg_sys;
-use serde::Serialize;
 
-use super::probe::array_elements;
 use super::{CacheShape, LookupPlan};
 use crate::datum::PgKind;
 use crate::fdw::pushdown::{self, FieldNames};
@@ -24,31 +22,11 @@ struct KeyClause {
 /// equality (as pushdown accepts them) whose other side does not involve the relation, is
 /// not volatile, and converts to the Hudi field's values exactly (`types`: the field types).
 unsafe fn key_clause(root: *mut pg_sys::PlannerInfo, clause: *mut pg_sys::Node, relid: u32, fields: &FieldNames, types: &Schema) -> Option<KeyClause> {
-    let (column, value, array) = match (*clause).type_ {
-        pg_sys::NodeTag::T_OpExpr => {
-            let expr = clause as *mut pg_sys::OpExpr;
-            let args: Vec<*mut pg_sys::Node> = pushdown::list_items((*expr).args);
-            let [left, right] = args.as_slice() else { return None };
-            if pushdown::exact_comparison((*expr).opno, (*expr).inputcollid)? != engine::read::filter::Op::Eq {
-                return None;
-            }
-            match (pushdown::column_of(*left, relid, fields), pushdown::column_of(*right, relid, fields)) {
-                (Some(column), None) => (column, *right, false),
-                (None, Some(column)) => (column, *left, false),
-                _ => return None,
-            }
-        }
-        pg_sys::NodeTag::T_ScalarArrayOpExpr => {
-            let expr = clause as *mut pg_sys::ScalarArrayOpExpr;
-            let args: Vec<*mut pg_sys::Node> = pushdown::list_items((*expr).args);
-            let [left, right] = args.as_slice() else { return None };
-            if !(*expr).useOr || pushdown::exact_comparison((*expr).opno, (*expr).inputcollid)? != engine::read::filter::Op::Eq {
-                return None;
-            }
-            (pushdown::column_of(*left, relid, fields)?, *right, true)
-        }
-        _ => return None,
-    };
+    let comparison = pushdown::column_comparison(clause, relid, fields)?;
+    if comparison.op != engine::read::filter::Op::Eq {
+        return None;
+    }
+    let (column, value, array) = (comparison.column, comparison.other, comparison.any);
     let (field, column_type) = column;
     if pg_sys::bms_is_member(relid as i32, pg_sys::pull_varnos(root, value))
         || pg_sys::contain_volatile_functions(value)
@@ -87,19 +65,9 @@ const PROBE_COST: f64 = 0.2;
 /// Values assumed in an array parameter (`= ANY($1)`) whose length planning cannot see.
 const ARRAY_VALUES: f64 = 10.0;
 
-unsafe fn json_node(value: &impl Serialize) -> *mut pg_sys::List {
-    let json = std::ffi::CString::new(serde_json::to_string(value).unwrap_or_default()).unwrap_or_default();
-    let node = pg_sys::makeString(pg_sys::pstrdup(json.as_ptr()));
-    pg_sys::lappend(std::ptr::null_mut(), node as *mut c_void)
-}
-
 /// The index a lookup path probes, from its `fdw_private` (`None`: a lake scan's path).
 pub unsafe fn path_index(private: *mut pg_sys::List) -> Option<Index> {
-    if private.is_null() || (*private).length < 1 {
-        return None;
-    }
-    let node = (*(*private).elements).ptr_value as *mut pg_sys::String;
-    serde_json::from_str(&CStr::from_ptr((*node).sval).to_string_lossy()).ok()
+    crate::fdw::from_private_list(private)
 }
 
 /// Adds the lookup paths of `baserel` over its cache `shape`: for each index whose columns
@@ -203,7 +171,7 @@ pub unsafe fn add_paths(root: *mut pg_sys::PlannerInfo, baserel: *mut pg_sys::Re
             };
             let startup = 0.0;
             let total = startup + probes * PROBE_COST + rows * pg_sys::cpu_tuple_cost;
-            add_foreign_path(root, baserel, rows, (startup, total), required, json_node(&index));
+            add_foreign_path(root, baserel, rows, (startup, total), required, crate::fdw::private_list(&index));
         }
     }
 }
@@ -239,7 +207,7 @@ unsafe fn array_length(node: *mut pg_sys::Node) -> Option<f64> {
     if node.is_null() || (*node).type_ != pg_sys::NodeTag::T_Const || (*(node as *mut pg_sys::Const)).constisnull {
         return None;
     }
-    Some((array_elements((*(node as *mut pg_sys::Const)).constvalue).len() as f64).max(1.0))
+    Some((pushdown::array_elements((*(node as *mut pg_sys::Const)).constvalue).1.len() as f64).max(1.0))
 }
 
 /// The plan of a lookup path on `index` over `scan_clauses`: the value expressions (for

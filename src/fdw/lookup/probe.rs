@@ -2,7 +2,7 @@
 
 use arrow::array::{Array, ArrayRef, RecordBatch};
 use arrow::datatypes::{Schema, SchemaRef};
-use engine::lookup::Index;
+use engine::lookup::{Index, Projection};
 use pgrx::pg_sys;
 
 use super::readers::{cached_position, freshness_target, refresh_open, wait_for, with_open};
@@ -21,10 +21,8 @@ pub struct Probe {
     kinds: Vec<PgKind>,
     /// The index's columns, as cached.
     key_schema: SchemaRef,
-    /// The cached columns the query reads (positions in the cache's columns).
-    projection: Vec<usize>,
-    /// Those columns: what each probe returns.
-    pub schema: SchemaRef,
+    /// The cached columns the query reads: what each probe returns.
+    pub projection: Projection,
     done: bool,
     /// Probes and rows found, for EXPLAIN ANALYZE.
     pub probes: u64,
@@ -47,19 +45,15 @@ pub unsafe fn begin(node: *mut pg_sys::ForeignScanState, relid: pg_sys::Oid, pla
         Ok(Some(target)) if !wait_for(relid, &target, &mut schema) => return None,
         Ok(_) => {}
     }
-    let (key_schema, projection, schema) = with_open(relid, |cache| {
+    let (key_schema, projection) = with_open(relid, |cache| {
         let fields = plan.columns.iter().map(|c| cache.schema().field_with_name(c).cloned().ok()).collect::<Option<Vec<_>>>()?;
-        let projection: Vec<usize> = match used {
-            Some(used) => used.iter().map(|name| cache.schema().index_of(name).ok()).collect::<Option<Vec<_>>>()?,
-            None => (0..cache.schema().fields().len()).collect(),
-        };
-        let schema = std::sync::Arc::new(cache.schema().project(&projection).ok()?);
+        let projection = cache.projection(used).ok()?;
         // A generation of other indexes than planned: the lake answers.
         let index_matches = match plan.index {
             Index::RecordKey => cache.record_key_fields() == Some(plan.columns.as_slice()),
             Index::Secondary(n) => cache.secondary_indexes().get(n) == Some(&plan.columns),
         };
-        index_matches.then(|| (std::sync::Arc::new(Schema::new(fields)), projection, schema))
+        index_matches.then(|| (std::sync::Arc::new(Schema::new(fields)), projection))
     })??;
     let states = pg_sys::ExecInitExprList(exprs, node as *mut pg_sys::PlanState);
     let values: Vec<*mut pg_sys::ExprState> = pushdown::list_items(states);
@@ -74,7 +68,7 @@ pub unsafe fn begin(node: *mut pg_sys::ForeignScanState, relid: pg_sys::Oid, pla
             PgKind::from_type_oid(oid)
         })
         .collect::<Option<Vec<_>>>()?;
-    Some(Probe { relid, plan: plan.clone(), values, kinds, key_schema, projection, schema, done: false, probes: 0, found: 0 })
+    Some(Probe { relid, plan: plan.clone(), values, kinds, key_schema, projection, done: false, probes: 0, found: 0 })
 }
 
 impl Probe {
@@ -92,7 +86,7 @@ impl Probe {
             if is_null {
                 return Some(None);
             }
-            per_column.push(if self.plan.arrays[i] { array_elements(datum) } else { vec![datum] });
+            per_column.push(if self.plan.arrays[i] { pushdown::array_elements(datum).1 } else { vec![datum] });
         }
         if let Some(key) = self.single_integer_key(&per_column) {
             return self.probe_keys(&[key]);
@@ -175,15 +169,4 @@ impl Probe {
     pub fn restart(&mut self) {
         self.done = false;
     }
-}
-
-/// The non-NULL elements of an array datum.
-pub(super) unsafe fn array_elements(datum: pg_sys::Datum) -> Vec<pg_sys::Datum> {
-    let array = pg_sys::pg_detoast_datum(datum.cast_mut_ptr()) as *mut pg_sys::ArrayType;
-    let element_type = (*array).elemtype;
-    let (mut len, mut by_value, mut align) = (0i16, false, 0 as std::ffi::c_char);
-    pg_sys::get_typlenbyvalalign(element_type, &mut len, &mut by_value, &mut align);
-    let (mut items, mut nulls, mut count) = (std::ptr::null_mut(), std::ptr::null_mut(), 0);
-    pg_sys::deconstruct_array(array, element_type, len.into(), by_value, align, &mut items, &mut nulls, &mut count);
-    (0..count as usize).filter(|&i| !*nulls.add(i)).map(|i| *items.add(i)).collect()
 }

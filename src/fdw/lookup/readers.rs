@@ -50,10 +50,9 @@ pub(super) unsafe fn freshness_target(relid: pg_sys::Oid, position: &str) -> Res
     let options = crate::fdw::table::options_of((*pg_sys::GetForeignTable(relid)).options);
     let Some(max_lag) = options.get("lookup_max_lag") else { return Ok(own) };
     let reader = crate::fdw::table::ForeignHudiTable::of_relation(relid).open_reader();
-    let missing = missing_commits(&reader, position);
-    let (Some(oldest), Some(latest)) = (missing.iter().min(), missing.iter().max()) else { return Ok(own) };
-    let age_ms = engine::write::time::parse_instant(oldest).map_or(0, |t| now_ms() - t);
-    if (age_ms as f64) <= interval_ms(max_lag) {
+    let lag = engine::lookup::Lag::of(&reader, position);
+    let Some(latest) = lag.latest.clone() else { return Ok(own) };
+    if (lag.oldest_missing_age_ms as f64) <= interval_ms(max_lag) {
         return Ok(own);
     }
     match options.get("lookup_on_stale").map_or("wait", String::as_str) {
@@ -63,17 +62,16 @@ pub(super) unsafe fn freshness_target(relid: pg_sys::Oid, position: &str) -> Res
             format!(
                 "the lookup cache of \"{}\" misses {} commits, the oldest from {:.1} s ago, more than lookup_max_lag ({max_lag})",
                 crate::fdw::table::relation_name(relid),
-                missing.len(),
-                age_ms as f64 / 1000.0
+                lag.commits,
+                lag.oldest_missing_age_ms as f64 / 1000.0
             ),
             Some("Wait for the worker's refresh, call hudi.refresh_lookup_cache, or set lookup_on_stale to 'wait' or 'scan'.".into()),
         ),
-        _ => Ok(Some(own.map_or(latest.clone(), |own| own.max(latest.clone())))),
+        _ => Ok(Some(match own {
+            Some(own) => own.max(latest),
+            None => latest,
+        })),
     }
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
 /// An interval option in milliseconds, as PostgreSQL reads it.
@@ -219,23 +217,4 @@ pub fn cached_schema(relid: pg_sys::Oid) -> Option<SchemaRef> {
 /// The cached instant of `relid`'s open cache, for EXPLAIN.
 pub fn cached_position(relid: pg_sys::Oid) -> Option<String> {
     with_open(relid, |cache| cache.position().map(str::to_owned)).flatten()
-}
-
-/// How far `relid`'s open cache is behind the table `reader` shows: completed commits since
-/// its instant, and the time between their completions.
-pub fn lag(reader: &engine::read::TableReader, position: &str) -> (usize, f64) {
-    let later = missing_commits(reader, position);
-    let latest = later.iter().max().and_then(|c| engine::write::time::parse_instant(c));
-    let cached = engine::write::time::parse_instant(position);
-    let seconds = match (latest, cached) {
-        (Some(latest), Some(cached)) => (latest - cached).max(0) as f64 / 1000.0,
-        _ => 0.0,
-    };
-    (later.len(), seconds)
-}
-
-
-/// The completion times of the table's completed commits after the cached `position`.
-fn missing_commits(reader: &engine::read::TableReader, position: &str) -> Vec<String> {
-    reader.timeline().completed_writes().filter_map(|i| i.completion.clone()).filter(|c| c.as_str() > position).collect()
 }
