@@ -72,15 +72,21 @@ pub fn listen(listening: bool) {
 
 /// Asks for a round of database `database` now, and wakes the launcher.
 pub fn request(database: pg_sys::Oid) {
+    ask(|wakeups| {
+        if !insert(&mut wakeups.databases, database.to_u32()) {
+            wakeups.overflow = true;
+        }
+    });
+}
+
+/// Records a request with `record`, then wakes the launcher.
+fn ask(record: impl FnOnce(&mut Wakeups)) {
     if !available() {
         return;
     }
     let latch = {
         let mut wakeups = WAKEUPS.exclusive();
-        let oid = database.to_u32();
-        if !insert(&mut wakeups.databases, oid) {
-            wakeups.overflow = true;
-        }
+        record(&mut wakeups);
         wakeups.latch
     };
     if latch != 0 {
@@ -106,20 +112,10 @@ pub fn set_has_caches(database: pg_sys::Oid, has: bool) {
 
 /// Asks for a lookup round of database `database` now, and wakes the launcher.
 pub fn request_cache_refresh(database: pg_sys::Oid) {
-    if !available() {
-        return;
-    }
-    let latch = {
-        let mut wakeups = WAKEUPS.exclusive();
-        let oid = database.to_u32();
-        insert(&mut wakeups.with_caches, oid);
-        insert(&mut wakeups.caches_asked, oid);
-        wakeups.latch
-    };
-    if latch != 0 {
-        // SAFETY: as in `request`.
-        unsafe { pg_sys::SetLatch(latch as *mut pg_sys::Latch) };
-    }
+    ask(|wakeups| {
+        insert(&mut wakeups.with_caches, database.to_u32());
+        insert(&mut wakeups.caches_asked, database.to_u32());
+    });
 }
 
 /// The databases with lookup caches, and those whose refresh commits asked for since the
