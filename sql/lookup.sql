@@ -30,13 +30,20 @@ CREATE TABLE hudi.lookup_cache_state (
 );
 REVOKE ALL ON hudi.lookup_cache_state FROM PUBLIC;
 
+-- state: 'loading' (no generation yet), 'ready', 'rebuilding' (a new generation loads while
+-- readers use the current one: the indexes changed, or the table was cleaned past the cached
+-- commit), 'failed' (error says why; the worker tries again). progress: how far a load got.
 CREATE VIEW hudi.lookup_caches AS
 SELECT k.relation::regclass AS "table", k.keys, k.kind, k.columns,
        s.position AS cached_instant, s.generation, s.rows,
        hudi.lookup_cache_bytes(k.relation) AS bytes,
-       COALESCE(s.state, 'loading') AS state, s.error, s.loaded_at, s.refreshed_at
+       CASE WHEN p.progress IS NULL THEN COALESCE(s.state, 'loading')
+            WHEN s.generation IS NULL THEN 'loading'
+            ELSE 'rebuilding' END AS state,
+       p.progress, s.error, s.loaded_at, s.refreshed_at
 FROM hudi.lookup_cache_keys k
 LEFT JOIN hudi.lookup_cache_state s ON s.relation = k.relation
+CROSS JOIN LATERAL (SELECT hudi.lookup_cache_progress(k.relation) AS progress) p
 WHERE hudi.may_see_services(k.relation)
 ORDER BY k.relation::regclass::text, k.keys;
 GRANT SELECT ON hudi.lookup_caches TO PUBLIC;

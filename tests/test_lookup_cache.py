@@ -173,3 +173,59 @@ def test_caches_go_with_the_extension_and_the_database(lake, cluster):
     # DROP EXTENSION: the next round finds no extension and removes the database's caches.
     conn.execute("DROP EXTENSION pg_hudi CASCADE")
     wait_for("the caches of the dropped extension to go", lambda: not database.exists())
+
+
+def test_the_view_shows_a_load_and_a_rebuild_while_they_run(lake, cluster):
+    """A load of 300,000 rows in progress, caught by its progress file and held there (its
+    backend stopped with SIGSTOP): the view says loading, then rebuilding for the next
+    generation, with how far each got; the readers' generation stays usable meanwhile."""
+    import os
+    import signal
+    import threading
+    conn, _ = lake
+    conn.execute("INSERT INTO customers SELECT g, 'n' || g, (ARRAY['nl','be','fr'])[g % 3 + 1], g, "
+                 "timestamptz '2026-01-01' FROM generate_series(1, 300000) g")
+    conn.execute("SELECT hudi.create_lookup_cache('customers', '{id}')")
+    root = _cache_dir(conn, "customers")
+
+    def held_load(generation):
+        """What the view shows while generation `generation` loads (in another session)."""
+        progress = root / str(generation) / "load" / "progress.json"
+        with cluster.connect() as loader:
+            pid = loader.info.backend_pid
+            errors = []
+
+            def load():
+                try:
+                    loader.execute("SELECT hudi.refresh_lookup_cache('customers')")
+                except Exception as e:  # noqa: BLE001 - reaches the test below
+                    errors.append(e)
+            thread = threading.Thread(target=load)
+            thread.start()
+            try:
+                wait_for("the load's progress file", progress.exists)
+                os.kill(pid, signal.SIGSTOP)
+                try:
+                    # Held: the load cannot end while the view is read.
+                    assert progress.exists()
+                    shown = conn.execute("SELECT state, progress, generation FROM hudi.lookup_caches").fetchall()
+                finally:
+                    os.kill(pid, signal.SIGCONT)
+            finally:
+                thread.join()
+            assert not errors, errors
+            return shown
+
+    (state, progress, generation), = held_load(1)
+    assert (state, generation) == ("loading", None)
+    assert progress.startswith("merging ") or " of " in progress, progress
+    assert conn.execute("SELECT state, progress, rows, generation FROM hudi.lookup_caches").fetchall() == \
+        [("ready", None, 300000, 1)]
+    # Another index: generation 2 loads while generation 1 still serves.
+    conn.execute("SELECT hudi.create_lookup_cache('customers', '{name}')")
+    shown = held_load(2)
+    assert [(s, g) for s, _, g in shown] == [("rebuilding", 1), ("rebuilding", 1)], shown
+    assert conn.execute("SELECT DISTINCT state, progress, generation FROM hudi.lookup_caches").fetchall() == \
+        [("ready", None, 2)]
+    assert "Lookup: customers" in plan_text(conn, "SELECT name FROM customers WHERE name = 'n7'")
+    assert conn.execute("SELECT id FROM customers WHERE name = 'n7'").fetchall() == [(7,)]

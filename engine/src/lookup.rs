@@ -19,8 +19,8 @@
 //! The write-ahead log is off. Each refresh is one write batch, with the new cached position
 //! in it, flushed at once: readers (RocksDB secondaries, which catch up from flushed files) and
 //! a restart after a crash see a whole applied commit or none of it. A load fills a new
-//! generation a file slice at a time and is published only when complete
-//! ([`CacheGenerations`]); the table can always rebuild a cache. Record keys are unique per
+//! generation by an external sort of its entries ([`load`]) and is published only when
+//! complete ([`CacheGenerations`]); the table can always rebuild a cache. Record keys are unique per
 //! partition (a bucket index is per partition), so rows are keyed by both; a probe by record
 //! key reads the key's rows of every partition.
 
@@ -37,9 +37,38 @@ use crate::read::{ChangeRange, TableReader, OPERATION_COLUMN};
 use crate::read::schema::{META_FIELDS, PARTITION_PATH_COLUMN, RECORD_KEY_COLUMN};
 use crate::table::keygen::{self, KeyFormat};
 
+mod load;
+
 const STATE_KEY: &[u8] = b"m";
 const ROW_TAG: u8 = b'r';
 const SECONDARY_TAG: u8 = b's';
+/// A load's staging directory in its generation's: its sorted runs and [`LoadProgress`].
+const LOAD_DIR: &str = "load";
+/// The file in the staging directory that says how far the load got.
+const PROGRESS_FILE: &str = "progress.json";
+
+/// How far a load got: file slices read of all, rows read, and whether it is merging what it
+/// read into the cache's files (its last step).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoadProgress {
+    pub slices_read: usize,
+    pub slices: usize,
+    pub rows: u64,
+    pub merging: bool,
+}
+
+impl LoadProgress {
+    /// Stores the progress in the load's staging directory `dir`, replacing the file whole so
+    /// that [`CacheGenerations::loading`] never reads half of it.
+    fn store(&self, dir: &Path) -> Result<()> {
+        let path = dir.join(PROGRESS_FILE);
+        let temporary = dir.join(format!("{PROGRESS_FILE}.new"));
+        let text = serde_json::to_vec(self).map_err(|e| Error::new(ErrorKind::Internal, "cannot encode a load's progress").with_source(e))?;
+        std::fs::write(&temporary, text)
+            .and_then(|()| std::fs::rename(&temporary, &path))
+            .map_err(|e| Error::new(ErrorKind::Storage, format!("cannot write {}", path.display())).with_source(e))
+    }
+}
 
 /// What a cache holds: which columns, and which secondary indexes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -418,11 +447,11 @@ impl LookupCache {
     }
 
     /// Fills an empty cache from `reader`'s latest merged snapshot: each file slice's entries
-    /// sorted and written as a table file of their own (the next slice decoded on a helper
-    /// thread meanwhile; memory: two slices' rows and one's entries), all files ingested at
-    /// once, then compacted into one sorted run (a load left in overlapping files makes every
-    /// later probe slow), and the position stored. Readers must not open it before it is
-    /// done: [`CacheGenerations`] publishes it only then.
+    /// sorted into a run (the next two slices decoded on helper threads meanwhile; memory:
+    /// three slices' rows and one's entries), the runs merged into table files that overlap nothing
+    /// and ingested as they are ([`load`]), and the position stored. Says how far it got in
+    /// its staging directory ([`LoadProgress`]). Readers must not open it before it is done:
+    /// [`CacheGenerations`] publishes it only then.
     async fn load(&mut self, reader: &TableReader) -> Result<Applied> {
         // Before the table's first commit: the start, after which changes are read next.
         let target = Some(latest_completion(reader).unwrap_or_default());
@@ -430,37 +459,32 @@ impl LookupCache {
         self.state.record_key_fields = reader.config().record_key_fields.clone();
         let bound = crate::timeline::ReadBound::Latest;
         let slices = reader.slices(&bound).await?;
+        let mut progress = LoadProgress { slices: slices.len(), ..Default::default() };
         let query = crate::read::SliceQuery::Snapshot(bound);
-        let mut scan = crate::read::prefetch::SliceScan::new(reader.clone(), query, Default::default(), slices, Default::default(), 1);
-        let staging = self.db.path().join("load");
-        std::fs::create_dir_all(&staging).map_err(|e| Error::new(ErrorKind::Storage, format!("cannot create {}", staging.display())).with_source(e))?;
-        let options = db_options(WRITER_BLOCK_CACHE)?;
-        let mut files = Vec::new();
+        let mut scan = crate::read::prefetch::SliceScan::new(reader.clone(), query, Default::default(), slices, Default::default(), 2);
+        let staging = self.db.path().join(LOAD_DIR);
+        let mut runs = load::SortedRuns::new(&staging)?;
+        progress.store(&staging)?;
         while let Some(rows) = scan.next().await {
-            let Some(rows) = rows? else { continue };
-            let mut entries = SortedEntries::default();
-            self.apply(&rows, &mut entries, &mut applied)?;
-            if entries.0.is_empty() {
-                continue;
+            if let Some(rows) = rows? {
+                let mut entries = SortedEntries::default();
+                self.apply(&rows, &mut entries, &mut applied)?;
+                runs.add(entries.0)?;
             }
-            entries.0.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-            let path = staging.join(format!("{}.sst", files.len()));
-            let mut writer = rocksdb::SstFileWriter::create(&options);
-            writer.open(&path).map_err(rocks_error("writing", &path))?;
-            for (key, value) in &entries.0 {
-                writer.put(key, value).map_err(rocks_error("writing", &path))?;
-            }
-            writer.finish().map_err(rocks_error("writing", &path))?;
-            files.push(path);
+            progress.slices_read += 1;
+            progress.rows = applied.upserts;
+            progress.store(&staging)?;
         }
+        progress.merging = true;
+        progress.store(&staging)?;
+        let files = runs.merge(|| db_options(0)).await?;
         if !files.is_empty() {
             let mut ingest = rocksdb::IngestExternalFileOptions::default();
             ingest.set_move_files(true);
             self.db.ingest_external_file_opts(&ingest, files).map_err(rocks_error("loading", self.db.path()))?;
         }
-        let _ = std::fs::remove_dir_all(&staging);
+        std::fs::remove_dir_all(&staging).map_err(|e| Error::new(ErrorKind::Storage, format!("cannot remove {}", staging.display())).with_source(e))?;
         self.store_position(rocksdb::WriteBatch::default(), target, &mut applied)?;
-        self.db.compact_range(None::<&[u8]>, None::<&[u8]>);
         Ok(applied)
     }
 
@@ -738,8 +762,8 @@ impl Entries for rocksdb::WriteBatch {
     }
 }
 
-/// The entries of a load, sorted before they are written to a file. A load applies snapshot
-/// rows to an empty cache, which deletes nothing.
+/// The entries of a load's file slice, for its sorted run. A load applies snapshot rows to an
+/// empty cache, which deletes nothing.
 #[derive(Default)]
 struct SortedEntries(Vec<(Vec<u8>, Vec<u8>)>);
 
@@ -898,6 +922,19 @@ impl CacheGenerations {
         }
     }
 
+    /// How far the load of a new generation got, while one runs (a load that a crash ended
+    /// shows until the next refresh starts it over).
+    pub fn loading(&self) -> Result<Option<LoadProgress>> {
+        let next = self.current()?.map_or(1, |n| n + 1);
+        let path = self.dir(next).join(LOAD_DIR).join(PROGRESS_FILE);
+        match std::fs::read(&path) {
+            // A load that just ended may have removed it while it was read.
+            Ok(text) => Ok(serde_json::from_slice(&text).ok()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::new(ErrorKind::Storage, format!("cannot read {}", path.display())).with_source(e)),
+        }
+    }
+
     /// Opens the current generation for reading, with the reader's own files in `own`.
     pub fn open_reader(&self, own: &Path, table_schema: &Schema) -> Result<Option<LookupCache>> {
         let Some(n) = self.current()? else { return Ok(None) };
@@ -927,9 +964,17 @@ impl CacheGenerations {
             std::fs::remove_dir_all(&dir).map_err(|e| Error::new(ErrorKind::Storage, format!("cannot remove {}", dir.display())).with_source(e))?;
         }
         std::fs::create_dir_all(&self.root).map_err(|e| Error::new(ErrorKind::Storage, format!("cannot create {}", self.root.display())).with_source(e))?;
-        let mut applied = {
-            let mut cache = LookupCache::open(&dir, definition, table_schema)?;
-            cache.load(reader).await?
+        let loaded = match LookupCache::open(&dir, definition, table_schema) {
+            Ok(mut cache) => cache.load(reader).await,
+            Err(e) => Err(e),
+        };
+        let mut applied = match loaded {
+            Ok(applied) => applied,
+            Err(e) => {
+                // Nothing of a failed load is kept (nor shown as loading).
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(e);
+            }
         };
         let path = self.root.join("CURRENT");
         let temporary = self.root.join("CURRENT.new");
@@ -956,5 +1001,26 @@ impl CacheGenerations {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a load stores of its progress is what [`CacheGenerations::loading`] shows of the
+    /// next generation, and nothing once that generation is current.
+    #[test]
+    fn a_loads_progress_is_shown_until_its_generation_is_current() {
+        let dir = tempfile::tempdir().unwrap();
+        let generations = CacheGenerations::new(dir.path());
+        assert_eq!(generations.loading().unwrap(), None);
+        let staging = generations.dir(1).join(LOAD_DIR);
+        std::fs::create_dir_all(&staging).unwrap();
+        let progress = LoadProgress { slices_read: 3, slices: 20, rows: 750_000, merging: false };
+        progress.store(&staging).unwrap();
+        assert_eq!(generations.loading().unwrap(), Some(progress));
+        std::fs::write(dir.path().join("CURRENT"), "1").unwrap();
+        assert_eq!(generations.loading().unwrap(), None);
     }
 }

@@ -185,6 +185,13 @@ async fn a_cache_refuses_another_definition() {
     let missing = CacheDefinition { columns: Some(vec!["nope".into()]), secondary: vec![] };
     let err = LookupCache::open(&dir.path().join("new"), &missing, &schema()).err().unwrap();
     assert!(err.to_string().contains("no column nope"), "{err}");
+    // A load that fails leaves nothing behind: no directory, no progress, the same current.
+    drop(cache);
+    let err = generations.refresh(&missing, &schema(), &written).await.err().unwrap();
+    assert!(err.to_string().contains("no column nope"), "{err}");
+    assert!(!generations.dir(3).exists());
+    assert_eq!(generations.loading().unwrap(), None);
+    assert_eq!(generations.current().unwrap(), Some(2));
 }
 
 #[tokio::test]

@@ -303,6 +303,19 @@ fn remove_undeclared(declared: &[pg_sys::Oid]) {
     }
 }
 
+/// `hudi.lookup_cache_progress(relation)`: how far the load of the table's next cache
+/// generation got, while one runs (NULL otherwise): its file slices read and rows, or its last
+/// step, the merge of what it read into the cache's files.
+#[pg_extern(stable)]
+fn lookup_cache_progress(relation: pg_sys::Oid) -> Option<String> {
+    let progress = CacheGenerations::new(&cache_root(relation)).loading().ok()??;
+    Some(if progress.merging {
+        format!("merging {} rows into the cache's files", progress.rows)
+    } else {
+        format!("{} of {} file slices read, {} rows", progress.slices_read, progress.slices, progress.rows)
+    })
+}
+
 /// `hudi.lookup_cache_bytes(relation)`: the bytes the table's caches take on disk (NULL: none).
 #[pg_extern(stable)]
 fn lookup_cache_bytes(relation: pg_sys::Oid) -> Option<i64> {
