@@ -478,6 +478,7 @@ impl LookupCache {
         progress.merging = true;
         progress.store(&staging)?;
         let files = runs.merge(|| db_options(0)).await?;
+        load::read_back_in_background(&files);
         if !files.is_empty() {
             let mut ingest = rocksdb::IngestExternalFileOptions::default();
             ingest.set_move_files(true);
