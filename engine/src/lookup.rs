@@ -20,9 +20,9 @@
 //! in it, flushed at once: readers (RocksDB secondaries, which catch up from flushed files) and
 //! a restart after a crash see a whole applied commit or none of it. A load fills a new
 //! generation by an external sort of its entries ([`load`]) and is published only when
-//! complete ([`CacheGenerations`]); the table can always rebuild a cache. Record keys are unique per
-//! partition (a bucket index is per partition), so rows are keyed by both; a probe by record
-//! key reads the key's rows of every partition.
+//! complete ([`CacheGenerations`]); the table can always rebuild a cache. Record keys are
+//! unique per partition (a bucket index is per partition), so rows are keyed by both; a probe
+//! by record key reads the key's rows of every partition.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -448,10 +448,10 @@ impl LookupCache {
 
     /// Fills an empty cache from `reader`'s latest merged snapshot: each file slice's entries
     /// sorted into a run (the next two slices decoded on helper threads meanwhile; memory:
-    /// three slices' rows and one's entries), the runs merged into table files that overlap nothing
-    /// and ingested as they are ([`load`]), and the position stored. Says how far it got in
-    /// its staging directory ([`LoadProgress`]). Readers must not open it before it is done:
-    /// [`CacheGenerations`] publishes it only then.
+    /// three slices' rows and one's entries), the runs merged into table files that overlap
+    /// nothing and ingested as they are ([`load`]), and the position stored. Says how far it
+    /// got in its staging directory ([`LoadProgress`]). Readers must not open it before it is
+    /// done: [`CacheGenerations`] publishes it only then.
     async fn load(&mut self, reader: &TableReader) -> Result<Applied> {
         // Before the table's first commit: the start, after which changes are read next.
         let target = Some(latest_completion(reader).unwrap_or_default());
