@@ -33,9 +33,12 @@ REVOKE ALL ON hudi.lookup_cache_state FROM PUBLIC;
 -- state: 'loading' (no generation yet), 'ready', 'rebuilding' (a new generation loads while
 -- readers use the current one: the indexes changed, or the table was cleaned past the cached
 -- commit), 'failed' (error says why; the worker tries again). progress: how far a load got.
+-- lag_commits, lag_seconds: the table's completed commits the cache does not hold, and the time
+-- from the cached commit's completion to the latest one's.
 CREATE VIEW hudi.lookup_caches AS
 SELECT k.relation::regclass AS "table", k.keys, k.kind, k.columns,
-       s.position AS cached_instant, s.generation, s.rows,
+       s.position AS cached_instant, lag.commits AS lag_commits, lag.seconds AS lag_seconds,
+       s.generation, s.rows,
        hudi.lookup_cache_bytes(k.relation) AS bytes,
        CASE WHEN p.progress IS NULL THEN COALESCE(s.state, 'loading')
             WHEN s.generation IS NULL THEN 'loading'
@@ -44,6 +47,7 @@ SELECT k.relation::regclass AS "table", k.keys, k.kind, k.columns,
 FROM hudi.lookup_cache_keys k
 LEFT JOIN hudi.lookup_cache_state s ON s.relation = k.relation
 CROSS JOIN LATERAL (SELECT hudi.lookup_cache_progress(k.relation) AS progress) p
+CROSS JOIN LATERAL hudi.lookup_cache_lag(k.relation, s.position) lag
 WHERE hudi.may_see_services(k.relation)
 ORDER BY k.relation::regclass::text, k.keys;
 GRANT SELECT ON hudi.lookup_caches TO PUBLIC;

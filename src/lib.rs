@@ -23,7 +23,7 @@ extension_sql_file!("../sql/fdw.sql", name = "fdw", requires = [fdw::options::hu
 extension_sql_file!("../sql/consume.sql", name = "consume", requires = ["fdw", api::tables::latest_commit]);
 extension_sql_file!("../sql/commit_intents.sql", name = "commit_intents", requires = ["fdw"]);
 extension_sql_file!("../sql/services.sql", name = "services", requires = ["fdw"]);
-extension_sql_file!("../sql/lookup.sql", name = "lookup", requires = ["services", api::lookup::lookup_cache_bytes, api::lookup::lookup_cache_progress]);
+extension_sql_file!("../sql/lookup.sql", name = "lookup", requires = ["services", api::lookup::lookup_cache_bytes, api::lookup::lookup_cache_progress, api::lookup::lookup_cache_lag]);
 
 /// Library load: GUCs always; the background worker only when loaded at server start.
 #[pg_guard]

@@ -31,18 +31,30 @@ def test_declared_caches_refresh_from_sql_and_follow_the_table(lake, cluster):
     # Not loaded yet: the worker does that (these clusters serve no database until asked).
     assert conn.execute(STATE).fetchall() == [(["id"], "unique", "loading", None, None, None),
                                               (["name"], "secondary", "loading", None, None, None)]
+    assert conn.execute("SELECT DISTINCT lag_commits, lag_seconds FROM hudi.lookup_caches").fetchall() == [(None, None)]
     latest = conn.execute("SELECT hudi.latest_commit('customers')").fetchone()[0]
     assert conn.execute("SELECT hudi.refresh_lookup_cache('customers')").fetchone() == (latest,)
     assert conn.execute(STATE).fetchall() == [(["id"], "unique", "ready", 100, latest, 1),
                                               (["name"], "secondary", "ready", 100, latest, 1)]
     assert conn.execute("SELECT bool_and(bytes > 0) FROM hudi.lookup_caches").fetchone() == (True,)
+    lag = "SELECT DISTINCT lag_commits, lag_seconds FROM hudi.lookup_caches"
+    assert conn.execute(lag).fetchall() == [(0, 0.0)]
     # Writes: new keys, updates, deletes; a refresh applies them to the same generation.
     _insert(conn, list(range(90, 131)), "b", "2026-01-02")
     conn.execute("DELETE FROM customers WHERE id % 10 = 7")
+    # Until then the view says what the cache misses: two commits, and the time between the
+    # cached one's completion and the latest one's.
+    (commits, seconds), = conn.execute(lag).fetchall()
+    cached_at = conn.execute("SELECT max(cached_instant) FROM hudi.lookup_caches").fetchone()[0]
+    newest = conn.execute("SELECT hudi.latest_commit('customers')").fetchone()[0]
+    assert commits == 2
+    assert seconds == conn.execute("SELECT extract(epoch FROM to_timestamp(%s, 'YYYYMMDDHH24MISSMS') - "
+                                   "to_timestamp(%s, 'YYYYMMDDHH24MISSMS'))::float8", (newest, cached_at)).fetchone()[0]
     count = conn.execute("SELECT count(*) FROM customers").fetchone()[0]
     latest = conn.execute("SELECT hudi.latest_commit('customers')").fetchone()[0]
     assert conn.execute("SELECT hudi.refresh_lookup_cache('customers')").fetchone() == (latest,)
     assert conn.execute(STATE).fetchall()[0] == (["id"], "unique", "ready", count, latest, 1)
+    assert conn.execute(lag).fetchall() == [(0, 0.0)]
     # Nothing new: nothing changes.
     loaded = conn.execute("SELECT loaded_at FROM hudi.lookup_caches").fetchall()
     assert conn.execute("SELECT hudi.refresh_lookup_cache('customers')").fetchone() == (latest,)

@@ -316,6 +316,22 @@ fn lookup_cache_progress(relation: pg_sys::Oid) -> Option<String> {
     })
 }
 
+/// `hudi.lookup_cache_lag(relation, position)`: how far a cache at `position` (its cached
+/// instant) is behind the table's latest completed commit: the commits it does not hold, and
+/// the seconds between that commit's completion and the cached one's. One row, of NULLs
+/// before the first load.
+#[pg_extern(stable)]
+fn lookup_cache_lag(
+    relation: pg_sys::Oid,
+    position: Option<&str>,
+) -> TableIterator<'static, (name!(commits, Option<i64>), name!(seconds, Option<f64>))> {
+    let lag = position.map(|position| {
+        let reader = ForeignHudiTable::of_relation(relation).open_reader();
+        engine::lookup::Lag::of(&reader, position)
+    });
+    TableIterator::once((lag.as_ref().map(|l| l.commits as i64), lag.map(|l| l.behind_ms as f64 / 1000.0)))
+}
+
 /// `hudi.lookup_cache_bytes(relation)`: the bytes the table's caches take on disk (NULL: none).
 #[pg_extern(stable)]
 fn lookup_cache_bytes(relation: pg_sys::Oid) -> Option<i64> {
