@@ -61,12 +61,9 @@ impl LoadProgress {
     /// Stores the progress in the load's staging directory `dir`, replacing the file whole so
     /// that [`CacheGenerations::loading`] never reads half of it.
     fn store(&self, dir: &Path) -> Result<()> {
-        let path = dir.join(PROGRESS_FILE);
-        let temporary = dir.join(format!("{PROGRESS_FILE}.new"));
         let text = serde_json::to_vec(self).map_err(|e| Error::new(ErrorKind::Internal, "cannot encode a load's progress").with_source(e))?;
-        std::fs::write(&temporary, text)
-            .and_then(|()| std::fs::rename(&temporary, &path))
-            .map_err(|e| Error::new(ErrorKind::Storage, format!("cannot write {}", path.display())).with_source(e))
+        // Shown while the load runs, and of no use after a crash: not synced.
+        replace_file(&dir.join(PROGRESS_FILE), &text, false)
     }
 }
 
@@ -272,6 +269,32 @@ pub struct LookupCache {
     reader: Option<Option<(String, u64)>>,
     /// How probes read rows ([`probe_options`]), made once.
     point_read: rocksdb::ReadOptions,
+}
+
+fn io_error<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> Error + 'a {
+    move |e| Error::new(ErrorKind::Storage, format!("cannot {action} {}", path.display())).with_source(e)
+}
+
+/// Replaces the file at `path` with `contents` whole (written beside it, renamed), so that a
+/// reader finds the old contents or the new, never part of them; with `durable`, synced before
+/// the rename, so that a restart after a crash does too.
+fn replace_file(path: &Path, contents: &[u8], durable: bool) -> Result<()> {
+    use std::io::Write;
+    let mut temporary = path.as_os_str().to_owned();
+    temporary.push(".new");
+    let temporary = std::path::PathBuf::from(temporary);
+    let mut file = std::fs::File::create(&temporary).map_err(io_error("write", path))?;
+    file.write_all(contents).and_then(|()| if durable { file.sync_all() } else { Ok(()) }).map_err(io_error("write", path))?;
+    std::fs::rename(&temporary, path).map_err(io_error("write", path))
+}
+
+/// The contents of the file at `path`, or `None` when there is none.
+fn read_if_exists(path: &Path) -> Result<Option<Vec<u8>>> {
+    match std::fs::read(path) {
+        Ok(bytes) => Ok(Some(bytes)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io_error("read", path)(e)),
+    }
 }
 
 fn rocks_error<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(rocksdb::Error) -> Error + 'a {
@@ -484,7 +507,7 @@ impl LookupCache {
             ingest.set_move_files(true);
             self.db.ingest_external_file_opts(&ingest, files).map_err(rocks_error("loading", self.db.path()))?;
         }
-        std::fs::remove_dir_all(&staging).map_err(|e| Error::new(ErrorKind::Storage, format!("cannot remove {}", staging.display())).with_source(e))?;
+        std::fs::remove_dir_all(&staging).map_err(io_error("remove", &staging))?;
         self.store_position(rocksdb::WriteBatch::default(), target, &mut applied)?;
         Ok(applied)
     }
@@ -914,26 +937,20 @@ impl CacheGenerations {
     /// The current generation (`None` before the first load completed).
     pub fn current(&self) -> Result<Option<u64>> {
         let path = self.root.join("CURRENT");
-        match std::fs::read_to_string(&path) {
-            Ok(text) => text.trim().parse().map(Some).map_err(|_| {
-                Error::new(ErrorKind::Corrupt, format!("{} does not name a generation", path.display()))
-            }),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(Error::new(ErrorKind::Storage, format!("cannot read {}", path.display())).with_source(e)),
-        }
+        let Some(text) = read_if_exists(&path)? else { return Ok(None) };
+        std::str::from_utf8(&text)
+            .ok()
+            .and_then(|text| text.trim().parse().ok())
+            .map(Some)
+            .ok_or_else(|| Error::new(ErrorKind::Corrupt, format!("{} does not name a generation", path.display())))
     }
 
     /// How far the load of a new generation got, while one runs (a load that a crash ended
     /// shows until the next refresh starts it over).
     pub fn loading(&self) -> Result<Option<LoadProgress>> {
         let next = self.current()?.map_or(1, |n| n + 1);
-        let path = self.dir(next).join(LOAD_DIR).join(PROGRESS_FILE);
-        match std::fs::read(&path) {
-            // A load that just ended may have removed it while it was read.
-            Ok(text) => Ok(serde_json::from_slice(&text).ok()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(Error::new(ErrorKind::Storage, format!("cannot read {}", path.display())).with_source(e)),
-        }
+        // Replaced whole, so always readable; a load that ends removes it.
+        Ok(read_if_exists(&self.dir(next).join(LOAD_DIR).join(PROGRESS_FILE))?.and_then(|text| serde_json::from_slice(&text).ok()))
     }
 
     /// Opens the current generation for reading, with the reader's own files in `own`.
@@ -962,9 +979,9 @@ impl CacheGenerations {
         let dir = self.dir(next);
         // A load that did not finish (a crash) left its directory: it starts over.
         if dir.exists() {
-            std::fs::remove_dir_all(&dir).map_err(|e| Error::new(ErrorKind::Storage, format!("cannot remove {}", dir.display())).with_source(e))?;
+            std::fs::remove_dir_all(&dir).map_err(io_error("remove", &dir))?;
         }
-        std::fs::create_dir_all(&self.root).map_err(|e| Error::new(ErrorKind::Storage, format!("cannot create {}", self.root.display())).with_source(e))?;
+        std::fs::create_dir_all(&self.root).map_err(io_error("create", &self.root))?;
         let loaded = match LookupCache::open(&dir, definition, table_schema) {
             Ok(mut cache) => cache.load(reader).await,
             Err(e) => Err(e),
@@ -977,16 +994,7 @@ impl CacheGenerations {
                 return Err(e);
             }
         };
-        let path = self.root.join("CURRENT");
-        let temporary = self.root.join("CURRENT.new");
-        let io = |e: std::io::Error| Error::new(ErrorKind::Storage, format!("cannot write {}", path.display())).with_source(e);
-        {
-            use std::io::Write;
-            let mut file = std::fs::File::create(&temporary).map_err(io)?;
-            file.write_all(next.to_string().as_bytes()).map_err(io)?;
-            file.sync_all().map_err(io)?;
-        }
-        std::fs::rename(&temporary, &path).map_err(io)?;
+        replace_file(&self.root.join("CURRENT"), next.to_string().as_bytes(), true)?;
         applied.loaded_generation = Some(next);
         Ok(applied)
     }
@@ -994,11 +1002,11 @@ impl CacheGenerations {
     /// Deletes the generations before the current one (once no reader has them open).
     pub fn remove_older(&self) -> Result<()> {
         let Some(current) = self.current()? else { return Ok(()) };
-        let entries = std::fs::read_dir(&self.root).map_err(|e| Error::new(ErrorKind::Storage, format!("cannot list {}", self.root.display())).with_source(e))?;
+        let entries = std::fs::read_dir(&self.root).map_err(io_error("list", &self.root))?;
         for entry in entries.flatten() {
             let older = entry.file_name().to_str().and_then(|n| n.parse::<u64>().ok()).is_some_and(|n| n < current);
             if older {
-                std::fs::remove_dir_all(entry.path()).map_err(|e| Error::new(ErrorKind::Storage, format!("cannot remove {}", entry.path().display())).with_source(e))?;
+                std::fs::remove_dir_all(entry.path()).map_err(io_error("remove", &entry.path()))?;
             }
         }
         Ok(())

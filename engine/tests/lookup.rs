@@ -107,6 +107,8 @@ async fn a_refreshed_cache_equals_the_merged_snapshot() {
         // Loaded once; every later commit is applied to it (also after reopening it).
         let applied = generations.refresh(&definition, &schema(), &reader).await.unwrap();
         assert_eq!(applied.loaded_generation, (step == 0).then_some(1), "seed {seed}, step {step}");
+        // A load leaves nothing of its staging (sorted runs, progress) behind.
+        assert!(!generations.dir(1).join("load").exists(), "seed {seed}, step {step}");
         let cache = LookupCache::open(&generations.dir(1), &definition, &schema()).unwrap();
         let expected = snapshot_rows(&reader).await;
         let context = format!("seed {seed}, step {step}");

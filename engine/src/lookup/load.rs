@@ -15,6 +15,7 @@ use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use super::io_error;
 use crate::error::{Error, ErrorKind, Result};
 
 /// Key ranges merged at once: the load's final step uses both cores of a small machine.
@@ -27,10 +28,6 @@ const SAMPLE_EVERY: usize = 512;
 const TABLE_FILE_BYTES: u64 = 64 << 20;
 /// Read and write buffers of run files.
 const RUN_BUFFER: usize = 256 << 10;
-
-fn io_error<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> Error + 'a {
-    move |e| Error::new(ErrorKind::Storage, format!("cannot {action} {}", path.display())).with_source(e)
-}
 
 /// One sorted run: its file and its sampled keys with their offsets (the first entry's
 /// included).
@@ -46,11 +43,8 @@ pub(super) struct SortedRuns {
 }
 
 impl SortedRuns {
-    /// Runs in `dir`, created empty.
+    /// Runs in `dir` (of a new generation's, so empty), created.
     pub(super) fn new(dir: &Path) -> Result<SortedRuns> {
-        if dir.exists() {
-            std::fs::remove_dir_all(dir).map_err(io_error("remove", dir))?;
-        }
         std::fs::create_dir_all(dir).map_err(io_error("create", dir))?;
         Ok(SortedRuns { dir: dir.to_owned(), runs: Vec::new() })
     }
@@ -85,7 +79,8 @@ impl SortedRuns {
 
     /// Merges the runs into table files written with `options` (the cache's, for its filters
     /// and block format), each range of keys on a helper thread; returns the files, which
-    /// overlap neither each other nor anything else, in key order. The runs are removed.
+    /// overlap neither each other nor anything else, in key order. The runs stay, for the
+    /// caller to remove with the staging directory.
     pub(super) async fn merge(self, options: fn() -> Result<rocksdb::Options>) -> Result<Vec<PathBuf>> {
         let bounds = self.split_keys(MERGE_RANGES);
         let runs = Arc::new(self.runs);
@@ -100,9 +95,6 @@ impl SortedRuns {
         let mut files = Vec::new();
         for merge in merges {
             files.extend(merge.get().await?);
-        }
-        for run in runs.iter() {
-            let _ = std::fs::remove_file(&run.path);
         }
         Ok(files)
     }
@@ -307,6 +299,5 @@ mod tests {
         let merged: Vec<(Vec<u8>, Vec<u8>)> = db.iterator(rocksdb::IteratorMode::Start).map(|e| e.map(|(k, v)| (k.to_vec(), v.to_vec())).unwrap()).collect();
         all.sort();
         assert_eq!(merged, all);
-        assert!(!dir.path().join("load/0.run").exists());
     }
 }
