@@ -186,38 +186,44 @@ impl CompactionTrigger {
 }
 
 /// [`schedule_compaction`] of the file slices that `trigger` finds due: `None` when none is.
+/// The table is listed and the plan written under the lock that issued its instant: a second
+/// scheduler then sees this plan pending and leaves its file groups alone (listed outside the
+/// lock, two schedulers a few milliseconds apart each planned the same slices).
 pub async fn schedule_due_compaction(storage: &Storage, writer: &WriterId, lock_options: &LockOptions, trigger: &CompactionTrigger) -> Result<Option<String>> {
-    let instant = TableLock::hold(storage, &writer.owner(), lock_options, async |lock| lock.next_time(lock_options).await).await?;
-
-    let now_ms = crate::write::time::parse_instant(&instant).unwrap_or_default();
-    // Listed after taking the instant: every write that completed before it is visible now.
-    let reader = TableReader::open(storage.clone()).await?;
-    let config = reader.config();
-    let mut pending: HashSet<(String, String)> = HashSet::new();
-    for compaction in reader.timeline().pending_compactions() {
-        let plan = CompactionPlan::load(storage, config, &compaction.timestamp).await?;
-        pending.extend(plan.operations.into_iter().map(|op| (op.partition, op.file_id)));
-    }
-    let operations: Vec<CompactionOperation> = reader
-        .slices(&ReadBound::CompletedBy(instant.clone()))
-        .await?
-        .into_iter()
-        .filter(|s| trigger.is_due(s, now_ms) && !pending.contains(&(s.partition.clone(), s.file_id.clone())))
-        .map(|s| CompactionOperation {
-            log_bytes: s.log_files.iter().map(|l| l.size).sum(),
-            log_files: s.log_files.iter().map(|l| l.name.clone()).collect(),
-            base_file: s.base_file.map(|b| b.name),
-            base_instant: s.base_instant,
-            file_id: s.file_id,
-            partition: s.partition,
-        })
-        .collect();
-    if operations.is_empty() {
-        return Ok(None);
-    }
-    let plan = CompactionPlan { operations };
-    storage.put_if_absent(&plan_path(config, &instant), Bytes::from(plan.to_avro()?)).await?;
-    Ok(Some(instant))
+    TableLock::hold(storage, &writer.owner(), lock_options, async |lock| {
+        let instant = lock.next_time(lock_options).await?;
+        let now_ms = crate::write::time::parse_instant(&instant).unwrap_or_default();
+        // Listed after taking the instant: every write that completed before it is visible now.
+        let reader = TableReader::open(storage.clone()).await?;
+        let config = reader.config();
+        let mut pending: HashSet<(String, String)> = HashSet::new();
+        for compaction in reader.timeline().pending_compactions() {
+            let plan = CompactionPlan::load(storage, config, &compaction.timestamp).await?;
+            pending.extend(plan.operations.into_iter().map(|op| (op.partition, op.file_id)));
+        }
+        let operations: Vec<CompactionOperation> = reader
+            .slices(&ReadBound::CompletedBy(instant.clone()))
+            .await?
+            .into_iter()
+            .filter(|s| trigger.is_due(s, now_ms) && !pending.contains(&(s.partition.clone(), s.file_id.clone())))
+            .map(|s| CompactionOperation {
+                log_bytes: s.log_files.iter().map(|l| l.size).sum(),
+                log_files: s.log_files.iter().map(|l| l.name.clone()).collect(),
+                base_file: s.base_file.map(|b| b.name),
+                base_instant: s.base_instant,
+                file_id: s.file_id,
+                partition: s.partition,
+            })
+            .collect();
+        if operations.is_empty() {
+            return Ok(None);
+        }
+        let plan = CompactionPlan { operations };
+        lock.check().await?;
+        storage.put_if_absent(&plan_path(config, &instant), Bytes::from(plan.to_avro()?)).await?;
+        Ok(Some(instant))
+    })
+    .await
 }
 
 /// What executing a compaction did.
@@ -596,5 +602,56 @@ mod takeover_tests {
         assert_eq!(names(&storage).await, expected);
         let again = claim(&storage, &config, &writer(7), &instant, &options, Duration::from_millis(1)).await.unwrap_err();
         assert!(again.to_string().contains("completed by another writer"), "{again}");
+    }
+
+    /// Two schedulers at once (the worker's and `hudi.compact`'s): one plans the slices, the
+    /// other finds them pending and plans nothing.
+    #[tokio::test]
+    async fn two_schedulers_at_once_plan_a_slice_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Storage::open(&StorageUri::parse(&format!("file://{}", dir.path().display())).unwrap(), &Default::default()).unwrap();
+        let schema = Schema::new(vec![Field::new("id", DataType::Int64, false), Field::new("name", DataType::Utf8, true)]);
+        let spec = NewTable {
+            name: "t".into(),
+            schema: schema.clone(),
+            record_key_fields: vec!["id".into()],
+            ordering_field: None,
+            partition_fields: vec![],
+            buckets: 4,
+            merge_mode: MergeMode::CommitTimeOrdering,
+        };
+        let config = create_table(&storage, &spec).await.unwrap();
+        let writer = |process| WriterId { node: 3, process };
+        let rows = RecordBatch::try_new(
+            Arc::new(schema.clone()),
+            vec![Arc::new(Int64Array::from((0..40).collect::<Vec<i64>>())), Arc::new(StringArray::from(vec!["a"; 40]))],
+        )
+        .unwrap();
+        let mut tx = Transaction::begin(storage.clone(), config.clone(), writer(1), LockOptions::default()).await.unwrap();
+        tx.upsert(&rows).await.unwrap();
+        tx.commit().await.unwrap();
+        for round in 0..10 {
+            let options = LockOptions::default();
+            // Each on a thread and runtime of its own, as two backends are.
+            let start = Arc::new(std::sync::Barrier::new(2));
+            let schedulers: Vec<_> = [10, 20]
+                .map(|process| {
+                    let (storage, start) = (storage.clone(), start.clone());
+                    std::thread::spawn(move || {
+                        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+                        start.wait();
+                        runtime.block_on(schedule_compaction(&storage, &writer(process + round), &LockOptions::default()))
+                    })
+                })
+                .into();
+            let planned: Vec<String> = schedulers.into_iter().filter_map(|s| s.join().unwrap().unwrap()).collect();
+            assert!(planned.len() <= 1, "round {round}: both schedulers planned: {planned:?}");
+            for instant in planned {
+                run_compaction(&storage, &instant, &writer(1), &options, Duration::from_secs(60)).await.unwrap();
+            }
+            let mut tx = Transaction::begin(storage.clone(), config.clone(), writer(1), LockOptions::default()).await.unwrap();
+            tx.upsert(&rows).await.unwrap();
+            tx.commit().await.unwrap();
+        }
     }
 }
