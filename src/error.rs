@@ -14,6 +14,7 @@ fn sqlstate(kind: ErrorKind) -> PgSqlErrorCode {
         ErrorKind::PermissionDenied => PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
         ErrorKind::Storage => PgSqlErrorCode::ERRCODE_FDW_UNABLE_TO_ESTABLISH_CONNECTION,
         ErrorKind::InUse => PgSqlErrorCode::ERRCODE_OBJECT_IN_USE,
+        ErrorKind::OutOfRange => PgSqlErrorCode::ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE,
         ErrorKind::Internal => PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
     }
 }

@@ -81,6 +81,10 @@ pub static USE_RECORD_POSITIONS: GucSetting<bool> = GucSetting::<bool>::new(true
 /// cache's keys from the cache ([`crate::fdw::lookup`]) instead of scanning the lake.
 pub static ENABLE_LOOKUP_CACHE: GucSetting<bool> = GucSetting::<bool>::new(true);
 
+/// `hudi.aggregate_pushdown`: whether the planner may compute aggregates over a Hudi table in
+/// the engine ([`crate::fdw::aggregate`]) instead of in PostgreSQL over a scan.
+pub static AGGREGATE_PUSHDOWN: GucSetting<bool> = GucSetting::<bool>::new(true);
+
 /// `hudi.cache_table_state`: whether a backend keeps tables' state between statements and
 /// checks it with one timeline listing ([`crate::fdw::table_state`]); off lists every table's
 /// files for every statement (for files placed by hand, outside any Hudi instant).
@@ -132,6 +136,14 @@ pub fn register() {
         c"Whether scans of Hudi tables merge log blocks into base files by the record positions the blocks carry.",
         c"Off merges every file slice by record key (Hudi's hoodie.merge.use.record.positions).",
         &USE_RECORD_POSITIONS,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_bool_guc(
+        c"hudi.aggregate_pushdown",
+        c"Whether aggregates over a Hudi table may be computed by pg_hudi's engine.",
+        c"Off aggregates in PostgreSQL over a scan of the table's rows.",
+        &AGGREGATE_PUSHDOWN,
         GucContext::Userset,
         GucFlags::default(),
     );

@@ -16,6 +16,9 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 from benchlib import COLUMNS, ROW, arguments, connect, create_tables, peak_memory_kb  # noqa: E402
 
 QUERY = "SELECT sum(qty) FROM {}"
+GROUP_QUERY = "SELECT city, count(*), avg(score) FROM {} GROUP BY city"
+# The scans of the first table are of the executor's path: aggregates are not pushed into the engine.
+NOT_PUSHED = "SET hudi.aggregate_pushdown = off"
 RUNS = 5
 # Rounds of the interleaved pg_hudi and heap scans: each round times every scan once, so that
 # the machine's drift (large on a shared 2-core VM) hits all of them alike.
@@ -36,17 +39,20 @@ def median_seconds(run):
 class Scan:
     """One scan measured in a backend of its own (after `settings`, SET statements)."""
 
-    def __init__(self, port, table, settings=""):
+    def __init__(self, port, table, settings="", query=QUERY):
         self.conn = connect(port)
         if settings:
             self.conn.execute(settings)
         self.pid = self.conn.execute("SELECT pg_backend_pid()").fetchone()[0]
         self.table = table
+        self.query = query
         self.times = []
         self.result = self.run()  # warm-up
 
     def run(self):
-        return int(self.conn.execute(QUERY.format(self.table)).fetchone()[0])
+        rows = self.conn.execute(self.query.format(self.table)).fetchall()
+        # Averages of floats depend on the order of addition: rounded for comparing.
+        return sorted(tuple(round(v, 6) if isinstance(v, float) else v for v in row) for row in rows)
 
     def timed(self):
         started = time.perf_counter()
@@ -88,7 +94,7 @@ def main():
         create_tables(conn, args.lake, "scan")
         conn.execute("CREATE TABLE heap_updated (LIKE heap INCLUDING ALL)")
         conn.execute(f"CREATE FOREIGN TABLE scan_updated ({COLUMNS}) SERVER lake OPTIONS (path 'scan_updated', "
-                     "primary_key 'id', ordering_field 'ts', buckets '16')")
+                     "primary_key 'id', ordering_field 'ts', buckets '16', services 'off')")
         conn.execute("SELECT hudi.create_table('scan_updated')")
         conn.execute(f"INSERT INTO heap SELECT {ROW} FROM generate_series(1, {n}) g")
         conn.execute("INSERT INTO heap_updated SELECT * FROM heap")
@@ -109,25 +115,48 @@ def main():
 
     heap, compacted, updated, serial, by_key, updated_heap = scans = [
         Scan(args.port, "heap"),
-        Scan(args.port, "scan"),
-        Scan(args.port, "scan_updated"),
-        Scan(args.port, "scan_updated", "SET hudi.read_ahead_slices = 0"),
-        Scan(args.port, "scan_updated", "SET hudi.use_record_positions = off"),
+        Scan(args.port, "scan", NOT_PUSHED),
+        Scan(args.port, "scan_updated", NOT_PUSHED),
+        Scan(args.port, "scan_updated", f"{NOT_PUSHED}; SET hudi.read_ahead_slices = 0"),
+        Scan(args.port, "scan_updated", f"{NOT_PUSHED}; SET hudi.use_record_positions = off"),
         Scan(args.port, "heap_updated"),
     ]
+    total = heap.result[0][0]
     assert compacted.result == heap.result, (compacted.result, heap.result)
-    assert updated.result == serial.result == by_key.result == updated_heap.result == heap.result + n // 10
+    assert updated.result == serial.result == by_key.result == updated_heap.result == [(total + n // 10,)]
     interleaved(scans)
+
+    # Aggregates pushed into the engine, against DuckDB on one thread and on two.
+    pushed_sum, pushed_updated, pushed_group, group_not_pushed, heap_group = aggregates = [
+        Scan(args.port, "scan"),
+        Scan(args.port, "scan_updated"),
+        Scan(args.port, "scan", query=GROUP_QUERY),
+        Scan(args.port, "scan", NOT_PUSHED, query=GROUP_QUERY),
+        Scan(args.port, "heap", query=GROUP_QUERY),
+    ]
+    assert pushed_sum.result == heap.result and pushed_updated.result == updated.result
+    assert pushed_group.result == group_not_pushed.result == heap_group.result, (pushed_group.result, heap_group.result)
+    for scan in aggregates[:3]:
+        plan = "\n".join(r[0] for r in scan.conn.execute("EXPLAIN " + scan.query.format(scan.table)))
+        assert "Aggregate pushed" in plan, plan
+    interleaved(aggregates)
 
     base_files = glob.glob(os.path.join(compacted_path, "*.parquet"))
     duck = duckdb.connect()
-    duck_s, duck_sum = median_seconds(
-        lambda: duck.execute("SELECT sum(qty) FROM read_parquet(?)", [base_files]).fetchone()[0])
-    assert duck_sum == heap.result
+    duck_times = {}
+    for threads in (1, 2):
+        duck.execute(f"SET threads = {threads}")
+        duck_s, duck_sum = median_seconds(
+            lambda: duck.execute("SELECT sum(qty) FROM read_parquet(?)", [base_files]).fetchone()[0])
+        assert duck_sum == total
+        group_s, groups = median_seconds(lambda: duck.execute(GROUP_QUERY.format("read_parquet(?)"), [base_files]).fetchall())
+        assert sorted((c, k, round(a, 6)) for c, k, a in groups) == heap_group.result
+        duck_times[threads] = (duck_s, group_s)
+    duck_s = duck_times[2][0]
     reference_s, reference_result = reference_sum(compacted_path)
-    assert reference_result == heap.result
+    assert reference_result == total
     updated_reference_s, updated_reference = reference_sum(updated_path)
-    assert updated_reference == updated.result
+    assert updated_reference == updated.result[0][0]
 
     heap_s, compacted_s = heap.seconds(), compacted.seconds()
     print(f"| `SELECT sum(qty)`, {n:,} rows x 10 columns, 16 file groups (median of {ROUNDS} "
@@ -151,7 +180,25 @@ def main():
           f"({serial.peak_mib():,.0f} MiB without read-ahead). "
           f"Compaction of {compaction[0]} file groups took {compact_s:.1f} s; the UPDATE of {n // 10:,} rows "
           f"{update_s:.1f} s.")
-    for scan in scans:
+    print()
+    (duck1_sum, duck1_group), (duck2_sum, duck2_group) = duck_times[1], duck_times[2]
+    print(f"| aggregates pushed into the engine, {n:,} rows (median of {ROUNDS} interleaved rounds; DuckDB: of {RUNS}) "
+          "| time | vs DuckDB, 1 thread | vs DuckDB, 2 threads |")
+    print("|---|---|---|---|")
+    for label, scan, one, two in (
+            ("`SELECT sum(qty)`, compacted", pushed_sum, duck1_sum, duck2_sum),
+            ("`SELECT sum(qty)`, 10% updated in logs", pushed_updated, duck1_sum, duck2_sum),
+            ("`SELECT city, count(*), avg(score) ... GROUP BY city`, compacted", pushed_group, duck1_group, duck2_group),
+            ("the same, not pushed (`hudi.aggregate_pushdown = off`)", group_not_pushed, duck1_group, duck2_group),
+            ("the same on the heap table", heap_group, duck1_group, duck2_group)):
+        print(f"| {label} | {scan.seconds():.3f} s | **{scan.seconds() / one:.2f}x** | {scan.seconds() / two:.2f}x |")
+    print(f"| DuckDB `read_parquet`: sum / group by, 1 thread | {duck1_sum:.3f} s / {duck1_group:.3f} s | | |")
+    print(f"| DuckDB `read_parquet`: sum / group by, 2 threads | {duck2_sum:.3f} s / {duck2_group:.3f} s | | |")
+    print()
+    print(f"The pushed sum on the updated table is {pushed_updated.seconds() / pushed_sum.seconds():.2f}x the compacted one. "
+          f"Peak backend memory (VmHWM): pushed sum {pushed_sum.peak_mib():,.0f} MiB (compacted), "
+          f"{pushed_updated.peak_mib():,.0f} MiB (updated); pushed group by {pushed_group.peak_mib():,.0f} MiB.")
+    for scan in scans + aggregates:
         scan.conn.close()
 
 
@@ -172,7 +219,7 @@ def main_s3(args):
             conn.execute(f"CREATE USER MAPPING FOR PUBLIC SERVER s3lake OPTIONS ({options})")
             for name, server in (("scan_updated", "lake"), ("s3_scan", "s3lake"), ("s3_scan_updated", "s3lake")):
                 conn.execute(f"CREATE FOREIGN TABLE {name} ({COLUMNS}) SERVER {server} OPTIONS (path '{name}', "
-                             "primary_key 'id', ordering_field 'ts', buckets '16')")
+                             "primary_key 'id', ordering_field 'ts', buckets '16', services 'off')")
                 conn.execute(f"SELECT hudi.create_table('{name}')")
             conn.execute(f"INSERT INTO heap SELECT {ROW} FROM generate_series(1, {n}) g")
             for table in ("scan", "scan_updated", "s3_scan", "s3_scan_updated"):
@@ -185,6 +232,7 @@ def main_s3(args):
         def requests_of(table):
             """(requests of the first scan in a new backend, of the same scan repeated)."""
             with connect(args.port) as conn:
+                conn.execute(NOT_PUSHED)
                 counts = []
                 for _ in range(2):
                     s3.record_requests()
@@ -195,9 +243,9 @@ def main_s3(args):
                 return counts
 
         counts = {table: requests_of(table) for table in ("s3_scan", "s3_scan_updated")}
-        scans = [Scan(args.port, t) for t in ("scan", "s3_scan", "scan_updated", "s3_scan_updated")]
+        scans = [Scan(args.port, t, NOT_PUSHED) for t in ("scan", "s3_scan", "scan_updated", "s3_scan_updated")]
         file_c, s3_c, file_u, s3_u = scans
-        assert file_c.result == s3_c.result == expected and file_u.result == s3_u.result == expected + n // 10
+        assert file_c.result == s3_c.result == [(expected,)] and file_u.result == s3_u.result == [(expected + n // 10,)]
         interleaved(scans)
         print(f"| `SELECT sum(qty)`, {n:,} rows x 10 columns, 16 file groups (median of {ROUNDS} interleaved rounds) "
               "| file:// | S3 (moto) | S3 vs file | requests: new backend (LISTs) | requests: repeated (LISTs) |")

@@ -20,6 +20,8 @@ pub enum ErrorKind {
     Storage,
     /// Another writer is doing the same thing right now (e.g. executing the same compaction).
     InUse,
+    /// A computed value does not fit its type (an aggregate's overflow).
+    OutOfRange,
     /// An invariant of the engine itself broke: a bug.
     Internal,
 }
@@ -34,6 +36,7 @@ impl fmt::Display for ErrorKind {
             ErrorKind::PermissionDenied => "permission denied",
             ErrorKind::Storage => "storage error",
             ErrorKind::InUse => "in use",
+            ErrorKind::OutOfRange => "out of range",
             ErrorKind::Internal => "internal error",
         };
         f.write_str(name)

@@ -1,6 +1,7 @@
 //! The `hudi_fdw` foreign-data wrapper: the handler's routine table, option validation,
 //! scans and `IMPORT FOREIGN SCHEMA`.
 
+pub mod aggregate;
 pub mod import;
 pub mod lookup;
 pub mod modify;
@@ -52,6 +53,7 @@ pub extern "C-unwind" fn hudi_fdw_handler(_fcinfo: pg_sys::FunctionCallInfo) -> 
     routine.ReScanForeignScan = Some(scan::rescan_foreign_scan);
     routine.EndForeignScan = Some(scan::end_foreign_scan);
     routine.ExplainForeignScan = Some(scan::explain_foreign_scan);
+    routine.GetForeignUpperPaths = Some(aggregate::get_foreign_upper_paths);
     routine.AnalyzeForeignTable = Some(scan::analyze_foreign_table);
     routine.ImportForeignSchema = Some(import::import_foreign_schema);
     routine.IsForeignRelUpdatable = Some(modify::is_foreign_rel_updatable);

@@ -79,7 +79,7 @@ pub(crate) fn same_family(a: pg_sys::Oid, b: pg_sys::Oid) -> bool {
 }
 
 /// A datum of a type filters understand as a [`Scalar`].
-unsafe fn scalar_of(datum: pg_sys::Datum, type_oid: pg_sys::Oid) -> Option<Scalar> {
+pub(crate) unsafe fn scalar_of(datum: pg_sys::Datum, type_oid: pg_sys::Oid) -> Option<Scalar> {
     Some(match family(type_oid)? {
         TypeFamily::Bool => Scalar::Bool(bool::from_datum(datum, false)?),
         TypeFamily::Integer => Scalar::Int(match type_oid {

@@ -115,16 +115,16 @@ unsafe fn bind_columns(
 
 /// What planning decided, carried to execution and EXPLAIN in the plan's `fdw_private`.
 #[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
-struct PlanInfo {
-    options: ScanOptions,
+pub(crate) struct PlanInfo {
+    pub(crate) options: ScanOptions,
     /// Partitions and file slices kept of the total, at plan time.
     stats: (usize, usize, usize, usize),
     /// The attributes' Hudi fields.
-    fields: FieldNames,
+    pub(crate) fields: FieldNames,
     /// The table's lookup cache, when a latest-snapshot read may use it.
     cache: Option<CacheShape>,
     /// What a lookup scan probes (its values in the plan's `fdw_exprs`).
-    lookup: Option<LookupPlan>,
+    pub(crate) lookup: Option<LookupPlan>,
 }
 
 impl PlanInfo {
@@ -134,6 +134,11 @@ impl PlanInfo {
 
     unsafe fn from_list(list: *mut pg_sys::List) -> PlanInfo {
         crate::fdw::from_private_list(list).unwrap_or_default()
+    }
+
+    /// What planning found for the scan of a Hudi table's relation `baserel`.
+    pub(crate) unsafe fn of_rel(baserel: *mut pg_sys::RelOptInfo) -> Option<PlanInfo> {
+        crate::fdw::from_private_list((*baserel).fdw_private as *mut pg_sys::List)
     }
 }
 
@@ -149,7 +154,7 @@ fn field_names(columns: &[Option<ColumnBinding>], schema: &Schema) -> FieldNames
 /// What a scan reads: a snapshot (latest, as of an instant, or base files only) or the
 /// changes of an incremental range.
 #[derive(Debug, Clone)]
-enum ReadSpec {
+pub(crate) enum ReadSpec {
     Snapshot { bound: ReadBound, read_optimized: bool },
     Incremental { range: ChangeRange },
 }
@@ -174,7 +179,7 @@ fn instant_setting(
     value
 }
 
-fn read_spec(table: &ForeignHudiTable) -> ReadSpec {
+pub(crate) fn read_spec(table: &ForeignHudiTable) -> ReadSpec {
     let query_type = table.options.get("query_type").map_or("snapshot", String::as_str);
     if query_type == "incremental" {
         let start = instant_setting(&guc::START_INSTANT, table, "start_instant");
@@ -194,7 +199,7 @@ impl ReadSpec {
     }
 
     /// The columns a scan can produce.
-    fn schema<'r>(&self, reader: &'r TableReader) -> &'r Schema {
+    pub(crate) fn schema<'r>(&self, reader: &'r TableReader) -> &'r Schema {
         match self {
             ReadSpec::Snapshot { .. } => reader.schema(),
             ReadSpec::Incremental { .. } => reader.changes_schema(),
@@ -207,7 +212,7 @@ impl ReadSpec {
 /// written out first, so that every statement sees the transaction's earlier ones), and those
 /// whose PostgreSQL transaction committed ([`crate::intents`]). Time travel and change ranges
 /// are about completed instants only.
-fn open_for(table: &ForeignHudiTable, spec: &ReadSpec) -> TableReader {
+pub(crate) fn open_for(table: &ForeignHudiTable, spec: &ReadSpec) -> TableReader {
     if !matches!(spec, ReadSpec::Snapshot { bound: ReadBound::Latest, .. }) {
         return table.open_reader();
     }
@@ -236,7 +241,7 @@ fn open_for(table: &ForeignHudiTable, spec: &ReadSpec) -> TableReader {
     reader.with_decided_writes(decided.iter().map(String::as_str))
 }
 
-fn slices_to_read(reader: &TableReader, spec: &ReadSpec, options: &ScanOptions) -> (Vec<FileSlice>, ScanStats) {
+pub(crate) fn slices_to_read(reader: &TableReader, spec: &ReadSpec, options: &ScanOptions) -> (Vec<FileSlice>, ScanStats) {
     let (mut slices, stats) = block_on(reader.pruned_slices(&spec.bound(reader), options)).or_report();
     if let ReadSpec::Snapshot { read_optimized: true, .. } = spec {
         slices.retain_mut(|slice| {
@@ -318,6 +323,9 @@ pub unsafe extern "C-unwind" fn get_foreign_plan(
     scan_clauses: *mut pg_sys::List,
     outer_plan: *mut pg_sys::Plan,
 ) -> *mut pg_sys::ForeignScan {
+    if (*baserel).reloptkind == pg_sys::RelOptKind::RELOPT_UPPER_REL {
+        return crate::fdw::aggregate::plan(root, best_path, tlist);
+    }
     let quals = pg_sys::extract_actual_clauses(scan_clauses, false);
     let mut private = (*baserel).fdw_private as *mut pg_sys::List;
     let mut exprs = std::ptr::null_mut();
@@ -392,11 +400,11 @@ impl RowPositions {
     }
 }
 
-/// Frees the state when the query's memory goes away, also after an error (when
+/// Frees the state (a `T`) when the query's memory goes away, also after an error (when
 /// `EndForeignScan` is not called).
-unsafe extern "C-unwind" fn release_scan_state(node: *mut c_void) {
+pub(crate) unsafe extern "C-unwind" fn release_state<T>(node: *mut c_void) {
     let node = node as *mut pg_sys::ForeignScanState;
-    let state = (*node).fdw_state as *mut ScanState;
+    let state = (*node).fdw_state as *mut T;
     if !state.is_null() {
         (*node).fdw_state = std::ptr::null_mut();
         drop(Box::from_raw(state));
@@ -405,6 +413,9 @@ unsafe extern "C-unwind" fn release_scan_state(node: *mut c_void) {
 
 #[pg_guard]
 pub unsafe extern "C-unwind" fn begin_foreign_scan(node: *mut pg_sys::ForeignScanState, eflags: i32) {
+    if crate::fdw::aggregate::is_pushed(node) {
+        return crate::fdw::aggregate::begin(node, eflags);
+    }
     if eflags & pg_sys::EXEC_FLAG_EXPLAIN_ONLY as i32 != 0 {
         return;
     }
@@ -452,18 +463,21 @@ pub unsafe extern "C-unwind" fn begin_foreign_scan(node: *mut pg_sys::ForeignSca
 }
 
 /// Gives `node` its state, freed with the query's memory.
-unsafe fn install_state(node: *mut pg_sys::ForeignScanState, state: ScanState) {
+pub(crate) unsafe fn install_state<T>(node: *mut pg_sys::ForeignScanState, state: T) {
     (*node).fdw_state = Box::into_raw(Box::new(state)) as *mut c_void;
     let query_memory = (*(*node).ss.ps.state).es_query_cxt;
     let callback = pg_sys::MemoryContextAllocZero(query_memory, std::mem::size_of::<pg_sys::MemoryContextCallback>())
         as *mut pg_sys::MemoryContextCallback;
-    (*callback).func = Some(release_scan_state);
+    (*callback).func = Some(release_state::<T>);
     (*callback).arg = node as *mut c_void;
     pg_sys::MemoryContextRegisterResetCallback(query_memory, callback);
 }
 
 #[pg_guard]
 pub unsafe extern "C-unwind" fn iterate_foreign_scan(node: *mut pg_sys::ForeignScanState) -> *mut pg_sys::TupleTableSlot {
+    if crate::fdw::aggregate::is_pushed(node) {
+        return crate::fdw::aggregate::iterate(node);
+    }
     let slot = (*node).ss.ss_ScanTupleSlot;
     let state = &mut *((*node).fdw_state as *mut ScanState);
     loop {
@@ -555,6 +569,9 @@ fn fill_row(readers: &[(usize, ColumnReader)], row: usize, values: &mut [pg_sys:
 
 #[pg_guard]
 pub unsafe extern "C-unwind" fn rescan_foreign_scan(node: *mut pg_sys::ForeignScanState) {
+    if crate::fdw::aggregate::is_pushed(node) {
+        return crate::fdw::aggregate::rescan(node);
+    }
     let state = &mut *((*node).fdw_state as *mut ScanState);
     match &mut state.source {
         Source::Lake(scan) => scan.restart(),
@@ -567,10 +584,13 @@ pub unsafe extern "C-unwind" fn rescan_foreign_scan(node: *mut pg_sys::ForeignSc
 
 #[pg_guard]
 pub unsafe extern "C-unwind" fn end_foreign_scan(node: *mut pg_sys::ForeignScanState) {
-    release_scan_state(node as *mut c_void);
+    if crate::fdw::aggregate::is_pushed(node) {
+        return crate::fdw::aggregate::end(node);
+    }
+    release_state::<ScanState>(node as *mut c_void);
 }
 
-unsafe fn explain_text(label: &str, value: &str, es: *mut pg_sys::ExplainState) {
+pub(crate) unsafe fn explain_text(label: &str, value: &str, es: *mut pg_sys::ExplainState) {
     let label = std::ffi::CString::new(label).unwrap_or_default();
     let value = std::ffi::CString::new(value).unwrap_or_default();
     pg_sys::ExplainPropertyText(label.as_ptr(), value.as_ptr(), es);
@@ -579,6 +599,9 @@ unsafe fn explain_text(label: &str, value: &str, es: *mut pg_sys::ExplainState) 
 /// EXPLAIN VERBOSE: the query, pushed filters, and how much of the table the scan keeps.
 #[pg_guard]
 pub unsafe extern "C-unwind" fn explain_foreign_scan(node: *mut pg_sys::ForeignScanState, es: *mut pg_sys::ExplainState) {
+    if crate::fdw::aggregate::is_pushed(node) {
+        return crate::fdw::aggregate::explain(node, es);
+    }
     let relation = (*node).ss.ss_currentRelation;
     let relid = (*relation).rd_id;
     let plan = (*node).ss.ps.plan as *mut pg_sys::ForeignScan;
@@ -590,23 +613,7 @@ pub unsafe extern "C-unwind" fn explain_foreign_scan(node: *mut pg_sys::ForeignS
     if !(*es).verbose {
         return;
     }
-    let table = ForeignHudiTable::of_relation(relid);
-    let query = match read_spec(&table) {
-        ReadSpec::Snapshot { bound, read_optimized } => {
-            let kind = if read_optimized { "read optimized" } else { "snapshot" };
-            match bound {
-                ReadBound::RequestedBy(t) => format!("{kind} as of {t}"),
-                _ => format!("{kind} (latest)"),
-            }
-        }
-        ReadSpec::Incremental { range } => format!(
-            "incremental ({}, {}]",
-            range.start.as_deref().unwrap_or("start"),
-            range.end.as_deref().unwrap_or("latest")
-        ),
-    };
-    explain_text("Hudi Query", &query, es);
-    explain_text("Hudi Table", table.uri.as_str(), es);
+    explain_read(relid, es);
     let scan = match state.map(|s| &s.source) {
         Some(Source::Lookup(_)) => return,
         Some(Source::Lake(scan)) => Some(scan),
@@ -630,6 +637,27 @@ pub unsafe extern "C-unwind" fn explain_foreign_scan(node: *mut pg_sys::ForeignS
         let stats = scan.stats();
         explain_text("Hudi Row Groups", &format!("{} of {} read", stats.row_groups_kept, stats.row_groups_total), es);
     }
+}
+
+/// EXPLAIN VERBOSE of what a scan of `relid` reads: the query and the table.
+pub(crate) unsafe fn explain_read(relid: pg_sys::Oid, es: *mut pg_sys::ExplainState) {
+    let table = ForeignHudiTable::of_relation(relid);
+    let query = match read_spec(&table) {
+        ReadSpec::Snapshot { bound, read_optimized } => {
+            let kind = if read_optimized { "read optimized" } else { "snapshot" };
+            match bound {
+                ReadBound::RequestedBy(t) => format!("{kind} as of {t}"),
+                _ => format!("{kind} (latest)"),
+            }
+        }
+        ReadSpec::Incremental { range } => format!(
+            "incremental ({}, {}]",
+            range.start.as_deref().unwrap_or("start"),
+            range.end.as_deref().unwrap_or("latest")
+        ),
+    };
+    explain_text("Hudi Query", &query, es);
+    explain_text("Hudi Table", table.uri.as_str(), es);
 }
 
 /// EXPLAIN of a lookup scan: `Lookup: table (keys) = values`; with VERBOSE the cached instant

@@ -7,6 +7,7 @@
 //! read of a slice whose base file was written inside the range also holds the record keys of
 //! its file group as of the range start.
 
+pub mod aggregate;
 pub mod filter;
 pub mod merge;
 pub mod prefetch;
@@ -595,6 +596,29 @@ impl TableReader {
         Some(needed)
     }
 
+    /// The footer of the slice's base file (`None`: the slice has none).
+    pub(crate) async fn base_file_metadata(&self, slice: &FileSlice) -> Result<Option<ArrowReaderMetadata>> {
+        Ok(self.open_base_file(slice).await?.map(|(_, _, metadata)| metadata))
+    }
+
+    /// The slice's base file: its location (for errors), a reader, and its footer.
+    async fn open_base_file(
+        &self,
+        slice: &FileSlice,
+    ) -> Result<Option<(String, parquet::arrow::async_reader::ParquetObjectReader, ArrowReaderMetadata)>> {
+        let (Some(path), Some(base)) = (slice.base_path(), slice.base_file.as_ref()) else {
+            return Ok(None);
+        };
+        let location = format!("{}/{path}", self.storage.uri());
+        // A slice from a compaction plan names its base file without a size. Without one the
+        // footer would be fetched with a suffix range, which Azure does not serve.
+        let size = if base.size > 0 { base.size } else { self.storage.size(&path).await? };
+        let mut reader = self.storage.parquet_reader(&path, Some(size));
+        let metadata = ArrowReaderMetadata::load_async(&mut reader, Default::default()).await;
+        let metadata = metadata.map_err(|e| parquet_error(&location, e))?;
+        Ok(Some((location, reader, metadata)))
+    }
+
     /// Fetches the column chunks of the slice's base file that `needed` names (all when
     /// `None`), from the row groups kept: by statistics only when the slice has no logs.
     async fn fetch_base_file(
@@ -604,16 +628,8 @@ impl TableReader {
         needed: Option<&HashSet<String>>,
         stats: &mut ScanStats,
     ) -> Result<Option<FetchedBase>> {
-        let (Some(path), Some(base)) = (slice.base_path(), slice.base_file.as_ref()) else {
-            return Ok(None);
-        };
-        let location = format!("{}/{path}", self.storage.uri());
+        let Some((location, mut reader, metadata)) = self.open_base_file(slice).await? else { return Ok(None) };
         let invalid = |e| parquet_error(&location, e);
-        // A slice from a compaction plan names its base file without a size. Without one the
-        // footer would be fetched with a suffix range, which Azure does not serve.
-        let size = if base.size > 0 { base.size } else { self.storage.size(&path).await? };
-        let mut reader = self.storage.parquet_reader(&path, Some(size));
-        let metadata = ArrowReaderMetadata::load_async(&mut reader, Default::default()).await.map_err(invalid)?;
         let mut builder = ParquetPushDecoderBuilder::new_with_metadata(metadata);
         let total = builder.metadata().num_row_groups();
         stats.row_groups_total += total;

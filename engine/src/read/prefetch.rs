@@ -17,31 +17,43 @@ use crate::view::FileSlice;
 
 type SliceRows = Result<Option<RecordBatch>>;
 
+/// What a scan makes of each slice's rows on the thread that merged them (an aggregate's
+/// partial, say); its output is what [`SliceScan::next`] returns.
+pub type Transform = std::sync::Arc<dyn Fn(Option<RecordBatch>) -> SliceRows + Send + Sync>;
+
 /// A submitted slice.
 enum Pending {
     /// Not started: with no read-ahead, a slice runs on the caller's thread when asked for.
-    Waiting(Box<SliceRead>),
+    Waiting(Box<SliceRead>, Option<Transform>),
     Running(crate::threads::Answer<Option<RecordBatch>>),
 }
 
 impl Pending {
     /// Starts decoding and merging `read` on a helper thread (with `ahead`, and when a thread
     /// can be started; otherwise it runs on the caller's thread).
-    fn start(read: SliceRead, ahead: bool) -> Pending {
+    fn start(read: SliceRead, ahead: bool, transform: Option<Transform>) -> Pending {
         if !ahead {
-            return Pending::Waiting(Box::new(read));
+            return Pending::Waiting(Box::new(read), transform);
         }
         // A scan that ended (finished early, cancelled) drops its answers: slices it no
         // longer wants are not decoded.
-        Pending::Running(crate::threads::on_helper("decoding a file slice", move || read.run()))
+        Pending::Running(crate::threads::on_helper("decoding a file slice", move || run(read, transform.as_ref())))
     }
 
     /// The slice's rows, once decoded.
     async fn rows(self) -> SliceRows {
         match self {
-            Pending::Waiting(read) => read.run(),
+            Pending::Waiting(read, transform) => run(*read, transform.as_ref()),
             Pending::Running(answer) => answer.get().await,
         }
+    }
+}
+
+fn run(read: SliceRead, transform: Option<&Transform>) -> SliceRows {
+    let rows = read.run()?;
+    match transform {
+        Some(transform) => transform(rows),
+        None => Ok(rows),
     }
 }
 
@@ -61,6 +73,7 @@ pub struct SliceScan {
     /// The slice whose rows `next` returned last.
     current: Option<usize>,
     stats: ScanStats,
+    transform: Option<Transform>,
 }
 
 impl SliceScan {
@@ -74,7 +87,13 @@ impl SliceScan {
         stats: ScanStats,
         depth: usize,
     ) -> SliceScan {
-        SliceScan { reader, query, options, slices, next_slice: 0, depth, pending: VecDeque::new(), current: None, stats }
+        SliceScan { reader, query, options, slices, next_slice: 0, depth, pending: VecDeque::new(), current: None, stats, transform: None }
+    }
+
+    /// The scan returns what `transform` makes of each slice's rows.
+    pub fn with_transform(mut self, transform: Transform) -> SliceScan {
+        self.transform = Some(transform);
+        self
     }
 
     pub fn stats(&self) -> &ScanStats {
@@ -114,7 +133,7 @@ impl SliceScan {
             let slice = &self.slices[self.next_slice];
             self.next_slice += 1;
             let read = self.reader.fetch_slice(slice, &self.query, &self.options, &mut self.stats).await?;
-            self.pending.push_back((self.next_slice - 1, Pending::start(read, self.depth > 0)));
+            self.pending.push_back((self.next_slice - 1, Pending::start(read, self.depth > 0, self.transform.clone())));
         }
         Ok(())
     }

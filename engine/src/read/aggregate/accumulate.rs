@@ -1,0 +1,542 @@
+//! Accumulators: the state of one aggregate for every group, fed rows (a slice's, on a helper
+//! thread) or the partial states of other accumulators (the slices' results, combined on the
+//! caller's). They keep PostgreSQL's arithmetic: exact sums of integers and decimals (in 256
+//! bits, so no count of rows overflows them), floats added as `float4pl`/`float8pl` add them
+//! and averaged as `float8_accum`/`float8_combine` do, with the same overflow errors.
+
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, ArrowPrimitiveType, AsArray, BooleanArray, Decimal256Array, Float32Array, Float64Array};
+use arrow::array::{Int64Array, PrimitiveArray, StringArray};
+use arrow::datatypes::{self as types, i256, ArrowNativeTypeOp, DataType};
+
+use super::groups::RowGroups;
+use super::reading::Reading;
+use crate::error::{Error, ErrorKind, Result};
+
+/// The state of one aggregate for every group.
+pub(crate) trait Accumulator: Send {
+    /// Adds rows: the aggregate's input as read (`None` for `count(*)`, with `rows` rows).
+    fn update(&mut self, input: Option<&ArrayRef>, rows: usize, groups: RowGroups) -> Result<()>;
+    /// Adds partial states, one row per group of another accumulator ([`Self::state`]).
+    fn merge(&mut self, states: &[ArrayRef], groups: RowGroups) -> Result<()>;
+    /// Makes room for `count` groups (a group without input has the state of no values).
+    fn grow(&mut self, count: usize);
+    /// The partial state: columns with a row per group.
+    fn state(&self) -> Result<Vec<ArrayRef>>;
+    /// The result columns, a row per group.
+    fn finish(&self) -> Result<Vec<ArrayRef>> {
+        self.state()
+    }
+}
+
+pub(crate) fn overflow() -> Error {
+    Error::new(ErrorKind::OutOfRange, "value out of range: overflow")
+}
+
+fn wrong_input(array: &dyn Array) -> Error {
+    Error::new(ErrorKind::Internal, format!("an aggregate got a column of type {}", array.data_type()))
+}
+
+fn grow<T: Clone>(values: &mut Vec<T>, count: usize, empty: T) {
+    if values.len() < count {
+        values.resize(count, empty);
+    }
+}
+
+/// `count(*)` (no input) and `count(column)`.
+#[derive(Default)]
+pub(crate) struct Count {
+    counts: Vec<i64>,
+}
+
+impl Accumulator for Count {
+    fn grow(&mut self, count: usize) {
+        grow(&mut self.counts, count, 0);
+    }
+
+    fn update(&mut self, input: Option<&ArrayRef>, rows: usize, groups: RowGroups) -> Result<()> {
+        grow(&mut self.counts, groups.count, 0);
+        match (input, groups.ids) {
+            (None, None) => self.counts[0] += rows as i64,
+            (Some(input), None) => self.counts[0] += (input.len() - input.null_count()) as i64,
+            (None, Some(ids)) => ids.iter().for_each(|&g| self.counts[g as usize] += 1),
+            (Some(input), Some(ids)) => {
+                for (row, &g) in ids.iter().enumerate() {
+                    self.counts[g as usize] += i64::from(input.is_valid(row));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn merge(&mut self, states: &[ArrayRef], groups: RowGroups) -> Result<()> {
+        grow(&mut self.counts, groups.count, 0);
+        let counts = states[0].as_primitive_opt::<types::Int64Type>().ok_or_else(|| wrong_input(&states[0]))?;
+        for (row, count) in counts.values().iter().enumerate() {
+            self.counts[groups.of(row)] += count;
+        }
+        Ok(())
+    }
+
+    fn state(&self) -> Result<Vec<ArrayRef>> {
+        Ok(vec![Arc::new(Int64Array::from(self.counts.clone()))])
+    }
+}
+
+/// The exact sum of integers or decimals at `scale`; NULL for a group without values.
+pub(crate) struct ExactSum {
+    sums: Vec<Option<i256>>,
+    scale: i8,
+}
+
+impl ExactSum {
+    pub(crate) fn new(scale: i8) -> ExactSum {
+        ExactSum { sums: Vec::new(), scale }
+    }
+
+    fn add(&mut self, group: usize, value: i256) {
+        let sum = &mut self.sums[group];
+        // 2^255 is beyond any sum of i128 values a table can hold: wrapping never happens.
+        *sum = Some(sum.map_or(value, |s| s.wrapping_add(value)));
+    }
+
+    fn add_all<T: ArrowPrimitiveType>(&mut self, values: &PrimitiveArray<T>, groups: RowGroups, widen: impl Fn(T::Native) -> i256) {
+        if groups.ids.is_none() && values.null_count() < values.len() {
+            // One group: the column's sum in its own width when that cannot overflow.
+            if let Ok(Some(sum)) = arrow::compute::sum_checked(values) {
+                self.add(0, widen(sum));
+                return;
+            }
+        }
+        for (row, value) in values.iter().enumerate() {
+            if let Some(value) = value {
+                self.add(groups.of(row), widen(value));
+            }
+        }
+    }
+}
+
+impl Accumulator for ExactSum {
+    fn grow(&mut self, count: usize) {
+        grow(&mut self.sums, count, None);
+    }
+
+    fn update(&mut self, input: Option<&ArrayRef>, _rows: usize, groups: RowGroups) -> Result<()> {
+        grow(&mut self.sums, groups.count, None);
+        let input = input.ok_or_else(|| Error::new(ErrorKind::Internal, "sum without an input"))?;
+        match input.data_type() {
+            DataType::Int64 => self.add_all(input.as_primitive::<types::Int64Type>(), groups, |v| i256::from_i128(i128::from(v))),
+            DataType::Decimal128(..) => self.add_all(input.as_primitive::<types::Decimal128Type>(), groups, i256::from_i128),
+            _ => return Err(wrong_input(input)),
+        }
+        Ok(())
+    }
+
+    fn merge(&mut self, states: &[ArrayRef], groups: RowGroups) -> Result<()> {
+        grow(&mut self.sums, groups.count, None);
+        let sums = states[0].as_primitive_opt::<types::Decimal256Type>().ok_or_else(|| wrong_input(&states[0]))?;
+        for (row, sum) in sums.iter().enumerate() {
+            if let Some(sum) = sum {
+                self.add(groups.of(row), sum);
+            }
+        }
+        Ok(())
+    }
+
+    fn state(&self) -> Result<Vec<ArrayRef>> {
+        let sums = Decimal256Array::from(self.sums.clone()).with_precision_and_scale(76, self.scale);
+        Ok(vec![Arc::new(sums.map_err(|e| Error::new(ErrorKind::Internal, "cannot build sums").with_source(e))?)])
+    }
+}
+
+/// `a + b` as PostgreSQL's `float8pl` adds: an infinite result of finite operands is an error.
+fn add_floats(a: f64, b: f64) -> Result<f64> {
+    let sum = a + b;
+    if sum.is_infinite() && a.is_finite() && b.is_finite() {
+        return Err(overflow());
+    }
+    Ok(sum)
+}
+
+/// The same for `real` (`float4pl`).
+fn add_floats4(a: f32, b: f32) -> Result<f32> {
+    let sum = a + b;
+    if sum.is_infinite() && a.is_finite() && b.is_finite() {
+        return Err(overflow());
+    }
+    Ok(sum)
+}
+
+/// `sum` of `real` (in single precision, as PostgreSQL adds them) or `double precision`.
+pub(crate) struct FloatSum {
+    sums: Vec<Option<f64>>,
+    single: bool,
+}
+
+impl FloatSum {
+    pub(crate) fn new(reading: Reading) -> FloatSum {
+        FloatSum { sums: Vec::new(), single: reading == Reading::Float4 }
+    }
+
+    fn add(&mut self, group: usize, value: f64) -> Result<()> {
+        let sum = &mut self.sums[group];
+        *sum = Some(match *sum {
+            None => value,
+            Some(s) if self.single => f64::from(add_floats4(s as f32, value as f32)?),
+            Some(s) => add_floats(s, value)?,
+        });
+        Ok(())
+    }
+}
+
+impl Accumulator for FloatSum {
+    fn grow(&mut self, count: usize) {
+        grow(&mut self.sums, count, None);
+    }
+
+    fn update(&mut self, input: Option<&ArrayRef>, _rows: usize, groups: RowGroups) -> Result<()> {
+        grow(&mut self.sums, groups.count, None);
+        let input = input.ok_or_else(|| Error::new(ErrorKind::Internal, "sum without an input"))?;
+        let values: Float64Array = match input.data_type() {
+            DataType::Float64 if groups.ids.is_none() && !self.single => {
+                let values = input.as_primitive::<types::Float64Type>();
+                let Some(sum) = arrow::compute::sum(values) else { return Ok(()) };
+                // An infinite sum is an overflow unless some value is not finite itself.
+                if sum.is_infinite() && values.iter().flatten().all(f64::is_finite) {
+                    return Err(overflow());
+                }
+                return self.add(0, sum);
+            }
+            DataType::Float64 => input.as_primitive::<types::Float64Type>().clone(),
+            DataType::Float32 => input.as_primitive::<types::Float32Type>().unary(f64::from),
+            _ => return Err(wrong_input(input)),
+        };
+        for (row, value) in values.iter().enumerate() {
+            if let Some(value) = value {
+                self.add(groups.of(row), value)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn merge(&mut self, states: &[ArrayRef], groups: RowGroups) -> Result<()> {
+        self.update(Some(&states[0]), states[0].len(), groups)
+    }
+
+    fn state(&self) -> Result<Vec<ArrayRef>> {
+        Ok(vec![match self.single {
+            true => Arc::new(self.sums.iter().map(|s| s.map(|s| s as f32)).collect::<Float32Array>()),
+            false => Arc::new(Float64Array::from(self.sums.clone())),
+        }])
+    }
+}
+
+/// `avg` of floats: PostgreSQL's `float8_accum` state (N, Sx, Sxx), with its overflow checks.
+#[derive(Default)]
+pub(crate) struct FloatAverage {
+    states: Vec<[f64; 3]>,
+}
+
+impl FloatAverage {
+    /// `float8_accum`: one more value.
+    fn accumulate(state: &mut [f64; 3], value: f64) -> Result<()> {
+        let [n, sx, sxx] = *state;
+        let (n1, sx1) = (n + 1.0, sx + value);
+        let mut sxx1 = sxx;
+        if n > 0.0 {
+            let tmp = value * n1 - sx1;
+            sxx1 += tmp * tmp / (n1 * n);
+            if sx1.is_infinite() || sxx1.is_infinite() {
+                if !sx.is_infinite() && !value.is_infinite() {
+                    return Err(overflow());
+                }
+                sxx1 = f64::NAN;
+            }
+        } else if value.is_nan() || value.is_infinite() {
+            sxx1 = f64::NAN;
+        }
+        *state = [n1, sx1, sxx1];
+        Ok(())
+    }
+
+    /// `float8_combine`: another state.
+    fn combine(state: &mut [f64; 3], other: [f64; 3]) -> Result<()> {
+        let [n1, sx1, sxx1] = *state;
+        let [n2, sx2, sxx2] = other;
+        if n2 == 0.0 {
+            return Ok(());
+        }
+        if n1 == 0.0 {
+            *state = other;
+            return Ok(());
+        }
+        let n = n1 + n2;
+        let sx = add_floats(sx1, sx2)?;
+        let tmp = sx1 / n1 - sx2 / n2;
+        let sxx = sxx1 + sxx2 + n1 * n2 * tmp * tmp / n;
+        if sxx.is_infinite() && !sxx1.is_infinite() && !sxx2.is_infinite() {
+            return Err(overflow());
+        }
+        *state = [n, sx, sxx];
+        Ok(())
+    }
+}
+
+impl Accumulator for FloatAverage {
+    fn grow(&mut self, count: usize) {
+        grow(&mut self.states, count, [0.0; 3]);
+    }
+
+    fn update(&mut self, input: Option<&ArrayRef>, _rows: usize, groups: RowGroups) -> Result<()> {
+        grow(&mut self.states, groups.count, [0.0; 3]);
+        let input = input.ok_or_else(|| Error::new(ErrorKind::Internal, "avg without an input"))?;
+        let values: Float64Array = match input.data_type() {
+            DataType::Float64 => input.as_primitive::<types::Float64Type>().clone(),
+            DataType::Float32 => input.as_primitive::<types::Float32Type>().unary(f64::from),
+            _ => return Err(wrong_input(input)),
+        };
+        for (row, value) in values.iter().enumerate() {
+            if let Some(value) = value {
+                Self::accumulate(&mut self.states[groups.of(row)], value)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn merge(&mut self, states: &[ArrayRef], groups: RowGroups) -> Result<()> {
+        grow(&mut self.states, groups.count, [0.0; 3]);
+        let column = |i: usize| states[i].as_primitive_opt::<types::Float64Type>().ok_or_else(|| wrong_input(&states[i]));
+        let (n, sx, sxx) = (column(0)?, column(1)?, column(2)?);
+        for row in 0..n.len() {
+            Self::combine(&mut self.states[groups.of(row)], [n.value(row), sx.value(row), sxx.value(row)])?;
+        }
+        Ok(())
+    }
+
+    fn state(&self) -> Result<Vec<ArrayRef>> {
+        Ok((0..3).map(|i| Arc::new(Float64Array::from_iter_values(self.states.iter().map(|s| s[i]))) as ArrayRef).collect())
+    }
+
+    /// `float8_avg`: Sx / N, NULL without values.
+    fn finish(&self) -> Result<Vec<ArrayRef>> {
+        let averages: Float64Array = self.states.iter().map(|[n, sx, _]| (*n > 0.0).then(|| sx / n)).collect();
+        Ok(vec![Arc::new(averages)])
+    }
+}
+
+/// `avg` of integers or decimals: their exact sum and count, which the host divides as it
+/// divides numerics.
+pub(crate) struct ExactAverage {
+    sum: ExactSum,
+    count: Count,
+}
+
+impl ExactAverage {
+    pub(crate) fn new(scale: i8) -> ExactAverage {
+        ExactAverage { sum: ExactSum::new(scale), count: Count::default() }
+    }
+}
+
+impl Accumulator for ExactAverage {
+    fn grow(&mut self, count: usize) {
+        self.sum.grow(count);
+        self.count.grow(count);
+    }
+
+    fn update(&mut self, input: Option<&ArrayRef>, rows: usize, groups: RowGroups) -> Result<()> {
+        self.sum.update(input, rows, groups)?;
+        self.count.update(input, rows, groups)
+    }
+
+    fn merge(&mut self, states: &[ArrayRef], groups: RowGroups) -> Result<()> {
+        self.sum.merge(&states[..1], groups)?;
+        self.count.merge(&states[1..], groups)
+    }
+
+    fn state(&self) -> Result<Vec<ArrayRef>> {
+        Ok([self.sum.state()?, self.count.state()?].concat())
+    }
+}
+
+/// `min` or `max` of values as read (floats canonical, so Arrow's total order is PostgreSQL's).
+pub(crate) struct Extreme<T: ArrowPrimitiveType> {
+    best: Vec<Option<T::Native>>,
+    max: bool,
+    data_type: DataType,
+}
+
+impl<T: ArrowPrimitiveType> Extreme<T> {
+    pub(crate) fn new(max: bool, data_type: DataType) -> Extreme<T> {
+        Extreme { best: Vec::new(), max, data_type }
+    }
+}
+
+impl<T: ArrowPrimitiveType> Accumulator for Extreme<T> {
+    fn grow(&mut self, count: usize) {
+        grow(&mut self.best, count, None);
+    }
+
+    fn update(&mut self, input: Option<&ArrayRef>, _rows: usize, groups: RowGroups) -> Result<()> {
+        grow(&mut self.best, groups.count, None);
+        let input = input.ok_or_else(|| Error::new(ErrorKind::Internal, "min or max without an input"))?;
+        let values = input.as_primitive_opt::<T>().ok_or_else(|| wrong_input(input))?;
+        let wanted = if self.max { std::cmp::Ordering::Greater } else { std::cmp::Ordering::Less };
+        for (row, value) in values.iter().enumerate() {
+            let Some(value) = value else { continue };
+            let best = &mut self.best[groups.of(row)];
+            if best.is_none_or(|b| value.compare(b) == wanted) {
+                *best = Some(value);
+            }
+        }
+        Ok(())
+    }
+
+    fn merge(&mut self, states: &[ArrayRef], groups: RowGroups) -> Result<()> {
+        self.update(Some(&states[0]), states[0].len(), groups)
+    }
+
+    fn state(&self) -> Result<Vec<ArrayRef>> {
+        let values = PrimitiveArray::<T>::from_iter(self.best.iter().copied()).with_data_type(self.data_type.clone());
+        Ok(vec![Arc::new(values)])
+    }
+}
+
+/// `min` or `max` of text, by bytes (the host pushes it only where that is its collation).
+pub(crate) struct TextExtreme {
+    best: Vec<Option<String>>,
+    max: bool,
+}
+
+impl TextExtreme {
+    pub(crate) fn new(max: bool) -> TextExtreme {
+        TextExtreme { best: Vec::new(), max }
+    }
+}
+
+impl Accumulator for TextExtreme {
+    fn grow(&mut self, count: usize) {
+        grow(&mut self.best, count, None);
+    }
+
+    fn update(&mut self, input: Option<&ArrayRef>, _rows: usize, groups: RowGroups) -> Result<()> {
+        grow(&mut self.best, groups.count, None);
+        let input = input.ok_or_else(|| Error::new(ErrorKind::Internal, "min or max without an input"))?;
+        let values = input.as_string_opt::<i32>().ok_or_else(|| wrong_input(input))?;
+        for (row, value) in values.iter().enumerate() {
+            let Some(value) = value else { continue };
+            let best = &mut self.best[groups.of(row)];
+            let better = match best {
+                None => true,
+                Some(b) if self.max => value > b.as_str(),
+                Some(b) => value < b.as_str(),
+            };
+            if better {
+                *best = Some(value.to_owned());
+            }
+        }
+        Ok(())
+    }
+
+    fn merge(&mut self, states: &[ArrayRef], groups: RowGroups) -> Result<()> {
+        self.update(Some(&states[0]), states[0].len(), groups)
+    }
+
+    fn state(&self) -> Result<Vec<ArrayRef>> {
+        Ok(vec![Arc::new(self.best.iter().map(Option::as_deref).collect::<StringArray>())])
+    }
+}
+
+/// `bool_and` (`every`) or `bool_or`.
+pub(crate) struct BoolAggregate {
+    values: Vec<Option<bool>>,
+    and: bool,
+}
+
+impl BoolAggregate {
+    pub(crate) fn new(and: bool) -> BoolAggregate {
+        BoolAggregate { values: Vec::new(), and }
+    }
+}
+
+impl Accumulator for BoolAggregate {
+    fn grow(&mut self, count: usize) {
+        grow(&mut self.values, count, None);
+    }
+
+    fn update(&mut self, input: Option<&ArrayRef>, _rows: usize, groups: RowGroups) -> Result<()> {
+        grow(&mut self.values, groups.count, None);
+        let input = input.ok_or_else(|| Error::new(ErrorKind::Internal, "bool_and or bool_or without an input"))?;
+        let values = input.as_any().downcast_ref::<BooleanArray>().ok_or_else(|| wrong_input(input))?;
+        for (row, value) in values.iter().enumerate() {
+            let Some(value) = value else { continue };
+            let current = &mut self.values[groups.of(row)];
+            *current = Some(match *current {
+                None => value,
+                Some(c) if self.and => c && value,
+                Some(c) => c || value,
+            });
+        }
+        Ok(())
+    }
+
+    fn merge(&mut self, states: &[ArrayRef], groups: RowGroups) -> Result<()> {
+        self.update(Some(&states[0]), states[0].len(), groups)
+    }
+
+    fn state(&self) -> Result<Vec<ArrayRef>> {
+        Ok(vec![Arc::new(BooleanArray::from(self.values.clone()))])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn all(count: usize) -> RowGroups<'static> {
+        RowGroups { ids: None, count }
+    }
+
+    #[test]
+    fn exact_sums_do_not_overflow() {
+        let mut sum = ExactSum::new(0);
+        let big: ArrayRef = Arc::new(Int64Array::from(vec![i64::MAX, i64::MAX, 1]));
+        sum.update(Some(&big), 3, all(1)).unwrap();
+        let state = sum.state().unwrap();
+        let expected = i256::from_i128(i128::from(i64::MAX) * 2 + 1);
+        assert_eq!(state[0].as_primitive::<types::Decimal256Type>().value(0), expected);
+        let mut empty = ExactSum::new(0);
+        empty.update(Some(&(Arc::new(Int64Array::from(vec![None::<i64>])) as ArrayRef)), 1, all(1)).unwrap();
+        assert!(empty.state().unwrap()[0].is_null(0));
+    }
+
+    #[test]
+    fn float_overflow_is_an_error_as_in_postgres() {
+        let mut sum = FloatSum::new(Reading::Float8);
+        let huge: ArrayRef = Arc::new(Float64Array::from(vec![f64::MAX, f64::MAX]));
+        assert_eq!(sum.update(Some(&huge), 2, all(1)).unwrap_err().kind(), ErrorKind::OutOfRange);
+        let mut with_infinity = FloatSum::new(Reading::Float8);
+        let inf: ArrayRef = Arc::new(Float64Array::from(vec![f64::MAX, f64::INFINITY]));
+        with_infinity.update(Some(&inf), 2, all(1)).unwrap();
+        // The sum of squares overflows first in float8_accum.
+        let mut average = FloatAverage::default();
+        let large: ArrayRef = Arc::new(Float64Array::from(vec![1e200, -1e200]));
+        assert_eq!(average.update(Some(&large), 2, all(1)).unwrap_err().kind(), ErrorKind::OutOfRange);
+    }
+
+    #[test]
+    fn partial_averages_combine() {
+        let values: Vec<f64> = (1..=10).map(f64::from).collect();
+        let mut whole = FloatAverage::default();
+        whole.update(Some(&(Arc::new(Float64Array::from(values.clone())) as ArrayRef)), 10, all(1)).unwrap();
+        let mut combined = FloatAverage::default();
+        for part in values.chunks(3) {
+            let mut partial = FloatAverage::default();
+            partial.update(Some(&(Arc::new(Float64Array::from(part.to_vec())) as ArrayRef)), part.len(), all(1)).unwrap();
+            combined.merge(&partial.state().unwrap(), all(1)).unwrap();
+        }
+        let average = |a: &FloatAverage| a.finish().unwrap()[0].as_primitive::<types::Float64Type>().value(0);
+        assert_eq!(average(&whole), 5.5);
+        assert_eq!(average(&combined), 5.5);
+    }
+}

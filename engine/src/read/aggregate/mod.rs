@@ -1,0 +1,493 @@
+//! Aggregates computed in the engine: `count`, `sum`, `avg`, `min`, `max`, `bool_and` and
+//! `bool_or`, grouped by columns, over the rows of a condition. Each file slice is read and
+//! merged as any scan reads it ([`crate::read::SliceRead`]), then aggregated into a *partial*
+//! (a row per group of the slice, with each aggregate's state) on the helper thread that merged
+//! it; the caller combines the partials, so a backend holds the slices in flight and the
+//! groups, never the table's rows. A slice without log files, in a query without a condition or
+//! groups, is answered from its base file's Parquet statistics where every aggregate can be.
+//!
+//! Values are aggregated as the host reads them ([`Reading`]), with the host's arithmetic (see
+//! [`accumulate`]); the host turns the result columns into its types.
+
+mod accumulate;
+pub mod condition;
+mod groups;
+pub mod reading;
+mod statistics;
+
+use std::sync::Arc;
+
+use arrow::array::ArrayRef;
+use arrow::compute::filter_record_batch;
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::record_batch::RecordBatch;
+use serde::{Deserialize, Serialize};
+
+use self::accumulate::Accumulator;
+pub use self::condition::{Column, Condition, Operand};
+use self::groups::{Groups, RowGroups};
+pub use self::reading::Reading;
+use crate::error::{Error, ErrorKind, Result};
+use crate::read::prefetch::SliceScan;
+use crate::read::{ScanOptions, ScanStats, SliceQuery, TableReader};
+use crate::view::FileSlice;
+
+/// One aggregate of a query.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Aggregate {
+    /// `count(*)`.
+    CountRows,
+    Count(Column),
+    Sum(Column),
+    Avg(Column),
+    Min(Column),
+    Max(Column),
+    BoolAnd(Column),
+    BoolOr(Column),
+}
+
+impl Aggregate {
+    fn input(&self) -> Option<&Column> {
+        match self {
+            Aggregate::CountRows => None,
+            Aggregate::Count(c) | Aggregate::Sum(c) | Aggregate::Avg(c) | Aggregate::Min(c) | Aggregate::Max(c) => Some(c),
+            Aggregate::BoolAnd(c) | Aggregate::BoolOr(c) => Some(c),
+        }
+    }
+
+    /// Whether the aggregate's result is an exact sum and count for the host to divide
+    /// (`avg` of integers and decimals): two result columns instead of one.
+    pub fn is_exact_average(&self) -> bool {
+        matches!(self, Aggregate::Avg(c) if matches!(c.reading, Reading::Int | Reading::Decimal))
+    }
+
+    /// Checks that the aggregate applies to its input as read.
+    fn check(&self, schema: &Schema) -> Result<()> {
+        let Some(column) = self.input() else { return Ok(()) };
+        column.check(schema)?;
+        use Reading as R;
+        let fits = match self {
+            Aggregate::CountRows | Aggregate::Count(_) => true,
+            Aggregate::Sum(_) | Aggregate::Avg(_) => matches!(column.reading, R::Int | R::Float4 | R::Float8 | R::Decimal),
+            Aggregate::Min(_) | Aggregate::Max(_) => column.reading != R::Bool,
+            Aggregate::BoolAnd(_) | Aggregate::BoolOr(_) => column.reading == R::Bool,
+        };
+        if !fits {
+            return Err(Error::new(ErrorKind::Unsupported, format!("{self} does not apply to values read as {:?}", column.reading)));
+        }
+        Ok(())
+    }
+
+    /// A new accumulator for inputs of `data_type` as read.
+    fn accumulator(&self, data_type: Option<&DataType>) -> Result<Box<dyn Accumulator>> {
+        use accumulate::*;
+        use arrow::datatypes as t;
+        let scale = match data_type {
+            Some(DataType::Decimal128(_, s)) => *s,
+            _ => 0,
+        };
+        let reading = self.input().map(|c| c.reading);
+        Ok(match self {
+            Aggregate::CountRows | Aggregate::Count(_) => Box::new(Count::default()),
+            Aggregate::Sum(_) if matches!(reading, Some(Reading::Float4 | Reading::Float8)) => {
+                Box::new(FloatSum::new(reading.unwrap_or(Reading::Float8)))
+            }
+            Aggregate::Sum(_) => Box::new(ExactSum::new(scale)),
+            Aggregate::Avg(_) if self.is_exact_average() => Box::new(ExactAverage::new(scale)),
+            Aggregate::Avg(_) => Box::new(FloatAverage::default()),
+            Aggregate::Min(_) | Aggregate::Max(_) => {
+                let max = matches!(self, Aggregate::Max(_));
+                let data_type = data_type.cloned().unwrap_or(DataType::Null);
+                match &data_type {
+                    DataType::Int64 => Box::new(Extreme::<t::Int64Type>::new(max, data_type)),
+                    DataType::Float32 => Box::new(Extreme::<t::Float32Type>::new(max, data_type)),
+                    DataType::Float64 => Box::new(Extreme::<t::Float64Type>::new(max, data_type)),
+                    DataType::Decimal128(..) => Box::new(Extreme::<t::Decimal128Type>::new(max, data_type)),
+                    DataType::Date32 => Box::new(Extreme::<t::Date32Type>::new(max, data_type)),
+                    DataType::Timestamp(..) => Box::new(Extreme::<t::TimestampMicrosecondType>::new(max, data_type)),
+                    DataType::Utf8 => Box::new(TextExtreme::new(max)),
+                    other => return Err(Error::new(ErrorKind::Internal, format!("no min or max of {other}"))),
+                }
+            }
+            Aggregate::BoolAnd(_) => Box::new(BoolAggregate::new(true)),
+            Aggregate::BoolOr(_) => Box::new(BoolAggregate::new(false)),
+        })
+    }
+}
+
+impl std::fmt::Display for Aggregate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = match self {
+            Aggregate::CountRows => return f.write_str("count(*)"),
+            Aggregate::Count(_) => "count",
+            Aggregate::Sum(_) => "sum",
+            Aggregate::Avg(_) => "avg",
+            Aggregate::Min(_) => "min",
+            Aggregate::Max(_) => "max",
+            Aggregate::BoolAnd(_) => "bool_and",
+            Aggregate::BoolOr(_) => "bool_or",
+        };
+        write!(f, "{name}({})", self.input().map(|c| c.field.as_str()).unwrap_or_default())
+    }
+}
+
+/// What to aggregate: the aggregates by the groups of `group_by`, over the rows that satisfy
+/// `condition` (all when `None`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AggregateQuery {
+    pub group_by: Vec<Column>,
+    pub aggregates: Vec<Aggregate>,
+    pub condition: Option<Condition>,
+}
+
+impl AggregateQuery {
+    /// Checks the query against the columns a read produces (`schema`): fields, readings,
+    /// constants and aggregates that apply.
+    pub fn check(&self, schema: &Schema) -> Result<()> {
+        self.group_by.iter().try_for_each(|c| c.check(schema))?;
+        self.aggregates.iter().try_for_each(|a| a.check(schema))?;
+        self.condition.as_ref().map_or(Ok(()), |c| c.check(schema))
+    }
+
+    /// The fields the query reads.
+    pub fn fields(&self) -> Vec<String> {
+        let mut fields: Vec<String> = Vec::new();
+        let columns = self.group_by.iter().chain(self.aggregates.iter().filter_map(Aggregate::input));
+        for column in columns.chain(self.condition.iter().flat_map(Condition::columns)) {
+            if !fields.contains(&column.field) {
+                fields.push(column.field.clone());
+            }
+        }
+        fields
+    }
+
+    /// The query with its condition's parameters bound ([`Condition::bind`]).
+    pub fn bind(&self, params: &[Option<crate::read::filter::Scalar>]) -> Result<AggregateQuery> {
+        let condition = self.condition.as_ref().map(|c| c.bind(params)).transpose()?;
+        Ok(AggregateQuery { condition, ..self.clone() })
+    }
+
+    /// Whether slices without logs may be answered from Parquet statistics: no groups, no
+    /// condition, and only aggregates that statistics hold exactly.
+    pub fn may_use_statistics(&self) -> bool {
+        self.group_by.is_empty() && self.condition.is_none() && self.aggregates.iter().all(statistics::answers)
+    }
+}
+
+impl std::fmt::Display for AggregateQuery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let aggregates: Vec<String> = self.aggregates.iter().map(|a| a.to_string()).collect();
+        f.write_str(&aggregates.join(", "))?;
+        if !self.group_by.is_empty() {
+            let keys: Vec<&str> = self.group_by.iter().map(|c| c.field.as_str()).collect();
+            write!(f, " GROUP BY {}", keys.join(", "))?;
+        }
+        Ok(())
+    }
+}
+
+/// The groups and accumulators of a query, fed rows or partials.
+pub(crate) struct Aggregation {
+    query: Arc<AggregateQuery>,
+    groups: Groups,
+    key_types: Vec<DataType>,
+    /// Built at the first input, when the inputs' types as read are known.
+    accumulators: Option<Vec<Box<dyn Accumulator>>>,
+}
+
+fn kernel(e: arrow::error::ArrowError) -> Error {
+    Error::new(ErrorKind::Internal, "cannot aggregate rows").with_source(e)
+}
+
+impl Aggregation {
+    /// An aggregation whose keys have the `key_types` as read.
+    fn new(query: Arc<AggregateQuery>, key_types: Vec<DataType>) -> Result<Aggregation> {
+        Ok(Aggregation { groups: Groups::new(&key_types)?, key_types, query, accumulators: None })
+    }
+
+    fn accumulators(&mut self, input_types: &[Option<DataType>]) -> Result<&mut Vec<Box<dyn Accumulator>>> {
+        if self.accumulators.is_none() {
+            let built = self.query.aggregates.iter().zip(input_types).map(|(a, t)| a.accumulator(t.as_ref())).collect::<Result<_>>()?;
+            self.accumulators = Some(built);
+        }
+        Ok(self.accumulators.as_mut().expect("built above"))
+    }
+
+    /// Adds the rows of a read (the columns of [`AggregateQuery::fields`], as stored) that
+    /// satisfy the condition.
+    fn add_rows(&mut self, rows: &RecordBatch) -> Result<()> {
+        let rows = match &self.query.condition {
+            Some(condition) => filter_record_batch(rows, &condition.evaluate(rows)?).map_err(kernel)?,
+            None => rows.clone(),
+        };
+        let query = self.query.clone();
+        let keys = query.group_by.iter().map(|c| c.read(&rows)).collect::<Result<Vec<_>>>()?;
+        let inputs = query
+            .aggregates
+            .iter()
+            .map(|a| match (a, a.input()) {
+                (Aggregate::Sum(_) | Aggregate::Avg(_), Some(c)) => c.reading.read_to_add(c.raw(&rows)?).map(Some),
+                (_, Some(c)) => c.read(&rows).map(Some),
+                (_, None) => Ok(None),
+            })
+            .collect::<Result<Vec<Option<ArrayRef>>>>()?;
+        let ids = self.groups.assign(&keys)?;
+        let groups = RowGroups { ids: ids.as_deref(), count: self.groups.len() };
+        let types: Vec<Option<DataType>> = inputs.iter().map(|i| i.as_ref().map(|i| i.data_type().clone())).collect();
+        for (accumulator, input) in self.accumulators(&types)?.iter_mut().zip(&inputs) {
+            accumulator.update(input.as_ref(), rows.num_rows(), groups)?;
+        }
+        Ok(())
+    }
+
+    /// Adds a partial ([`Self::partial`] of another aggregation of the same query).
+    fn add_partial(&mut self, partial: &RecordBatch) -> Result<()> {
+        let keys = partial.columns()[..self.key_types.len()].to_vec();
+        let ids = self.groups.assign(&keys)?;
+        let groups = RowGroups { ids: ids.as_deref(), count: self.groups.len() };
+        let input_types: Vec<Option<DataType>> = partial_input_types(&self.query, partial.schema_ref());
+        let mut at = self.key_types.len();
+        let widths: Vec<usize> = partial_widths(&self.query);
+        for (accumulator, width) in self.accumulators(&input_types)?.iter_mut().zip(widths) {
+            accumulator.merge(&partial.columns()[at..at + width], groups)?;
+            at += width;
+        }
+        Ok(())
+    }
+
+    fn batch(&self, columns: Vec<ArrayRef>) -> Result<RecordBatch> {
+        let fields: Vec<Field> =
+            columns.iter().enumerate().map(|(i, c)| Field::new(format!("c{i}"), c.data_type().clone(), true)).collect();
+        let options = arrow::record_batch::RecordBatchOptions::new().with_row_count(Some(self.groups.len()));
+        RecordBatch::try_new_with_options(Arc::new(Schema::new(fields)), columns, &options).map_err(kernel)
+    }
+
+    /// Accumulators for every group, also where no input came (then their types come from
+    /// the table's `schema`).
+    fn ensure_accumulators(&mut self, schema: &Schema) -> Result<()> {
+        let types: Vec<Option<DataType>> = self
+            .query
+            .aggregates
+            .iter()
+            .map(|a| {
+                let column = a.input()?;
+                let field = schema.field_with_name(&column.field).ok()?;
+                Some(column.reading.data_type(field.data_type()))
+            })
+            .collect();
+        let groups = self.groups.len();
+        self.accumulators(&types)?.iter_mut().for_each(|a| a.grow(groups));
+        Ok(())
+    }
+
+    /// The key columns and every accumulator's state, a row per group.
+    fn partial(self, schema: &Schema) -> Result<RecordBatch> {
+        self.columns(schema, |a| a.state())
+    }
+
+    /// The key columns and every aggregate's result columns, a row per group.
+    fn finish(self, schema: &Schema) -> Result<RecordBatch> {
+        self.columns(schema, |a| a.finish())
+    }
+
+    fn columns(mut self, schema: &Schema, of: impl Fn(&dyn Accumulator) -> Result<Vec<ArrayRef>>) -> Result<RecordBatch> {
+        self.ensure_accumulators(schema)?;
+        let mut columns = self.groups.keys()?;
+        for accumulator in self.accumulators.iter().flatten() {
+            columns.extend(of(accumulator.as_ref())?);
+        }
+        self.batch(columns)
+    }
+}
+
+/// How many state columns each aggregate's partial has.
+fn partial_widths(query: &AggregateQuery) -> Vec<usize> {
+    query
+        .aggregates
+        .iter()
+        .map(|a| match a {
+            Aggregate::Avg(_) if a.is_exact_average() => 2,
+            Aggregate::Avg(_) => 3,
+            _ => 1,
+        })
+        .collect()
+}
+
+/// The input types as read that the accumulators of a partial's aggregates were built for,
+/// from the partial's own columns (a min's state is its input's type; a sum's scale is its
+/// state's).
+fn partial_input_types(query: &AggregateQuery, partial: &SchemaRef) -> Vec<Option<DataType>> {
+    let mut at = query.group_by.len();
+    query
+        .aggregates
+        .iter()
+        .zip(partial_widths(query))
+        .map(|(a, width)| {
+            let state = partial.field(at).data_type().clone();
+            at += width;
+            match (a, state) {
+                (Aggregate::CountRows, _) => None,
+                (_, DataType::Decimal256(_, s)) => Some(DataType::Decimal128(38, s)),
+                (_, state) => Some(state),
+            }
+        })
+        .collect()
+}
+
+/// What an aggregate read did, for EXPLAIN ANALYZE.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AggregateStats {
+    pub scan: ScanStats,
+    /// Of the slices kept, those answered from statistics.
+    pub from_statistics: usize,
+}
+
+impl TableReader {
+    /// Computes `query` over the `slices` read as `slice_query` asks (their merged rows), with
+    /// `depth` slices read ahead on helper threads: the key columns (as read) and each
+    /// aggregate's result columns ([`Aggregate::is_exact_average`]: two), a row per group.
+    /// `options` are the read's pruning filter; `stats` what pruning kept.
+    pub async fn aggregate(
+        &self,
+        query: &AggregateQuery,
+        slice_query: SliceQuery,
+        options: ScanOptions,
+        slices: Vec<FileSlice>,
+        stats: ScanStats,
+        depth: usize,
+    ) -> Result<(RecordBatch, AggregateStats)> {
+        let schema = match &slice_query {
+            SliceQuery::Snapshot(_) => self.schema().clone(),
+            SliceQuery::Changes { .. } => self.changes_schema().clone(),
+        };
+        query.check(&schema)?;
+        let query = Arc::new(query.clone());
+        let key_types: Vec<DataType> = query
+            .group_by
+            .iter()
+            .map(|c| Ok(c.reading.data_type(schema.field_with_name(&c.field).map_err(|e| Error::new(ErrorKind::Internal, "no key field").with_source(e))?.data_type())))
+            .collect::<Result<_>>()?;
+        let mut result = Aggregation::new(query.clone(), key_types.clone())?;
+        let mut report = AggregateStats::default();
+        let mut to_read = Vec::new();
+        for slice in slices {
+            let answered = match (&slice_query, query.may_use_statistics() && slice.log_files.is_empty()) {
+                (SliceQuery::Snapshot(_), true) => self.statistics_partial(&query, &slice, &schema).await?,
+                _ => None,
+            };
+            match answered {
+                Some(partial) => {
+                    report.from_statistics += 1;
+                    result.add_partial(&partial)?;
+                }
+                None => to_read.push(slice),
+            }
+        }
+        let options = ScanOptions { columns: Some(query.fields()), row_positions: false, ..options };
+        let per_slice = {
+            let (query, schema) = (query.clone(), schema.clone());
+            move |rows: Option<RecordBatch>| -> Result<Option<RecordBatch>> {
+                let mut partial = Aggregation::new(query.clone(), key_types.clone())?;
+                if let Some(rows) = rows {
+                    partial.add_rows(&rows)?;
+                }
+                partial.partial(&schema).map(Some)
+            }
+        };
+        let mut scan = SliceScan::new(self.clone(), slice_query, options, to_read, stats, depth).with_transform(Arc::new(per_slice));
+        while let Some(partial) = scan.next().await {
+            if let Some(partial) = partial? {
+                result.add_partial(&partial)?;
+            }
+        }
+        report.scan = *scan.stats();
+        Ok((result.finish(&schema)?, report))
+    }
+
+    /// The partial of a slice without logs from its base file's statistics, when they answer
+    /// every aggregate (see [`statistics`]).
+    async fn statistics_partial(&self, query: &Arc<AggregateQuery>, slice: &FileSlice, schema: &Schema) -> Result<Option<RecordBatch>> {
+        let Some(metadata) = self.base_file_metadata(slice).await? else { return Ok(None) };
+        let Some(states) = statistics::states(query, &metadata, schema)? else { return Ok(None) };
+        Aggregation::new(query.clone(), Vec::new())?.batch(states).map(Some)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::read::filter::{Op, Scalar};
+    use arrow::array::{Array, AsArray, Float64Array, Int32Array, StringArray};
+
+    fn column(field: &str, reading: Reading) -> Column {
+        Column { field: field.into(), reading }
+    }
+
+    fn rows(regions: Vec<Option<&str>>, qty: Vec<Option<i32>>, price: Vec<Option<f64>>) -> RecordBatch {
+        let schema = Schema::new(vec![
+            Field::new("region", DataType::Utf8, true),
+            Field::new("qty", DataType::Int32, true),
+            Field::new("price", DataType::Float64, true),
+        ]);
+        let columns: Vec<ArrayRef> =
+            vec![Arc::new(StringArray::from(regions)), Arc::new(Int32Array::from(qty)), Arc::new(Float64Array::from(price))];
+        RecordBatch::try_new(Arc::new(schema), columns).unwrap()
+    }
+
+    /// Partials of two "slices" combined give what one aggregation of all rows gives.
+    #[test]
+    fn partials_combine_to_the_whole() {
+        let query = Arc::new(AggregateQuery {
+            group_by: vec![column("region", Reading::Text)],
+            aggregates: vec![
+                Aggregate::CountRows,
+                Aggregate::Sum(column("qty", Reading::Int)),
+                Aggregate::Avg(column("qty", Reading::Int)),
+                Aggregate::Avg(column("price", Reading::Float8)),
+                Aggregate::Max(column("price", Reading::Float8)),
+            ],
+            condition: Some(Condition::Compare { column: column("qty", Reading::Int), op: Op::GtEq, operand: Operand::Value(Scalar::Int(0)) }),
+        });
+        let a = rows(vec![Some("x"), Some("y"), Some("x")], vec![Some(1), Some(2), Some(-1)], vec![Some(1.0), None, Some(f64::NAN)]);
+        let b = rows(vec![Some("y"), None, Some("x")], vec![Some(4), Some(5), Some(6)], vec![Some(3.0), Some(2.0), Some(4.0)]);
+        let schema = a.schema();
+        let mut total = Aggregation::new(query.clone(), vec![DataType::Utf8]).unwrap();
+        for part in [&a, &b] {
+            let mut partial = Aggregation::new(query.clone(), vec![DataType::Utf8]).unwrap();
+            partial.add_rows(part).unwrap();
+            total.add_partial(&partial.partial(&schema).unwrap()).unwrap();
+        }
+        let result = total.finish(&schema).unwrap();
+        let keys: Vec<Option<&str>> = result.column(0).as_string::<i32>().iter().collect();
+        assert_eq!(keys, vec![Some("x"), Some("y"), None]);
+        let counts = result.column(1).as_primitive::<arrow::datatypes::Int64Type>().values().to_vec();
+        assert_eq!(counts, vec![2, 2, 1]);
+        let sums: Vec<String> = (0..3).map(|i| arrow::util::display::array_value_to_string(result.column(2), i).unwrap()).collect();
+        assert_eq!(sums, vec!["7", "6", "5"]);
+        // avg(qty): the exact sum and count, for the host to divide.
+        assert_eq!(arrow::util::display::array_value_to_string(result.column(3), 1).unwrap(), "6");
+        assert_eq!(result.column(4).as_primitive::<arrow::datatypes::Int64Type>().value(1), 2);
+        let averages = result.column(5).as_primitive::<arrow::datatypes::Float64Type>();
+        assert_eq!((averages.value(0), averages.is_null(1), averages.value(2)), (2.5, false, 2.0));
+        assert_eq!(averages.value(1), 3.0);
+        let max = result.column(6).as_primitive::<arrow::datatypes::Float64Type>();
+        assert_eq!(max.value(0), 4.0);
+    }
+
+    #[test]
+    fn no_groups_and_no_rows_is_one_row() {
+        let query = Arc::new(AggregateQuery {
+            aggregates: vec![Aggregate::CountRows, Aggregate::Sum(column("qty", Reading::Int)), Aggregate::Min(column("region", Reading::Text))],
+            ..Default::default()
+        });
+        let empty = rows(vec![], vec![], vec![]);
+        let mut aggregation = Aggregation::new(query.clone(), vec![]).unwrap();
+        aggregation.add_rows(&empty).unwrap();
+        // A slice that had no rows at all adds a partial of no values.
+        aggregation.add_partial(&Aggregation::new(query, vec![]).unwrap().partial(&empty.schema()).unwrap()).unwrap();
+        let result = aggregation.finish(&empty.schema()).unwrap();
+        assert_eq!(result.num_rows(), 1);
+        assert_eq!(result.column(0).as_primitive::<arrow::datatypes::Int64Type>().value(0), 0);
+        assert!(result.column(1).is_null(0) && result.column(2).is_null(0));
+    }
+}

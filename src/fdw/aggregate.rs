@@ -1,0 +1,584 @@
+//! Aggregates pushed into the engine (`GetForeignUpperPaths`, as postgres_fdw pushes them to
+//! a remote server): a query over one Hudi table whose aggregates, `GROUP BY` columns and
+//! `WHERE` quals the engine computes exactly as PostgreSQL does becomes one foreign scan that
+//! returns the groups (`scanrelid` 0, its output described by `fdw_scan_tlist`). `HAVING` and
+//! expressions over the aggregates stay with PostgreSQL, on the groups. Anything else plans as
+//! a scan under PostgreSQL's own aggregation.
+
+use std::ffi::CStr;
+
+use arrow::array::{Array, AsArray};
+use arrow::datatypes::{Decimal256Type, Int64Type, Schema};
+use arrow::record_batch::RecordBatch;
+use engine::read::aggregate::{Aggregate, AggregateQuery, AggregateStats, Column, Condition, Operand, Reading};
+use engine::read::filter::{Op, Scalar};
+use engine::read::{ScanOptions, SliceQuery};
+use pgrx::pg_sys;
+use pgrx::PgSqlErrorCode;
+
+use crate::datum::{ColumnReader, ColumnType};
+use crate::error::{raise, OrReport};
+use crate::fdw::pushdown::{self, list_items, strip, FieldNames};
+use crate::fdw::scan::{self, ReadSpec};
+use crate::fdw::table::ForeignHudiTable;
+use crate::runtime::block_on;
+
+/// What planning pushed, in the plan's `fdw_private`; the operands of its parameters are the
+/// plan's `fdw_exprs`.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct AggregatePlan {
+    relid: u32,
+    query: AggregateQuery,
+    /// The base relation's pruning filter.
+    options: ScanOptions,
+}
+
+/// How PostgreSQL reads a column of type `type_oid` over a field of `data_type`, when the
+/// engine can compute with those values exactly (`None`: it cannot, and nothing is pushed).
+fn reading_of(type_oid: pg_sys::Oid, data_type: &arrow::datatypes::DataType) -> Option<Reading> {
+    use arrow::datatypes::DataType as D;
+    let reading = match type_oid {
+        // Narrower declarations than the field would make PostgreSQL reject wide values.
+        pg_sys::INT2OID if matches!(data_type, D::Int8 | D::Int16) => Reading::Int,
+        pg_sys::INT4OID if matches!(data_type, D::Int8 | D::Int16 | D::Int32 | D::UInt8 | D::UInt16) => Reading::Int,
+        pg_sys::INT8OID => Reading::Int,
+        pg_sys::FLOAT4OID => Reading::Float4,
+        pg_sys::FLOAT8OID => Reading::Float8,
+        pg_sys::NUMERICOID => Reading::Decimal,
+        pg_sys::BOOLOID => Reading::Bool,
+        pg_sys::TEXTOID | pg_sys::VARCHAROID => Reading::Text,
+        pg_sys::DATEOID => Reading::Date,
+        pg_sys::TIMESTAMPOID | pg_sys::TIMESTAMPTZOID => Reading::Timestamp,
+        _ => return None,
+    };
+    reading.reads(data_type).then_some(reading)
+}
+
+/// Whether strings compare by their bytes under `collation`, as the engine compares them.
+unsafe fn bytewise(collation: pg_sys::Oid) -> bool {
+    match collation {
+        pg_sys::C_COLLATION_OID | pg_sys::POSIX_COLLATION_OID => true,
+        pg_sys::DEFAULT_COLLATION_OID => {
+            let setting = pg_sys::GetConfigOption(c"lc_collate".as_ptr(), true, false);
+            !setting.is_null() && matches!(CStr::from_ptr(setting).to_bytes(), b"C" | b"POSIX")
+        }
+        _ => false,
+    }
+}
+
+/// Turns planner expressions of one relation into the engine's terms.
+struct Translator<'a> {
+    relid: u32,
+    fields: &'a FieldNames,
+    schema: &'a Schema,
+    /// Operands evaluated at execution (`fdw_exprs`): parameters, stable expressions.
+    params: Vec<*mut pg_sys::Node>,
+}
+
+impl Translator<'_> {
+    /// A plain column of the relation that the engine reads exactly.
+    unsafe fn column(&self, node: *mut pg_sys::Node) -> Option<Column> {
+        let (field, type_oid) = pushdown::column_of(node, self.relid, self.fields)?;
+        let reading = reading_of(type_oid, self.schema.field_with_name(&field).ok()?.data_type())?;
+        Some(Column { field, reading })
+    }
+
+    /// A built-in aggregate of a column, computed as PostgreSQL computes it.
+    unsafe fn aggregate(&self, aggref: *mut pg_sys::Aggref) -> Option<Aggregate> {
+        let a = &*aggref;
+        let plain = a.aggkind == b'n' as std::ffi::c_char
+            && a.agglevelsup == 0
+            && a.aggorder.is_null()
+            && a.aggdistinct.is_null()
+            && a.aggfilter.is_null()
+            && !a.aggvariadic
+            && a.aggsplit == pg_sys::AggSplit::AGGSPLIT_SIMPLE;
+        if !plain || a.aggfnoid.to_u32() >= pg_sys::FirstGenbkiObjectId || pg_sys::get_func_namespace(a.aggfnoid) != pg_sys::Oid::from(pg_sys::PG_CATALOG_NAMESPACE) {
+            return None;
+        }
+        let name = CStr::from_ptr(pg_sys::get_func_name(a.aggfnoid)).to_str().ok()?;
+        if a.aggstar {
+            return (name == "count").then_some(Aggregate::CountRows);
+        }
+        let [argument] = list_items::<pg_sys::TargetEntry>(a.args)[..] else { return None };
+        let column = self.column((*argument).expr as *mut pg_sys::Node)?;
+        let (reading, result) = (column.reading, a.aggtype);
+        use Reading as R;
+        let aggregate = match name {
+            "count" => Aggregate::Count(column),
+            "sum" | "avg" if !matches!(reading, R::Int | R::Float4 | R::Float8 | R::Decimal) => return None,
+            "sum" => Aggregate::Sum(column),
+            "avg" => Aggregate::Avg(column),
+            "min" | "max" if reading == R::Bool || reading == R::Text && !bytewise(a.inputcollid) => return None,
+            "min" => Aggregate::Min(column),
+            "max" => Aggregate::Max(column),
+            "bool_and" | "every" if reading == R::Bool => Aggregate::BoolAnd(column),
+            "bool_or" if reading == R::Bool => Aggregate::BoolOr(column),
+            _ => return None,
+        };
+        // The result types this module converts to (see `Output`).
+        let expected = match &aggregate {
+            Aggregate::CountRows | Aggregate::Count(_) => result == pg_sys::INT8OID,
+            Aggregate::Sum(_) if matches!(reading, R::Int | R::Decimal) => matches!(result, pg_sys::INT8OID | pg_sys::NUMERICOID),
+            Aggregate::Sum(_) => result == if reading == R::Float4 { pg_sys::FLOAT4OID } else { pg_sys::FLOAT8OID },
+            Aggregate::Avg(_) if aggregate.is_exact_average() => result == pg_sys::NUMERICOID,
+            Aggregate::Avg(_) => result == pg_sys::FLOAT8OID,
+            Aggregate::BoolAnd(_) | Aggregate::BoolOr(_) => result == pg_sys::BOOLOID,
+            Aggregate::Min(_) | Aggregate::Max(_) => ColumnType::from_type_oid(result).is_some(),
+        };
+        expected.then_some(aggregate)
+    }
+
+    /// A qual the engine evaluates exactly, with SQL's three-valued logic.
+    unsafe fn condition(&mut self, node: *mut pg_sys::Node) -> Option<Condition> {
+        let node = strip(node);
+        match (*node).type_ {
+            pg_sys::NodeTag::T_BoolExpr => {
+                let expr = node as *mut pg_sys::BoolExpr;
+                let items = list_items::<pg_sys::Node>((*expr).args).into_iter().map(|arg| self.condition(arg)).collect::<Option<Vec<_>>>()?;
+                Some(match (*expr).boolop {
+                    pg_sys::BoolExprType::AND_EXPR => Condition::And(items),
+                    pg_sys::BoolExprType::OR_EXPR => Condition::Or(items),
+                    _ => Condition::Not(Box::new(items.into_iter().next()?)),
+                })
+            }
+            pg_sys::NodeTag::T_NullTest => {
+                let test = node as *mut pg_sys::NullTest;
+                if (*test).argisrow {
+                    return None;
+                }
+                let column = self.column((*test).arg as *mut pg_sys::Node)?;
+                Some(Condition::IsNull { column, negated: (*test).nulltesttype == pg_sys::NullTestType::IS_NOT_NULL })
+            }
+            pg_sys::NodeTag::T_Var => self.column(node).filter(|c| c.reading == Reading::Bool).map(Condition::IsTrue),
+            pg_sys::NodeTag::T_OpExpr | pg_sys::NodeTag::T_ScalarArrayOpExpr => self.comparison(node),
+            _ => None,
+        }
+    }
+
+    unsafe fn comparison(&mut self, node: *mut pg_sys::Node) -> Option<Condition> {
+        let comparison = pushdown::column_comparison(node, self.relid, self.fields)?;
+        let column = self.column(strip(comparison_column(node)?))?;
+        let collation = match (*node).type_ {
+            pg_sys::NodeTag::T_OpExpr => (*(node as *mut pg_sys::OpExpr)).inputcollid,
+            _ => (*(node as *mut pg_sys::ScalarArrayOpExpr)).inputcollid,
+        };
+        if column.reading == Reading::Text && !matches!(comparison.op, Op::Eq | Op::NotEq) && !bytewise(collation) {
+            return None;
+        }
+        let other = strip(comparison.other);
+        let other_type = pg_sys::exprType(other);
+        if comparison.any {
+            // A constant list without NULLs (one would make a mismatch unknown, not false).
+            let constant = (*other).type_ == pg_sys::NodeTag::T_Const && !(*(other as *mut pg_sys::Const)).constisnull;
+            if !constant {
+                return None;
+            }
+            let array = (*(other as *mut pg_sys::Const)).constvalue;
+            let (element_type, items) = pushdown::array_elements(array);
+            if pg_sys::array_contains_nulls(pg_sys::pg_detoast_datum(array.cast_mut_ptr()).cast()) || !pushdown::same_family(comparison.column.1, element_type) {
+                return None;
+            }
+            let values = items.into_iter().map(|item| pushdown::scalar_of(item, element_type)).collect::<Option<Vec<_>>>()?;
+            return Some(Condition::In { column, values });
+        }
+        if !pushdown::same_family(comparison.column.1, other_type) {
+            return None;
+        }
+        let operand = match (*other).type_ {
+            pg_sys::NodeTag::T_Const if (*(other as *mut pg_sys::Const)).constisnull => Operand::Null,
+            pg_sys::NodeTag::T_Const => Operand::Value(pushdown::scalar_of((*(other as *mut pg_sys::Const)).constvalue, other_type)?),
+            // Known at execution: parameters, and expressions of no column that give one value
+            // for the statement (`now() - interval '1 day'`).
+            _ if is_runtime_value(other) => {
+                self.params.push(other);
+                Operand::Param(self.params.len() - 1)
+            }
+            _ => return None,
+        };
+        // Constants the engine cannot compare (a NaN numeric) fail the query's check.
+        Some(Condition::Compare { column, op: comparison.op, operand })
+    }
+}
+
+/// The column side of a comparison `node` ([`pushdown::column_comparison`] found one).
+unsafe fn comparison_column(node: *mut pg_sys::Node) -> Option<*mut pg_sys::Node> {
+    let args = match (*node).type_ {
+        pg_sys::NodeTag::T_OpExpr => (*(node as *mut pg_sys::OpExpr)).args,
+        _ => (*(node as *mut pg_sys::ScalarArrayOpExpr)).args,
+    };
+    list_items::<pg_sys::Node>(args).into_iter().find(|&arg| (*strip(arg)).type_ == pg_sys::NodeTag::T_Var && (*(strip(arg) as *mut pg_sys::Var)).varlevelsup == 0)
+}
+
+/// An expression without columns, volatile functions, aggregates or subplans: one value per
+/// scan, evaluated at its start.
+unsafe fn is_runtime_value(node: *mut pg_sys::Node) -> bool {
+    !pg_sys::contain_var_clause(node)
+        && !pg_sys::contain_volatile_functions(node)
+        && !pg_sys::contain_agg_clause(node)
+        && !pg_sys::contain_subplans(node)
+        && !pg_sys::expression_returns_set(node)
+}
+
+/// `GetForeignUpperPaths`: adds a pushed-aggregate path for `GROUP BY`/aggregate queries
+/// over one Hudi table when every part of them can be pushed.
+#[pgrx::pg_guard]
+pub unsafe extern "C-unwind" fn get_foreign_upper_paths(
+    root: *mut pg_sys::PlannerInfo,
+    stage: pg_sys::UpperRelationKind::Type,
+    input_rel: *mut pg_sys::RelOptInfo,
+    output_rel: *mut pg_sys::RelOptInfo,
+    extra: *mut std::ffi::c_void,
+) {
+    if stage != pg_sys::UpperRelationKind::UPPERREL_GROUP_AGG
+        || !crate::guc::AGGREGATE_PUSHDOWN.get()
+        || (*input_rel).reloptkind != pg_sys::RelOptKind::RELOPT_BASEREL
+        || !(*output_rel).fdw_private.is_null()
+        || extra.is_null()
+    {
+        return;
+    }
+    let extra = &*(extra as *mut pg_sys::GroupPathExtraData);
+    let parse = (*root).parse;
+    if extra.patype != pg_sys::PartitionwiseAggregateType::PARTITIONWISE_AGGREGATE_NONE || !(*parse).groupingSets.is_null() {
+        return;
+    }
+    let Some(info) = scan::PlanInfo::of_rel(input_rel) else { return };
+    if info.lookup.is_some() || info.options.row_positions {
+        return;
+    }
+    let rte = *(*root).simple_rte_array.add((*input_rel).relid as usize);
+    let relid = (*rte).relid;
+    let table = ForeignHudiTable::of_relation(relid);
+    let spec = scan::read_spec(&table);
+    let reader = scan::open_for(&table, &spec);
+    let schema = spec.schema(&reader).clone();
+    let mut translator = Translator { relid: (*input_rel).relid, fields: &info.fields, schema: &schema, params: Vec::new() };
+    // Every qual: the engine decides which rows it aggregates.
+    let mut conditions = Vec::new();
+    for restriction in list_items::<pg_sys::RestrictInfo>((*input_rel).baserestrictinfo) {
+        let Some(condition) = translator.condition((*restriction).clause as *mut pg_sys::Node) else { return };
+        conditions.push(condition);
+    }
+    let condition = match conditions.len() {
+        0 => None,
+        1 => conditions.pop(),
+        _ => Some(Condition::And(conditions)),
+    };
+    // The grouping target: group columns, and expressions of aggregates.
+    let target = (*output_rel).reltarget;
+    let mut keys: Vec<*mut pg_sys::Node> = Vec::new();
+    let mut group_by = Vec::new();
+    let mut aggrefs: Vec<*mut pg_sys::Node> = Vec::new();
+    let mut aggregates = Vec::new();
+    let exprs = list_items::<pg_sys::Node>((*target).exprs);
+    for (i, &expr) in exprs.iter().enumerate() {
+        let sortgroupref = if (*target).sortgrouprefs.is_null() { 0 } else { *(*target).sortgrouprefs.add(i) };
+        if sortgroupref != 0 && !pg_sys::get_sortgroupref_clause_noerr(sortgroupref, (*parse).groupClause).is_null() {
+            let Some(column) = translator.column(expr) else { return };
+            if !keys.iter().any(|&k| pg_sys::equal(k.cast(), expr.cast())) {
+                keys.push(expr);
+                group_by.push(column);
+            }
+        }
+    }
+    let mut add_aggregates = |expr: *mut pg_sys::Node, keys: &[*mut pg_sys::Node]| -> bool {
+        for item in list_items::<pg_sys::Node>(pg_sys::pull_var_clause(expr, (pg_sys::PVC_INCLUDE_AGGREGATES | pg_sys::PVC_INCLUDE_WINDOWFUNCS | pg_sys::PVC_INCLUDE_PLACEHOLDERS) as i32)) {
+            if (*item).type_ != pg_sys::NodeTag::T_Aggref {
+                // A column outside aggregates must be a group column (anything else found
+                // here, a placeholder or window function, is not pushed).
+                if !keys.iter().any(|&k| pg_sys::equal(k.cast(), item.cast())) {
+                    return false;
+                }
+                continue;
+            }
+            if aggrefs.iter().any(|&a| pg_sys::equal(a.cast(), item.cast())) {
+                continue;
+            }
+            let Some(aggregate) = translator.aggregate(item as *mut pg_sys::Aggref) else { return false };
+            aggrefs.push(item);
+            aggregates.push(aggregate);
+        }
+        true
+    };
+    for &expr in &exprs {
+        if keys.iter().any(|&k| pg_sys::equal(k.cast(), expr.cast())) {
+            continue;
+        }
+        if !add_aggregates(expr, &keys) {
+            return;
+        }
+    }
+    if !extra.havingQual.is_null() && !add_aggregates(extra.havingQual, &keys) {
+        return;
+    }
+    let params = std::mem::take(&mut translator.params);
+    let query = AggregateQuery { group_by, aggregates, condition };
+    if query.check(&schema).is_err() {
+        return;
+    }
+    // The scan's output: group columns, then aggregates, as the engine returns them.
+    let mut scan_tlist: *mut pg_sys::List = std::ptr::null_mut();
+    for (i, &expr) in keys.iter().chain(&aggrefs).enumerate() {
+        let entry = pg_sys::makeTargetEntry(expr.cast(), (i + 1) as i16, std::ptr::null_mut(), false);
+        scan_tlist = pg_sys::lappend(scan_tlist, entry.cast());
+    }
+    let mut param_list: *mut pg_sys::List = std::ptr::null_mut();
+    for param in params {
+        param_list = pg_sys::lappend(param_list, param.cast());
+    }
+    let input_rows = (*input_rel).rows;
+    let rows = if keys.is_empty() {
+        1.0
+    } else {
+        let mut group_exprs: *mut pg_sys::List = std::ptr::null_mut();
+        for &key in &keys {
+            group_exprs = pg_sys::lappend(group_exprs, key.cast());
+        }
+        pg_sys::estimate_num_groups(root, group_exprs, input_rows, std::ptr::null_mut(), std::ptr::null_mut())
+    };
+    // Cheaper than the scan under PostgreSQL's aggregation: no row crosses the executor.
+    let scan_cost = (*(*input_rel).cheapest_total_path).total_cost;
+    let cost = 100.0 + (scan_cost - 100.0).max(0.0) * 0.2 + rows * pg_sys::cpu_tuple_cost;
+    let plan = AggregatePlan { relid: relid.to_u32(), query, options: info.options.clone() };
+    let mut private = crate::fdw::private_list(&plan);
+    private = pg_sys::lappend(private, scan_tlist.cast());
+    private = pg_sys::lappend(private, param_list.cast());
+    let path = pg_sys::create_foreign_upper_path(root, output_rel, target, rows, cost, cost, std::ptr::null_mut(), std::ptr::null_mut(), private);
+    pg_sys::add_path(output_rel, path as *mut pg_sys::Path);
+    // Marks the relation as handled, for a second call.
+    (*output_rel).fdw_private = private.cast();
+}
+
+/// `GetForeignPlan` of a pushed-aggregate path: the scan's output is the group columns and
+/// aggregates; `HAVING` is checked by the scan on the groups.
+pub unsafe fn plan(root: *mut pg_sys::PlannerInfo, best_path: *mut pg_sys::ForeignPath, tlist: *mut pg_sys::List) -> *mut pg_sys::ForeignScan {
+    let private = (*best_path).fdw_private;
+    let items = list_items::<pg_sys::List>(private);
+    let (scan_tlist, params) = (items[1], items[2]);
+    let mut quals: *mut pg_sys::List = std::ptr::null_mut();
+    let having = (*root).parse.as_ref().map_or(std::ptr::null_mut(), |p| p.havingQual);
+    if !having.is_null() {
+        // Preprocessed into an implicit AND list.
+        quals = if (*having).type_ == pg_sys::NodeTag::T_List { having as *mut pg_sys::List } else { pg_sys::lappend(quals, having.cast()) };
+    }
+    let own = pg_sys::lappend(std::ptr::null_mut(), (*private).elements.read().ptr_value);
+    pg_sys::make_foreignscan(tlist, quals, 0, params, own, scan_tlist, std::ptr::null_mut(), std::ptr::null_mut())
+}
+
+/// Whether the scan of `node` is a pushed aggregate.
+pub unsafe fn is_pushed(node: *mut pg_sys::ForeignScanState) -> bool {
+    (*((*node).ss.ps.plan as *mut pg_sys::ForeignScan)).scan.scanrelid == 0
+}
+
+/// Executor state of a pushed aggregate.
+struct AggregateScan {
+    plan: AggregatePlan,
+    params: Vec<(*mut pg_sys::ExprState, pg_sys::Oid)>,
+    /// The groups, once computed (at the first row asked for).
+    result: Option<RecordBatch>,
+    /// Readers of `result`'s columns, one per output column.
+    outputs: Vec<Output>,
+    next_row: usize,
+    stats: Option<AggregateStats>,
+}
+
+unsafe fn plan_of(node: *mut pg_sys::ForeignScanState) -> Option<AggregatePlan> {
+    crate::fdw::from_private_list((*((*node).ss.ps.plan as *mut pg_sys::ForeignScan)).fdw_private)
+}
+
+pub unsafe fn begin(node: *mut pg_sys::ForeignScanState, eflags: i32) {
+    if eflags & pg_sys::EXEC_FLAG_EXPLAIN_ONLY as i32 != 0 {
+        return;
+    }
+    let Some(plan) = plan_of(node) else {
+        raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, "a pushed aggregate without its plan", None)
+    };
+    let exprs = (*((*node).ss.ps.plan as *mut pg_sys::ForeignScan)).fdw_exprs;
+    let states = list_items::<pg_sys::ExprState>(pg_sys::ExecInitExprList(exprs, node as *mut pg_sys::PlanState));
+    let types = list_items::<pg_sys::Node>(exprs).into_iter().map(|e| pg_sys::exprType(e));
+    let params = states.into_iter().zip(types).collect();
+    scan::install_state(node, AggregateScan { plan, params, result: None, outputs: Vec::new(), next_row: 0, stats: None });
+}
+
+/// A value for a condition's operand; floats may be NaN or infinite here (the plan's JSON
+/// carries no such constant, but the engine compares them).
+unsafe fn operand_value(datum: pg_sys::Datum, type_oid: pg_sys::Oid) -> Scalar {
+    use pgrx::FromDatum;
+    let float = match type_oid {
+        pg_sys::FLOAT4OID => f32::from_datum(datum, false).map(f64::from),
+        pg_sys::FLOAT8OID => f64::from_datum(datum, false),
+        _ => None,
+    };
+    if let Some(x) = float {
+        return Scalar::Float(if x.is_nan() { f64::NAN } else { x });
+    }
+    pushdown::scalar_of(datum, type_oid).unwrap_or_else(|| {
+        raise(
+            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            "a pushed aggregate's condition compares with a value the engine cannot represent (an infinite date or timestamp, or a NaN or infinite numeric)",
+            Some("SET hudi.aggregate_pushdown = off to aggregate in PostgreSQL.".into()),
+        )
+    })
+}
+
+impl AggregateScan {
+    unsafe fn run(&mut self, node: *mut pg_sys::ForeignScanState) {
+        let context = (*node).ss.ps.ps_ExprContext;
+        let values: Vec<Option<Scalar>> = self
+            .params
+            .iter()
+            .map(|&(state, type_oid)| {
+                let mut is_null = false;
+                let datum = pg_sys::ExecEvalExprSwitchContext(state, context, &mut is_null);
+                (!is_null).then(|| operand_value(datum, type_oid))
+            })
+            .collect();
+        let query = self.plan.query.bind(&values).or_report();
+        let table = ForeignHudiTable::of_relation(pg_sys::Oid::from(self.plan.relid));
+        let spec = scan::read_spec(&table);
+        let reader = scan::open_for(&table, &spec);
+        let (slices, stats) = scan::slices_to_read(&reader, &spec, &self.plan.options);
+        let slice_query = match spec {
+            ReadSpec::Snapshot { bound, .. } => SliceQuery::Snapshot(bound),
+            ReadSpec::Incremental { range } => {
+                let with_deletes = query.fields().iter().any(|f| f == engine::read::OPERATION_COLUMN);
+                SliceQuery::Changes { range, with_deletes }
+            }
+        };
+        let options = ScanOptions { ignore_record_positions: !crate::guc::USE_RECORD_POSITIONS.get(), ..self.plan.options.clone() };
+        let depth = crate::guc::read_ahead_slices();
+        let (result, report) = block_on(reader.aggregate(&query, slice_query, options, slices, stats, depth)).or_report();
+        self.outputs = outputs(&self.plan.query, &result, (*(*node).ss.ss_ScanTupleSlot).tts_tupleDescriptor);
+        self.result = Some(result);
+        self.stats = Some(report);
+        self.next_row = 0;
+    }
+}
+
+/// One output column of the scan, read from the engine's result.
+enum Output {
+    /// A group column, or an aggregate PostgreSQL's type holds as the engine computed it.
+    Value(ColumnReader),
+    /// `sum` of integers as `bigint` (an exact sum that may not fit).
+    BigintSum(arrow::array::PrimitiveArray<Decimal256Type>),
+    /// `avg` of integers or decimals: exact sum and count, divided as `numeric_avg` divides.
+    ExactAverage(ColumnReader, arrow::array::PrimitiveArray<Int64Type>),
+}
+
+unsafe fn outputs(query: &AggregateQuery, result: &RecordBatch, tupdesc: pg_sys::TupleDesc) -> Vec<Output> {
+    let types: Vec<pg_sys::Oid> = (*tupdesc).attrs.as_slice((*tupdesc).natts as usize).iter().map(|a| a.atttypid).collect();
+    let column_type = |oid: pg_sys::Oid| {
+        ColumnType::from_type_oid(oid).unwrap_or_else(|| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, "a pushed aggregate of an unknown type", None))
+    };
+    let mut outputs = Vec::new();
+    let mut at = 0;
+    for &oid in &types[..query.group_by.len()] {
+        outputs.push(Output::Value(ColumnReader::new(column_type(oid), result.column(at))));
+        at += 1;
+    }
+    for (aggregate, &oid) in query.aggregates.iter().zip(&types[query.group_by.len()..]) {
+        let column = result.column(at);
+        outputs.push(if aggregate.is_exact_average() {
+            at += 1;
+            let numeric = ColumnReader::new(column_type(pg_sys::NUMERICOID), column);
+            Output::ExactAverage(numeric, result.column(at).as_primitive::<Int64Type>().clone())
+        } else if matches!(aggregate, Aggregate::Sum(_)) && oid == pg_sys::INT8OID {
+            Output::BigintSum(column.as_primitive::<Decimal256Type>().clone())
+        } else {
+            Output::Value(ColumnReader::new(column_type(oid), column))
+        });
+        at += 1;
+    }
+    outputs
+}
+
+unsafe fn datum_of(output: &Output, row: usize) -> Option<pg_sys::Datum> {
+    use pgrx::IntoDatum;
+    let unreadable = |why: String| raise(PgSqlErrorCode::ERRCODE_FDW_INVALID_DATA_TYPE, format!("cannot return an aggregate: {why}"), None);
+    match output {
+        Output::Value(reader) => reader.datum(row).unwrap_or_else(unreadable),
+        Output::BigintSum(sums) => {
+            if sums.is_null(row) {
+                return None;
+            }
+            let sum = sums.value(row).to_i128().and_then(|s| i64::try_from(s).ok());
+            let sum = sum.unwrap_or_else(|| raise(PgSqlErrorCode::ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE, "bigint out of range", None));
+            sum.into_datum()
+        }
+        Output::ExactAverage(sum, counts) => {
+            let count = counts.value(row);
+            if count == 0 {
+                return None;
+            }
+            let sum = sum.datum(row).unwrap_or_else(unreadable)?;
+            let count = pg_sys::Datum::from(pg_sys::int64_to_numeric(count));
+            pgrx::direct_function_call_as_datum(pg_sys::numeric_div, &[Some(sum), Some(count)])
+        }
+    }
+}
+
+pub unsafe fn iterate(node: *mut pg_sys::ForeignScanState) -> *mut pg_sys::TupleTableSlot {
+    let slot = (*node).ss.ss_ScanTupleSlot;
+    let state = &mut *((*node).fdw_state as *mut AggregateScan);
+    if state.result.is_none() {
+        state.run(node);
+    }
+    pg_sys::ExecClearTuple(slot);
+    let Some(result) = &state.result else { return slot };
+    if state.next_row >= result.num_rows() {
+        return slot;
+    }
+    let row = state.next_row;
+    state.next_row += 1;
+    let natts = (*(*slot).tts_tupleDescriptor).natts as usize;
+    let values = std::slice::from_raw_parts_mut((*slot).tts_values, natts);
+    let nulls = std::slice::from_raw_parts_mut((*slot).tts_isnull, natts);
+    for (i, output) in state.outputs.iter().enumerate().take(natts) {
+        match datum_of(output, row) {
+            Some(datum) => (values[i], nulls[i]) = (datum, false),
+            None => nulls[i] = true,
+        }
+    }
+    pg_sys::ExecStoreVirtualTuple(slot)
+}
+
+pub unsafe fn rescan(node: *mut pg_sys::ForeignScanState) {
+    let state = &mut *((*node).fdw_state as *mut AggregateScan);
+    // Parameters may have changed: computed again at the next row asked for.
+    state.result = None;
+}
+
+pub unsafe fn end(node: *mut pg_sys::ForeignScanState) {
+    scan::release_state::<AggregateScan>(node.cast());
+}
+
+/// EXPLAIN: what was pushed; with VERBOSE, the condition, the table and how many slices
+/// statistics answer (planned, or with ANALYZE as it happened).
+pub unsafe fn explain(node: *mut pg_sys::ForeignScanState, es: *mut pg_sys::ExplainState) {
+    let Some(plan) = plan_of(node) else { return };
+    let state = ((*node).fdw_state as *const AggregateScan).as_ref();
+    let mut pushed = plan.query.to_string();
+    if (*es).verbose {
+        let table = ForeignHudiTable::of_relation(pg_sys::Oid::from(plan.relid));
+        let spec = scan::read_spec(&table);
+        let (from_statistics, slices) = match state.and_then(|s| s.stats) {
+            Some(stats) => (stats.from_statistics, stats.scan.slices_kept),
+            None => {
+                let reader = scan::open_for(&table, &spec);
+                let (slices, _) = scan::slices_to_read(&reader, &spec, &plan.options);
+                let snapshot = matches!(spec, ReadSpec::Snapshot { .. });
+                let answerable = slices.iter().filter(|s| snapshot && plan.query.may_use_statistics() && s.log_files.is_empty()).count();
+                (answerable, slices.len())
+            }
+        };
+        pushed.push_str(&format!("; answered from statistics: {from_statistics} of {slices} file slices"));
+    }
+    scan::explain_text("Aggregate pushed", &pushed, es);
+    if (*es).verbose {
+        if let Some(condition) = &plan.query.condition {
+            scan::explain_text("Hudi Condition", &condition.to_string(), es);
+        }
+        scan::explain_read(pg_sys::Oid::from(plan.relid), es);
+    }
+}
