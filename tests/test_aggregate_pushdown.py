@@ -28,9 +28,9 @@ import hudi_rows
 import test_pruning as tp
 from conftest import new_lake
 
-QUERIES_PER_TABLE = 120
-FIXTURE_QUERIES = 12
-READ_KIND_QUERIES = 40
+QUERIES_PER_TABLE = 60
+FIXTURE_QUERIES = 8
+READ_KIND_QUERIES = 25
 TIME_ZONE = "America/Sao_Paulo"
 
 AGGREGATES = {

@@ -17,6 +17,8 @@ from benchlib import COLUMNS, ROW, arguments, connect, create_tables, peak_memor
 
 QUERY = "SELECT sum(qty) FROM {}"
 GROUP_QUERY = "SELECT city, count(*), avg(score) FROM {} GROUP BY city"
+LIKE_QUERY = "SELECT count(*) FROM {} WHERE name LIKE '%7%'"
+SERIAL = "SET max_parallel_workers_per_gather = 0"
 # The scans of the first table are of the executor's path: aggregates are not pushed into the engine.
 NOT_PUSHED = "SET hudi.aggregate_pushdown = off"
 RUNS = 5
@@ -141,6 +143,17 @@ def main():
         assert "Aggregate pushed" in plan, plan
     interleaved(aggregates)
 
+    # A query that cannot be pushed, on one process and on the leader with two workers.
+    like_serial, like_parallel, like_heap = parallel = [
+        Scan(args.port, "scan", SERIAL, query=LIKE_QUERY),
+        Scan(args.port, "scan", "SET max_parallel_workers_per_gather = 2", query=LIKE_QUERY),
+        Scan(args.port, "heap", "SET max_parallel_workers_per_gather = 2", query=LIKE_QUERY),
+    ]
+    assert like_serial.result == like_parallel.result == like_heap.result
+    plan = "\n".join(r[0] for r in like_parallel.conn.execute("EXPLAIN ANALYZE " + LIKE_QUERY.format("scan")))
+    assert "Parallel Foreign Scan" in plan and "Workers Launched: 2" in plan, plan
+    interleaved(parallel)
+
     base_files = glob.glob(os.path.join(compacted_path, "*.parquet"))
     duck = duckdb.connect()
     duck_times = {}
@@ -198,7 +211,15 @@ def main():
     print(f"The pushed sum on the updated table is {pushed_updated.seconds() / pushed_sum.seconds():.2f}x the compacted one. "
           f"Peak backend memory (VmHWM): pushed sum {pushed_sum.peak_mib():,.0f} MiB (compacted), "
           f"{pushed_updated.peak_mib():,.0f} MiB (updated); pushed group by {pushed_group.peak_mib():,.0f} MiB.")
-    for scan in scans + aggregates:
+    print()
+    print(f"| `SELECT count(*) ... WHERE name LIKE '%7%'` (not pushed), {n:,} rows | time | vs serial |")
+    print("|---|---|---|")
+    print(f"| pg_hudi, one process (`max_parallel_workers_per_gather = 0`) | {like_serial.seconds():.3f} s | 1.00x |")
+    print(f"| pg_hudi, leader and 2 workers | {like_parallel.seconds():.3f} s | **{like_parallel.seconds() / like_serial.seconds():.2f}x** |")
+    print(f"| heap table, leader and 2 workers | {like_heap.seconds():.3f} s | {like_heap.seconds() / like_serial.seconds():.2f}x |")
+    print()
+    print(f"Peak memory of the parallel scan's leader (VmHWM): {like_parallel.peak_mib():,.0f} MiB; serial {like_serial.peak_mib():,.0f} MiB.")
+    for scan in scans + aggregates + parallel:
         scan.conn.close()
 
 

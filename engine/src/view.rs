@@ -10,7 +10,7 @@ use crate::timeline::{ReadBound, Timeline};
 
 /// One version of a file group: a base file (absent for a slice made only of logs) and the
 /// log files written on top of it, in the order they merge ([`LogFile::merge_order`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct FileSlice {
     /// Partition path relative to the table (`""` when not partitioned).
     pub partition: String,

@@ -78,7 +78,11 @@ struct Translator<'a> {
 impl Translator<'_> {
     /// A plain column of the relation that the engine reads exactly.
     unsafe fn column(&self, node: *mut pg_sys::Node) -> Option<Column> {
-        let (field, type_oid) = pushdown::column_of(node, self.relid, self.fields)?;
+        self.field_column(pushdown::column_of(node, self.relid, self.fields)?)
+    }
+
+    /// The column of `field`, declared of type `type_oid`, when the engine reads it exactly.
+    fn field_column(&self, (field, type_oid): (String, pg_sys::Oid)) -> Option<Column> {
         let reading = reading_of(type_oid, self.schema.field_with_name(&field).ok()?.data_type())?;
         Some(Column { field, reading })
     }
@@ -158,7 +162,7 @@ impl Translator<'_> {
 
     unsafe fn comparison(&mut self, node: *mut pg_sys::Node) -> Option<Condition> {
         let comparison = pushdown::column_comparison(node, self.relid, self.fields)?;
-        let column = self.column(strip(comparison_column(node)?))?;
+        let column = self.field_column(comparison.column.clone())?;
         let collation = match (*node).type_ {
             pg_sys::NodeTag::T_OpExpr => (*(node as *mut pg_sys::OpExpr)).inputcollid,
             _ => (*(node as *mut pg_sys::ScalarArrayOpExpr)).inputcollid,
@@ -199,15 +203,6 @@ impl Translator<'_> {
         // Constants the engine cannot compare (a NaN numeric) fail the query's check.
         Some(Condition::Compare { column, op: comparison.op, operand })
     }
-}
-
-/// The column side of a comparison `node` ([`pushdown::column_comparison`] found one).
-unsafe fn comparison_column(node: *mut pg_sys::Node) -> Option<*mut pg_sys::Node> {
-    let args = match (*node).type_ {
-        pg_sys::NodeTag::T_OpExpr => (*(node as *mut pg_sys::OpExpr)).args,
-        _ => (*(node as *mut pg_sys::ScalarArrayOpExpr)).args,
-    };
-    list_items::<pg_sys::Node>(args).into_iter().find(|&arg| (*strip(arg)).type_ == pg_sys::NodeTag::T_Var && (*(strip(arg) as *mut pg_sys::Var)).varlevelsup == 0)
 }
 
 /// An expression without columns, volatile functions, aggregates or subplans: one value per

@@ -119,6 +119,9 @@ pub(crate) struct PlanInfo {
     pub(crate) options: ScanOptions,
     /// Partitions and file slices kept of the total, at plan time.
     stats: (usize, usize, usize, usize),
+    /// Bytes of the slices kept.
+    #[serde(default)]
+    bytes: u64,
     /// The attributes' Hudi fields.
     pub(crate) fields: FieldNames,
     /// The table's lookup cache, when a latest-snapshot read may use it.
@@ -290,6 +293,7 @@ pub unsafe extern "C-unwind" fn get_foreign_rel_size(
     let info = PlanInfo {
         options,
         stats: (stats.partitions_kept, stats.partitions_total, stats.slices_kept, stats.slices_total),
+        bytes,
         fields,
         cache,
         lookup: None,
@@ -307,6 +311,9 @@ pub unsafe extern "C-unwind" fn get_foreign_paths(
     let startup = 100.0;
     lookup::add_foreign_path(root, baserel, rows, (startup, startup + rows * 0.02), std::ptr::null_mut(), std::ptr::null_mut());
     let info = PlanInfo::from_list((*baserel).fdw_private as *mut pg_sys::List);
+    if !info.options.row_positions {
+        crate::fdw::parallel::add_partial_path(root, baserel, rows, info.stats.2, info.bytes);
+    }
     if let (Some(shape), Some(types)) = (&info.cache, lookup::cached_schema(relid)) {
         lookup::add_paths(root, baserel, shape, &info.fields, info.options.columns.as_deref(), &types);
     }
@@ -354,7 +361,7 @@ pub unsafe extern "C-unwind" fn get_foreign_plan(
 }
 
 /// Where a scan's rows come from.
-enum Source {
+pub(crate) enum Source {
     /// The slices to read, fetched and merged ahead.
     Lake(SliceScan),
     /// The table's lookup cache, probed at each (re)scan.
@@ -362,8 +369,8 @@ enum Source {
 }
 
 /// Executor state of one scan, owned by `ForeignScanState::fdw_state`.
-struct ScanState {
-    source: Source,
+pub(crate) struct ScanState {
+    pub(crate) source: Source,
     batch: Option<RecordBatch>,
     next_row: usize,
     /// `(attribute index, binding)` of the columns the query uses; the others stay NULL.
@@ -373,6 +380,8 @@ struct ScanState {
     /// For the target of an UPDATE or DELETE: the table's URI, and the origin number and
     /// base-file positions of `batch`'s rows, which become their ctids.
     row_positions: Option<RowPositions>,
+    /// What a parallel scan's leader shares with its workers ([`crate::fdw::parallel`]).
+    pub(crate) shared_json: Option<String>,
 }
 
 struct RowPositions {
@@ -427,23 +436,42 @@ pub unsafe extern "C-unwind" fn begin_foreign_scan(node: *mut pg_sys::ForeignSca
         // A cache gone since planning leaves the lake to answer (every qual is rechecked).
         if let Some(probe) = lookup::begin(node, relid, lookup_plan, (*plan).fdw_exprs, info.options.columns.as_deref()) {
             let columns = cached_bindings((*relation).rd_att, probe.projection.schema());
-            install_state(node, ScanState { source: Source::Lookup(probe), batch: None, next_row: 0, columns, readers: Vec::new(), row_positions: None });
+            let state = ScanState { source: Source::Lookup(probe), batch: None, next_row: 0, columns, readers: Vec::new(), row_positions: None, shared_json: None };
+            install_state(node, state);
             return;
         }
     }
-    let relation_name = crate::fdw::table::relation_name(relid);
+    if (*plan).scan.plan.parallel_aware && pg_sys::ParallelWorkerNumber >= 0 {
+        // A parallel worker reads the leader's snapshot: see parallel::initialize_worker.
+        return;
+    }
     let table = ForeignHudiTable::of_relation(relid);
     let spec = read_spec(&table);
     let reader = open_for(&table, &spec);
+    let mut options = info.options;
+    options.ignore_record_positions = !guc::USE_RECORD_POSITIONS.get();
+    let (slices, stats) = slices_to_read(&reader, &spec, &options);
+    install_state(node, lake_scan(node, &table, spec, reader, options, slices, stats));
+}
+
+/// The state of a scan of `slices` of the table (`stats`: what pruning kept).
+pub(crate) unsafe fn lake_scan(
+    node: *mut pg_sys::ForeignScanState,
+    table: &ForeignHudiTable,
+    spec: ReadSpec,
+    reader: TableReader,
+    options: ScanOptions,
+    slices: Vec<FileSlice>,
+    stats: ScanStats,
+) -> ScanState {
+    let relation = (*node).ss.ss_currentRelation;
+    let relation_name = crate::fdw::table::relation_name((*relation).rd_id);
     let schema = spec.schema(&reader);
     let columns = bind_columns((*relation).rd_att, schema, &relation_name, &table.uri.to_string());
     // Deletes are reported only to scans that can show them.
     let with_deletes = schema
         .index_of(OPERATION_COLUMN)
         .is_ok_and(|i| columns.iter().any(|c| c.is_some_and(|c| c.source == Some(i))));
-    let mut options = info.options;
-    options.ignore_record_positions = !guc::USE_RECORD_POSITIONS.get();
-    let (slices, stats) = slices_to_read(&reader, &spec, &options);
     let columns = used_bindings(columns, options.columns.as_deref(), schema);
     let row_positions =
         options.row_positions.then(|| RowPositions { uri: table.uri.to_string(), origin: None, positions: None });
@@ -451,15 +479,15 @@ pub unsafe extern "C-unwind" fn begin_foreign_scan(node: *mut pg_sys::ForeignSca
         ReadSpec::Snapshot { bound, .. } => SliceQuery::Snapshot(bound),
         ReadSpec::Incremental { range } => SliceQuery::Changes { range, with_deletes },
     };
-    let state = ScanState {
+    ScanState {
         source: Source::Lake(SliceScan::new(reader, query, options, slices, stats, guc::read_ahead_slices())),
         batch: None,
         next_row: 0,
         columns,
         readers: Vec::new(),
         row_positions,
-    };
-    install_state(node, state);
+        shared_json: None,
+    }
 }
 
 /// Gives `node` its state, freed with the query's memory.

@@ -48,7 +48,7 @@ pub const ROW_POSITION_COLUMN: &str = "_hoodie_row_position";
 
 /// An incremental range: the commits that completed in `(start, end]` (completion times on
 /// layout-2 tables, requested times on layout 1); open bounds when `None`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChangeRange {
     pub start: Option<String>,
     pub end: Option<String>,
@@ -56,7 +56,7 @@ pub struct ChangeRange {
 
 /// What a slice read returns: the snapshot within a bound, or the changes of a range (with
 /// `D` rows for deletes when `with_deletes`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SliceQuery {
     Snapshot(ReadBound),
     Changes { range: ChangeRange, with_deletes: bool },
@@ -87,6 +87,14 @@ pub struct ScanStats {
     pub row_groups_kept: usize,
 }
 
+/// What [`TableReader::state`] returns: a reader's timeline listing and decided writes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReaderState {
+    timeline_listing: Vec<(String, u64)>,
+    timeline_subdirs: Vec<String>,
+    decided: Vec<String>,
+}
+
 /// A table opened for reading: its configuration, timeline, files and schema, loaded once.
 #[derive(Debug, Clone)]
 pub struct TableReader {
@@ -96,6 +104,10 @@ pub struct TableReader {
     /// The timeline directory's listing the timeline was parsed from, sorted: what
     /// [`Self::refreshed`] compares to tell whether the table changed.
     timeline_listing: Arc<Vec<(String, u64)>>,
+    /// The timeline directory's subdirectories in that listing (the LSM history's).
+    timeline_subdirs: Arc<Vec<String>>,
+    /// The pending writes this reader sees as decided ([`Self::with_decided_writes`]).
+    decided: Vec<String>,
     /// Shared by the clones of one load: a large table's listing is not copied per query.
     view: Arc<FileSystemView>,
     /// The latest writer schema (Avro JSON, without meta fields).
@@ -192,6 +204,7 @@ impl TableReader {
             timeline = timeline.with_archived(archived);
         }
         let view = FileSystemView::load(&storage).await?;
+        let timeline_subdirs = Arc::new(subdirs);
         let avro = match metadata::latest_schema(&storage, &timeline).await? {
             Some(schema) => schema,
             None => config.create_schema.clone().ok_or_else(|| {
@@ -207,6 +220,8 @@ impl TableReader {
             config,
             timeline,
             timeline_listing: Arc::new(sorted(timeline_listing)),
+            timeline_subdirs,
+            decided: Vec::new(),
             view: Arc::new(view),
             avro_schema: avro,
             schema,
@@ -220,8 +235,31 @@ impl TableReader {
     /// for snapshot reads of the latest state only, never for time travel or change ranges,
     /// which are about completed instants.
     pub fn with_decided_writes<'a>(mut self, instants: impl IntoIterator<Item = &'a str>) -> TableReader {
+        let instants: Vec<&str> = instants.into_iter().collect();
+        self.decided.extend(instants.iter().map(|i| (*i).to_owned()));
         self.timeline.with_decided_writes(instants);
         self
+    }
+
+    /// What another process needs to read the table exactly as this reader does
+    /// ([`Self::at_state`]): the timeline listing it was loaded from and the writes it sees as
+    /// decided. Files added with [`Self::with_files`] are not part of it.
+    pub fn state(&self) -> ReaderState {
+        ReaderState {
+            timeline_listing: self.timeline_listing.as_ref().clone(),
+            timeline_subdirs: self.timeline_subdirs.as_ref().clone(),
+            decided: self.decided.clone(),
+        }
+    }
+
+    /// The table at `storage` as a reader with `state` saw it (a parallel scan's worker reads
+    /// the leader's snapshot, whatever committed since): loaded from that timeline listing,
+    /// with the files listed now (a file of a later instant is not visible in that timeline).
+    pub async fn at_state(storage: Storage, state: &ReaderState) -> Result<TableReader> {
+        let config = table::load_config(&storage).await?;
+        let listing = (state.timeline_listing.clone(), state.timeline_subdirs.clone());
+        let reader = Self::load(storage, config, listing, None).await?;
+        Ok(reader.with_decided_writes(state.decided.iter().map(String::as_str)))
     }
 
     pub fn config(&self) -> &TableConfig {
@@ -680,5 +718,66 @@ impl TableReader {
             }
         }
         Ok(Some(FetchedBase { location, row_groups, first_rows }))
+    }
+}
+
+#[cfg(test)]
+mod state_tests {
+    use super::*;
+    use crate::storage::StorageUri;
+    use crate::table::MergeMode;
+    use crate::write::time::LockOptions;
+    use crate::write::{create_table, NewTable, Transaction, WriterId};
+    use arrow::array::{Array, Int64Array, StringArray};
+
+    /// A reader made from another reader's state reads what that one reads, after later commits.
+    #[tokio::test]
+    async fn a_reader_at_a_state_reads_that_snapshot() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Storage::open(&StorageUri::parse(&format!("file://{}", dir.path().display())).unwrap(), &Default::default()).unwrap();
+        let schema = Schema::new(vec![Field::new("id", DataType::Int64, false), Field::new("name", DataType::Utf8, true)]);
+        let spec = NewTable {
+            name: "t".into(),
+            schema: schema.clone(),
+            record_key_fields: vec!["id".into()],
+            ordering_field: None,
+            partition_fields: vec![],
+            buckets: 2,
+            merge_mode: MergeMode::CommitTimeOrdering,
+        };
+        let config = create_table(&storage, &spec).await.unwrap();
+        let write = |name: &'static str| {
+            let (storage, config, schema) = (storage.clone(), config.clone(), schema.clone());
+            async move {
+                let rows = RecordBatch::try_new(
+                    Arc::new(schema),
+                    vec![Arc::new(Int64Array::from(vec![1, 2, 3])), Arc::new(StringArray::from(vec![name; 3]))],
+                )
+                .unwrap();
+                let mut tx = Transaction::begin(storage, config, WriterId { node: 1, process: 1 }, LockOptions::default()).await.unwrap();
+                tx.upsert(&rows).await.unwrap();
+                tx.commit().await.unwrap();
+            }
+        };
+        let names = |batches: Vec<RecordBatch>| -> Vec<String> {
+            let mut out: Vec<String> = batches
+                .iter()
+                .flat_map(|b| {
+                    let names = b.column_by_name("name").unwrap().as_any().downcast_ref::<StringArray>().unwrap().clone();
+                    (0..names.len()).map(move |i| names.value(i).to_owned())
+                })
+                .collect();
+            out.sort();
+            out
+        };
+        write("a").await;
+        let reader = TableReader::open(storage.clone()).await.unwrap();
+        let state = reader.state();
+        write("b").await;
+        let later = TableReader::at_state(storage.clone(), &state).await.unwrap();
+        assert_eq!(names(later.read_snapshot(None).await.unwrap()), vec!["a"; 3]);
+        assert_eq!(later.state(), state);
+        let now = TableReader::open(storage.clone()).await.unwrap();
+        assert_eq!(names(now.read_snapshot(None).await.unwrap()), vec!["b"; 3]);
     }
 }

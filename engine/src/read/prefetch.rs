@@ -21,6 +21,10 @@ type SliceRows = Result<Option<RecordBatch>>;
 /// partial, say); its output is what [`SliceScan::next`] returns.
 pub type Transform = std::sync::Arc<dyn Fn(Option<RecordBatch>) -> SliceRows + Send + Sync>;
 
+/// Hands out the slices of a scan shared by processes (a parallel scan): the index of the
+/// next slice this scan reads, or `None` when every slice is taken.
+pub type Claim = Box<dyn FnMut() -> Option<usize>>;
+
 /// A submitted slice.
 enum Pending {
     /// Not started: with no read-ahead, a slice runs on the caller's thread when asked for.
@@ -65,8 +69,10 @@ pub struct SliceScan {
     query: SliceQuery,
     options: ScanOptions,
     slices: Vec<FileSlice>,
-    /// The next slice to fetch.
+    /// The next slice to fetch, when this scan reads them all in order.
     next_slice: usize,
+    /// Where the next slice comes from instead, when other processes read the same slices.
+    claim: Option<Claim>,
     depth: usize,
     /// Fetched slices (by index in `slices`), oldest first.
     pending: VecDeque<(usize, Pending)>,
@@ -87,7 +93,31 @@ impl SliceScan {
         stats: ScanStats,
         depth: usize,
     ) -> SliceScan {
-        SliceScan { reader, query, options, slices, next_slice: 0, depth, pending: VecDeque::new(), current: None, stats, transform: None }
+        SliceScan {
+            reader,
+            query,
+            options,
+            slices,
+            next_slice: 0,
+            claim: None,
+            depth,
+            pending: VecDeque::new(),
+            current: None,
+            stats,
+            transform: None,
+        }
+    }
+
+    /// The scan reads the slices `claim` hands out, in the order it does (from now on: slices
+    /// already in flight are dropped).
+    pub fn claiming(&mut self, claim: Claim) {
+        self.pending.clear();
+        self.claim = Some(claim);
+    }
+
+    /// The reader, options and slices of the scan.
+    pub fn parts(&self) -> (&TableReader, &ScanOptions, &[FileSlice]) {
+        (&self.reader, &self.options, &self.slices)
     }
 
     /// The scan returns what `transform` makes of each slice's rows.
@@ -129,11 +159,15 @@ impl SliceScan {
 
     /// Fetches and starts slices until `in_flight` are pending or none is left.
     async fn fetch_ahead(&mut self, in_flight: usize) -> Result<()> {
-        while self.pending.len() < in_flight && self.next_slice < self.slices.len() {
-            let slice = &self.slices[self.next_slice];
-            self.next_slice += 1;
-            let read = self.reader.fetch_slice(slice, &self.query, &self.options, &mut self.stats).await?;
-            self.pending.push_back((self.next_slice - 1, Pending::start(read, self.depth > 0, self.transform.clone())));
+        while self.pending.len() < in_flight {
+            let index = match &mut self.claim {
+                Some(claim) => claim().filter(|&i| i < self.slices.len()),
+                None => Some(self.next_slice).filter(|&i| i < self.slices.len()),
+            };
+            let Some(index) = index else { break };
+            self.next_slice = index + 1;
+            let read = self.reader.fetch_slice(&self.slices[index], &self.query, &self.options, &mut self.stats).await?;
+            self.pending.push_back((index, Pending::start(read, self.depth > 0, self.transform.clone())));
         }
         Ok(())
     }

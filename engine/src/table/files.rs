@@ -12,7 +12,7 @@ pub fn path_in_partition(partition: &str, name: &str) -> String {
 }
 
 /// A base (Parquet) file of a file group.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct BaseFile {
     pub file_id: String,
     pub write_token: String,
@@ -24,7 +24,7 @@ pub struct BaseFile {
 }
 
 /// A log file of a file group.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LogFile {
     pub file_id: String,
     /// v6: the base instant of the slice; v8+: the requested instant of the writing deltacommit.

@@ -45,7 +45,7 @@ impl Instant {
 }
 
 /// Which completed instants a read sees.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ReadBound {
     /// Everything completed so far.
     Latest,

@@ -198,6 +198,8 @@ pub unsafe fn add_foreign_path(
         std::ptr::null_mut(),
         private,
     );
+    // Only the partial path runs inside parallel workers (see crate::fdw::parallel).
+    (*path).path.parallel_safe = false;
     pg_sys::add_path(baserel, path as *mut pg_sys::Path);
 }
 

@@ -1,0 +1,141 @@
+//! Parallel scans: a partial path whose slices the leader and PostgreSQL's parallel workers
+//! take one at a time from a counter in dynamic shared memory. The leader puts its snapshot
+//! there (the timeline listing its reader was loaded from, the writes it sees as decided, the
+//! slices and the scan's options), so that a worker reads exactly what the leader would have,
+//! whatever committed since. Aggregates that are not pushed run on top as PostgreSQL's
+//! Partial Aggregate → Gather → Finalize Aggregate.
+//!
+//! Only the partial path is parallel-safe: the other paths of a Hudi table never run inside a
+//! worker, where they would read the table as of another moment than the leader.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use engine::read::{ReaderState, ScanOptions, ScanStats, TableReader};
+use engine::view::FileSlice;
+use pgrx::pg_sys;
+use pgrx::PgSqlErrorCode;
+
+use crate::error::{raise, OrReport};
+use crate::fdw::scan::{self, ScanState, Source};
+use crate::fdw::table::ForeignHudiTable;
+use crate::runtime::block_on;
+
+/// What the leader's scan shares, as JSON after the [`Shared`] header.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct SharedScan {
+    state: ReaderState,
+    options: ScanOptions,
+    slices: Vec<FileSlice>,
+}
+
+/// The head of the scan's shared memory.
+#[repr(C)]
+struct Shared {
+    /// The next slice to hand out.
+    next: AtomicU32,
+    /// Bytes of JSON that follow.
+    length: u32,
+}
+
+/// A claim on the slices of `shared`, which lives as long as the parallel query.
+fn claims(shared: *const Shared) -> engine::read::prefetch::Claim {
+    // SAFETY: the shared memory outlives every read of the scan (PostgreSQL re-initializes
+    // the scan, and calls InitializeDSMForeignScan again, before a new one).
+    Box::new(move || Some(unsafe { (*shared).next.fetch_add(1, Ordering::Relaxed) } as usize))
+}
+
+/// `IsForeignScanParallelSafe`: a table this transaction writes is read by the leader alone
+/// (its unwritten rows and own files are the leader's).
+#[pgrx::pg_guard]
+pub unsafe extern "C-unwind" fn is_foreign_scan_parallel_safe(
+    _root: *mut pg_sys::PlannerInfo,
+    _rel: *mut pg_sys::RelOptInfo,
+    rte: *mut pg_sys::RangeTblEntry,
+) -> bool {
+    let table = ForeignHudiTable::of_relation((*rte).relid);
+    !crate::xact::writes_to(&table.uri.to_string())
+}
+
+/// Adds the partial path of a scan of `slices` slices of `bytes`, `rows` rows in all, when
+/// the table is large enough for PostgreSQL's `min_parallel_table_scan_size`.
+pub unsafe fn add_partial_path(root: *mut pg_sys::PlannerInfo, baserel: *mut pg_sys::RelOptInfo, rows: f64, slices: usize, bytes: u64) {
+    let large = bytes >= pg_sys::min_parallel_table_scan_size.max(0) as u64 * pg_sys::BLCKSZ as u64;
+    let workers = (pg_sys::max_parallel_workers_per_gather.max(0) as usize).min(slices.saturating_sub(1));
+    if !(*baserel).consider_parallel || !large || workers == 0 {
+        return;
+    }
+    // PostgreSQL's divisor of a partial scan's rows: the leader scans too, less with more workers.
+    let leader = if pg_sys::parallel_leader_participation { (1.0 - 0.3 * workers as f64).max(0.0) } else { 0.0 };
+    let partial_rows = rows / (workers as f64 + leader);
+    let path = pg_sys::create_foreignscan_path(
+        root,
+        baserel,
+        std::ptr::null_mut(),
+        partial_rows,
+        100.0,
+        100.0 + partial_rows * 0.02,
+        std::ptr::null_mut(),
+        std::ptr::null_mut(),
+        std::ptr::null_mut(),
+        std::ptr::null_mut(),
+    );
+    (*path).path.parallel_aware = true;
+    (*path).path.parallel_safe = true;
+    (*path).path.parallel_workers = workers as i32;
+    pg_sys::add_partial_path(baserel, path.cast());
+}
+
+/// The leader's scan, as JSON for its workers (kept in the state between estimating and
+/// writing the shared memory).
+unsafe fn shared_json(node: *mut pg_sys::ForeignScanState) -> Option<&'static str> {
+    let state = ((*node).fdw_state as *mut ScanState).as_mut()?;
+    if state.shared_json.is_none() {
+        let Source::Lake(scan) = &state.source else { return None };
+        let (reader, options, slices) = scan.parts();
+        let shared = SharedScan { state: reader.state(), options: options.clone(), slices: slices.to_vec() };
+        state.shared_json = Some(serde_json::to_string(&shared).unwrap_or_default());
+    }
+    // SAFETY: the state lives as long as the query, longer than any use of this.
+    state.shared_json.as_deref().map(|json| &*(json as *const str))
+}
+
+#[pgrx::pg_guard]
+pub unsafe extern "C-unwind" fn estimate_dsm(node: *mut pg_sys::ForeignScanState, _pcxt: *mut pg_sys::ParallelContext) -> pg_sys::Size {
+    std::mem::size_of::<Shared>() + shared_json(node).map_or(0, str::len)
+}
+
+#[pgrx::pg_guard]
+pub unsafe extern "C-unwind" fn initialize_dsm(node: *mut pg_sys::ForeignScanState, _pcxt: *mut pg_sys::ParallelContext, coordinate: *mut std::ffi::c_void) {
+    let shared = coordinate as *mut Shared;
+    let json = shared_json(node).unwrap_or_default();
+    std::ptr::write(shared, Shared { next: AtomicU32::new(0), length: json.len() as u32 });
+    std::ptr::copy_nonoverlapping(json.as_ptr(), (shared as *mut u8).add(std::mem::size_of::<Shared>()), json.len());
+    // The leader takes slices from the counter too.
+    if let Some(ScanState { source: Source::Lake(scan), .. }) = ((*node).fdw_state as *mut ScanState).as_mut() {
+        scan.claiming(claims(shared));
+    }
+}
+
+#[pgrx::pg_guard]
+pub unsafe extern "C-unwind" fn reinitialize_dsm(_node: *mut pg_sys::ForeignScanState, _pcxt: *mut pg_sys::ParallelContext, coordinate: *mut std::ffi::c_void) {
+    (*(coordinate as *mut Shared)).next.store(0, Ordering::Relaxed);
+}
+
+/// `InitializeWorkerForeignScan`: the worker's scan of the leader's snapshot and slices.
+#[pgrx::pg_guard]
+pub unsafe extern "C-unwind" fn initialize_worker(node: *mut pg_sys::ForeignScanState, _toc: *mut pg_sys::shm_toc, coordinate: *mut std::ffi::c_void) {
+    let shared = coordinate as *const Shared;
+    let json = std::slice::from_raw_parts((shared as *const u8).add(std::mem::size_of::<Shared>()), (*shared).length as usize);
+    let Ok(plan) = serde_json::from_slice::<SharedScan>(json) else {
+        raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, "a parallel scan's shared state cannot be read", None)
+    };
+    let relid = (*(*node).ss.ss_currentRelation).rd_id;
+    let table = ForeignHudiTable::of_relation(relid);
+    let reader = block_on(TableReader::at_state(table.storage(), &plan.state)).or_report();
+    let stats = ScanStats { slices_total: plan.slices.len(), slices_kept: plan.slices.len(), ..Default::default() };
+    let mut state = scan::lake_scan(node, &table, scan::read_spec(&table), reader, plan.options, plan.slices, stats);
+    if let Source::Lake(scan) = &mut state.source {
+        scan.claiming(claims(shared));
+    }
+    scan::install_state(node, state);
+}
