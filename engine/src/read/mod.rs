@@ -724,60 +724,33 @@ impl TableReader {
 #[cfg(test)]
 mod state_tests {
     use super::*;
-    use crate::storage::StorageUri;
-    use crate::table::MergeMode;
-    use crate::write::time::LockOptions;
-    use crate::write::{create_table, NewTable, Transaction, WriterId};
-    use arrow::array::{Array, Int64Array, StringArray};
+    use crate::write::table::TestTable;
+    use arrow::array::{Array, StringArray};
+
+    fn names(batches: Vec<RecordBatch>) -> Vec<String> {
+        let mut out: Vec<String> = batches
+            .iter()
+            .flat_map(|b| {
+                let names = b.column_by_name("name").unwrap().as_any().downcast_ref::<StringArray>().unwrap().clone();
+                (0..names.len()).map(move |i| names.value(i).to_owned())
+            })
+            .collect();
+        out.sort();
+        out
+    }
 
     /// A reader made from another reader's state reads what that one reads, after later commits.
     #[tokio::test]
     async fn a_reader_at_a_state_reads_that_snapshot() {
-        let dir = tempfile::tempdir().unwrap();
-        let storage = Storage::open(&StorageUri::parse(&format!("file://{}", dir.path().display())).unwrap(), &Default::default()).unwrap();
-        let schema = Schema::new(vec![Field::new("id", DataType::Int64, false), Field::new("name", DataType::Utf8, true)]);
-        let spec = NewTable {
-            name: "t".into(),
-            schema: schema.clone(),
-            record_key_fields: vec!["id".into()],
-            ordering_field: None,
-            partition_fields: vec![],
-            buckets: 2,
-            merge_mode: MergeMode::CommitTimeOrdering,
-        };
-        let config = create_table(&storage, &spec).await.unwrap();
-        let write = |name: &'static str| {
-            let (storage, config, schema) = (storage.clone(), config.clone(), schema.clone());
-            async move {
-                let rows = RecordBatch::try_new(
-                    Arc::new(schema),
-                    vec![Arc::new(Int64Array::from(vec![1, 2, 3])), Arc::new(StringArray::from(vec![name; 3]))],
-                )
-                .unwrap();
-                let mut tx = Transaction::begin(storage, config, WriterId { node: 1, process: 1 }, LockOptions::default()).await.unwrap();
-                tx.upsert(&rows).await.unwrap();
-                tx.commit().await.unwrap();
-            }
-        };
-        let names = |batches: Vec<RecordBatch>| -> Vec<String> {
-            let mut out: Vec<String> = batches
-                .iter()
-                .flat_map(|b| {
-                    let names = b.column_by_name("name").unwrap().as_any().downcast_ref::<StringArray>().unwrap().clone();
-                    (0..names.len()).map(move |i| names.value(i).to_owned())
-                })
-                .collect();
-            out.sort();
-            out
-        };
-        write("a").await;
-        let reader = TableReader::open(storage.clone()).await.unwrap();
+        let table = TestTable::new(2).await;
+        table.upsert(vec![1, 2, 3], "a").await;
+        let reader = TableReader::open(table.storage.clone()).await.unwrap();
         let state = reader.state();
-        write("b").await;
-        let later = TableReader::at_state(storage.clone(), &state).await.unwrap();
+        table.upsert(vec![1, 2, 3], "b").await;
+        let later = TableReader::at_state(table.storage.clone(), &state).await.unwrap();
         assert_eq!(names(later.read_snapshot(None).await.unwrap()), vec!["a"; 3]);
         assert_eq!(later.state(), state);
-        let now = TableReader::open(storage.clone()).await.unwrap();
+        let now = TableReader::open(table.storage.clone()).await.unwrap();
         assert_eq!(names(now.read_snapshot(None).await.unwrap()), vec!["b"; 3]);
     }
 }

@@ -535,11 +535,8 @@ mod tests {
 #[cfg(test)]
 mod takeover_tests {
     use super::*;
-    use crate::storage::StorageUri;
-    use crate::table::MergeMode;
-    use crate::write::{create_table, NewTable, Transaction};
+    use crate::write::table::TestTable;
     use arrow::array::{Int64Array, StringArray};
-    use arrow::datatypes::{DataType, Field, Schema};
 
     async fn names(storage: &Storage) -> Vec<(i64, String)> {
         let reader = TableReader::open(storage.clone()).await.unwrap();
@@ -559,30 +556,11 @@ mod takeover_tests {
     /// new one's completion stands.
     #[tokio::test]
     async fn a_stalled_executor_cannot_complete_after_another_took_over() {
-        let dir = tempfile::tempdir().unwrap();
-        let storage = Storage::open(&StorageUri::parse(&format!("file://{}", dir.path().display())).unwrap(), &Default::default()).unwrap();
-        let schema = Schema::new(vec![Field::new("id", DataType::Int64, false), Field::new("name", DataType::Utf8, true)]);
-        let spec = NewTable {
-            name: "t".into(),
-            schema: schema.clone(),
-            record_key_fields: vec!["id".into()],
-            ordering_field: None,
-            partition_fields: vec![],
-            buckets: 1,
-            merge_mode: MergeMode::CommitTimeOrdering,
-        };
-        let config = create_table(&storage, &spec).await.unwrap();
+        let table = TestTable::new(1).await;
+        let (storage, config) = (&table.storage, &table.config);
         let writer = |process| WriterId { node: 3, process };
-        for name in ["a", "b"] {
-            let rows = RecordBatch::try_new(
-                Arc::new(schema.clone()),
-                vec![Arc::new(Int64Array::from(vec![1, 2])), Arc::new(StringArray::from(vec![name, name]))],
-            )
-            .unwrap();
-            let mut tx = Transaction::begin(storage.clone(), config.clone(), writer(1), LockOptions::default()).await.unwrap();
-            tx.upsert(&rows).await.unwrap();
-            tx.commit().await.unwrap();
-        }
+        table.upsert(vec![1, 2], "a").await;
+        table.upsert(vec![1, 2], "b").await;
         let expected = names(&storage).await;
         let instant = schedule_compaction(&storage, &writer(1), &LockOptions::default()).await.unwrap().unwrap();
         let plan = CompactionPlan::load(&storage, &config, &instant).await.unwrap();
@@ -608,28 +586,10 @@ mod takeover_tests {
     /// other finds them pending and plans nothing.
     #[tokio::test]
     async fn two_schedulers_at_once_plan_a_slice_once() {
-        let dir = tempfile::tempdir().unwrap();
-        let storage = Storage::open(&StorageUri::parse(&format!("file://{}", dir.path().display())).unwrap(), &Default::default()).unwrap();
-        let schema = Schema::new(vec![Field::new("id", DataType::Int64, false), Field::new("name", DataType::Utf8, true)]);
-        let spec = NewTable {
-            name: "t".into(),
-            schema: schema.clone(),
-            record_key_fields: vec!["id".into()],
-            ordering_field: None,
-            partition_fields: vec![],
-            buckets: 4,
-            merge_mode: MergeMode::CommitTimeOrdering,
-        };
-        let config = create_table(&storage, &spec).await.unwrap();
+        let table = TestTable::new(4).await;
+        let storage = &table.storage;
         let writer = |process| WriterId { node: 3, process };
-        let rows = RecordBatch::try_new(
-            Arc::new(schema.clone()),
-            vec![Arc::new(Int64Array::from((0..40).collect::<Vec<i64>>())), Arc::new(StringArray::from(vec!["a"; 40]))],
-        )
-        .unwrap();
-        let mut tx = Transaction::begin(storage.clone(), config.clone(), writer(1), LockOptions::default()).await.unwrap();
-        tx.upsert(&rows).await.unwrap();
-        tx.commit().await.unwrap();
+        table.upsert((0..40).collect(), "a").await;
         for round in 0..10 {
             let options = LockOptions::default();
             // Each on a thread and runtime of its own, as two backends are.
@@ -649,9 +609,7 @@ mod takeover_tests {
             for instant in planned {
                 run_compaction(&storage, &instant, &writer(1), &options, Duration::from_secs(60)).await.unwrap();
             }
-            let mut tx = Transaction::begin(storage.clone(), config.clone(), writer(1), LockOptions::default()).await.unwrap();
-            tx.upsert(&rows).await.unwrap();
-            tx.commit().await.unwrap();
+            table.upsert((0..40).collect(), "a").await;
         }
     }
 }

@@ -155,3 +155,48 @@ pub async fn create_table(storage: &Storage, spec: &NewTable) -> Result<TableCon
     }
     table::load_config(storage).await
 }
+
+/// A table for tests: `(id bigint key, name text)`, commit-time merging, no partitions, in a
+/// temporary directory of its own.
+#[cfg(test)]
+pub(crate) struct TestTable {
+    _dir: tempfile::TempDir,
+    pub storage: Storage,
+    pub config: TableConfig,
+    pub schema: Schema,
+}
+
+#[cfg(test)]
+impl TestTable {
+    pub async fn new(buckets: u32) -> TestTable {
+        use arrow::datatypes::{DataType, Field};
+        let dir = tempfile::tempdir().unwrap();
+        let uri = crate::storage::StorageUri::parse(&format!("file://{}", dir.path().display())).unwrap();
+        let storage = Storage::open(&uri, &Default::default()).unwrap();
+        let schema = Schema::new(vec![Field::new("id", DataType::Int64, false), Field::new("name", DataType::Utf8, true)]);
+        let spec = NewTable {
+            name: "t".into(),
+            schema: schema.clone(),
+            record_key_fields: vec!["id".into()],
+            ordering_field: None,
+            partition_fields: vec![],
+            buckets,
+            merge_mode: MergeMode::CommitTimeOrdering,
+        };
+        let config = create_table(&storage, &spec).await.unwrap();
+        TestTable { _dir: dir, storage, config, schema }
+    }
+
+    /// One committed transaction that upserts `ids`, each named `name`.
+    pub async fn upsert(&self, ids: Vec<i64>, name: &str) {
+        use arrow::array::{Int64Array, StringArray};
+        use std::sync::Arc;
+        let names = StringArray::from(vec![name; ids.len()]);
+        let rows = arrow::record_batch::RecordBatch::try_new(Arc::new(self.schema.clone()), vec![Arc::new(Int64Array::from(ids)), Arc::new(names)])
+            .unwrap();
+        let writer = crate::write::WriterId { node: 1, process: 1 };
+        let mut tx = crate::write::Transaction::begin(self.storage.clone(), self.config.clone(), writer, Default::default()).await.unwrap();
+        tx.upsert(&rows).await.unwrap();
+        tx.commit().await.unwrap();
+    }
+}
