@@ -85,9 +85,9 @@ pub unsafe fn add_partial_path(root: *mut pg_sys::PlannerInfo, baserel: *mut pg_
     pg_sys::add_partial_path(baserel, path.cast());
 }
 
-/// The leader's scan, as JSON for its workers (kept in the state between estimating and
-/// writing the shared memory).
-unsafe fn shared_json(node: *mut pg_sys::ForeignScanState) -> Option<&'static str> {
+/// The leader's scan, as JSON for its workers (made once, kept in the state between
+/// estimating and writing the shared memory).
+unsafe fn shared_json(node: *mut pg_sys::ForeignScanState) -> Option<String> {
     let state = ((*node).fdw_state as *mut ScanState).as_mut()?;
     if state.shared_json.is_none() {
         let Source::Lake(scan) = &state.source else { return None };
@@ -95,13 +95,12 @@ unsafe fn shared_json(node: *mut pg_sys::ForeignScanState) -> Option<&'static st
         let shared = SharedScan { state: reader.state(), options: options.clone(), slices: slices.to_vec() };
         state.shared_json = Some(serde_json::to_string(&shared).unwrap_or_default());
     }
-    // SAFETY: the state lives as long as the query, longer than any use of this.
-    state.shared_json.as_deref().map(|json| &*(json as *const str))
+    state.shared_json.clone()
 }
 
 #[pgrx::pg_guard]
 pub unsafe extern "C-unwind" fn estimate_dsm(node: *mut pg_sys::ForeignScanState, _pcxt: *mut pg_sys::ParallelContext) -> pg_sys::Size {
-    std::mem::size_of::<Shared>() + shared_json(node).map_or(0, str::len)
+    std::mem::size_of::<Shared>() + shared_json(node).map_or(0, |json| json.len())
 }
 
 #[pgrx::pg_guard]

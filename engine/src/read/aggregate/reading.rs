@@ -130,25 +130,18 @@ mod num_like {
         fn canonical(self) -> Self;
     }
 
-    impl Canonical for f32 {
-        fn canonical(self) -> f32 {
-            if self.is_nan() {
-                f32::NAN
-            } else {
-                self + 0.0
+    macro_rules! canonical {
+        ($($float:ty),*) => {$(
+            impl Canonical for $float {
+                fn canonical(self) -> $float {
+                    // Adding 0 turns -0 into 0.
+                    if self.is_nan() { <$float>::NAN } else { self + 0.0 }
+                }
             }
-        }
+        )*};
     }
 
-    impl Canonical for f64 {
-        fn canonical(self) -> f64 {
-            if self.is_nan() {
-                f64::NAN
-            } else {
-                self + 0.0
-            }
-        }
-    }
+    canonical!(f32, f64);
 }
 
 #[cfg(test)]

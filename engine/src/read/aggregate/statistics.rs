@@ -74,10 +74,14 @@ pub(super) fn states(query: &AggregateQuery, metadata: &ArrowReaderMetadata, sch
             continue;
         }
         let Ok(field) = file_schema.field_with_name(&column.field) else { return Ok(None) };
-        // Unsigned integers and decimals were ordered as signed bytes by older writers.
+        // Older writers ordered every column as signed values: right for signed integers (and
+        // the dates, timestamps and booleans stored as them), wrong for unsigned ones and decimals.
         let ordered = matches!(parquet.file_metadata().column_order(index), ColumnOrder::TYPE_DEFINED_ORDER(_));
-        let signed_integer = matches!(field.data_type(), DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64);
-        if !column.reading.reads(field.data_type()) || (!ordered && !signed_integer && column.reading != Reading::Date && column.reading != Reading::Timestamp && column.reading != Reading::Bool) {
+        let signed = matches!(
+            field.data_type(),
+            DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64 | DataType::Date32 | DataType::Date64 | DataType::Timestamp(..) | DataType::Boolean
+        );
+        if !column.reading.reads(field.data_type()) || !(ordered || signed) {
             return Ok(None);
         }
         let bounds = match aggregate {
