@@ -75,6 +75,40 @@ def interleaved(scans):
             scan.timed()
 
 
+POINT_QUERY = "SELECT * FROM {} WHERE id = %s"
+POINT_KEYS = 300
+
+
+def point_queries(port, n):
+    """`SELECT * ... WHERE id = k` for POINT_KEYS random keys (seeded), each timed on the heap
+    table (primary key), the compacted and the updated Hudi table in turn, in one backend
+    each; returns {table: (median, 90th percentile, plan)} in seconds."""
+    import random
+    rng = random.Random(20261203)
+    keys = [rng.randrange(1, n + 1) for _ in range(POINT_KEYS)]
+    tables = ("heap", "scan", "scan_updated")
+    conns = {t: connect(port) for t in tables}
+    times = {t: [] for t in tables}
+    for t in tables:  # warm-up: the table state and the page cache
+        conns[t].execute(POINT_QUERY.format(t), (keys[0],)).fetchall()
+    for key in keys:
+        results = {}
+        for t in tables:
+            started = time.perf_counter()
+            results[t] = conns[t].execute(POINT_QUERY.format(t), (key,)).fetchall()
+            times[t].append(time.perf_counter() - started)
+        assert len(results["heap"]) == len(results["scan"]) == 1, (key, results)
+        assert results["scan"][0][:3] == results["heap"][0][:3] and results["scan_updated"][0][0] == key, (key, results)
+    out = {}
+    for t in tables:
+        plan = "\n".join(r[0] for r in conns[t].execute(
+            "EXPLAIN (ANALYZE, VERBOSE) " + POINT_QUERY.format(t), (keys[-1],)).fetchall())
+        ordered = sorted(times[t])
+        out[t] = (statistics.median(ordered), ordered[int(len(ordered) * 0.9)], plan)
+        conns[t].close()
+    return out
+
+
 def reference_sum(path):
     def run():
         batches = HudiTableBuilder.from_base_uri(path).build().read(HudiReadOptions())
@@ -154,6 +188,8 @@ def main():
     assert "Parallel Foreign Scan" in plan and "Workers Launched: 2" in plan, plan
     interleaved(parallel)
 
+    points = point_queries(args.port, n)
+
     base_files = glob.glob(os.path.join(compacted_path, "*.parquet"))
     duck = duckdb.connect()
     duck_times = {}
@@ -219,6 +255,18 @@ def main():
     print(f"| heap table, leader and 2 workers | {like_heap.seconds():.3f} s | {like_heap.seconds() / like_serial.seconds():.2f}x |")
     print()
     print(f"Peak memory of the parallel scan's leader (VmHWM): {like_parallel.peak_mib():,.0f} MiB; serial {like_serial.peak_mib():,.0f} MiB.")
+    print()
+    print(f"| `SELECT * ... WHERE id = k`, {POINT_KEYS} random keys, each on every table in turn | median | 90th percentile |")
+    print("|---|---|---|")
+    for label, table in (("heap table, primary key", "heap"), ("pg_hudi, compacted", "scan"),
+                         ("pg_hudi, 10% of keys updated in logs", "scan_updated")):
+        median, p90, _ = points[table]
+        print(f"| {label} | {median * 1000:.2f} ms | {p90 * 1000:.2f} ms |")
+    for table in ("scan", "scan_updated"):
+        print()
+        print(f"Plan of the point query on `{table}`:")
+        print()
+        print("\n".join("    " + line for line in points[table][2].splitlines()))
     for scan in scans + aggregates + parallel:
         scan.conn.close()
 

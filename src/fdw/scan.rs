@@ -664,6 +664,10 @@ pub unsafe extern "C-unwind" fn explain_foreign_scan(node: *mut pg_sys::ForeignS
     if let Some(scan) = scan {
         let stats = scan.stats();
         explain_text("Hudi Row Groups", &format!("{} of {} read", stats.row_groups_kept, stats.row_groups_total), es);
+        if stats.base_rows_read < stats.base_rows_total {
+            // Data pages that the page index ruled out.
+            explain_text("Hudi Base File Rows", &format!("{} of {} read", stats.base_rows_read, stats.base_rows_total), es);
+        }
     }
 }
 

@@ -3,17 +3,22 @@
 
 use std::collections::HashSet;
 use std::io::Cursor as IoCursor;
+use std::sync::Arc;
 
+use arrow::array::AsArray;
 use arrow::record_batch::RecordBatch;
 use arrow_avro::reader::ReaderBuilder;
 use arrow_avro::schema::{AvroSchema, Fingerprint, FingerprintAlgorithm, SchemaStore};
 use bytes::Bytes;
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::arrow_reader::{ArrowPredicateFn, ArrowReaderOptions, ParquetRecordBatchReaderBuilder, RowFilter};
 use parquet::arrow::ProjectionMask;
+use parquet::file::metadata::PageIndexPolicy;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::log::block::{BlockType, LogBlock};
 use crate::ordering::OrderingValue;
+use crate::read::filter::RecordKeys;
+use crate::read::schema::{META_FIELDS, RECORD_KEY_COLUMN};
 
 /// Rows per Arrow batch decoded from one Avro block.
 const AVRO_BATCH_ROWS: usize = 8192;
@@ -82,10 +87,25 @@ pub fn decode_avro_data(block: &LogBlock) -> Result<Vec<RecordBatch>> {
 }
 
 /// The records of a PARQUET_DATA block: one complete Parquet file; only the `columns` named
-/// (all when `None`).
-pub fn decode_parquet_data(block: &LogBlock, columns: Option<&HashSet<String>>) -> Result<Vec<RecordBatch>> {
-    let reader = ParquetRecordBatchReaderBuilder::try_new(block.content.clone())
-        .and_then(|builder| {
+/// (all when `None`); with `keys`, only the records with one of those record keys: their
+/// keys are decoded first, and the other columns of those records alone (only the pages that
+/// hold them, where the block has an offset index).
+pub fn decode_parquet_data(block: &LogBlock, columns: Option<&HashSet<String>>, keys: Option<&Arc<RecordKeys>>) -> Result<Vec<RecordBatch>> {
+    let options = ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional);
+    let reader = ParquetRecordBatchReaderBuilder::try_new_with_options(block.content.clone(), options)
+        .and_then(|mut builder| {
+            let key_column = builder.schema().index_of(META_FIELDS[RECORD_KEY_COLUMN]).ok();
+            if let (Some(keys), Some(key_column)) = (keys, key_column) {
+                let keys = keys.clone();
+                let mask = ProjectionMask::roots(builder.parquet_schema(), [key_column]);
+                let predicate = ArrowPredicateFn::new(mask, move |batch: RecordBatch| {
+                    let record_keys = batch.column(0).as_string_opt::<i32>().ok_or_else(|| {
+                        arrow::error::ArrowError::InvalidArgumentError("record keys are not strings".into())
+                    })?;
+                    Ok(record_keys.iter().map(|k| Some(k.is_some_and(|k| keys.contains(k)))).collect())
+                });
+                builder = builder.with_row_filter(RowFilter::new(vec![Box::new(predicate)]));
+            }
             let Some(columns) = columns else { return builder.build() };
             let roots = builder.schema().fields().iter().enumerate().filter(|(_, f)| columns.contains(f.name())).map(|(i, _)| i);
             let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
@@ -267,11 +287,13 @@ pub enum BlockContent {
 }
 
 /// Decodes a data or delete block; other block types have no records. Parquet data blocks
-/// decode only the `columns` named (all when `None`); Avro blocks decode every field.
-pub fn decode_block(block: &LogBlock, columns: Option<&HashSet<String>>) -> Result<Option<BlockContent>> {
+/// decode only the `columns` named (all when `None`), and with `keys` only the records of
+/// those record keys (others may come back too: Avro blocks decode every field of every
+/// record, and so do deletes).
+pub fn decode_block(block: &LogBlock, columns: Option<&HashSet<String>>, keys: Option<&Arc<RecordKeys>>) -> Result<Option<BlockContent>> {
     Ok(match block.block_type {
         BlockType::AvroData => Some(BlockContent::Data(decode_avro_data(block)?)),
-        BlockType::ParquetData => Some(BlockContent::Data(decode_parquet_data(block, columns)?)),
+        BlockType::ParquetData => Some(BlockContent::Data(decode_parquet_data(block, columns, keys)?)),
         BlockType::Delete => Some(BlockContent::Deletes(decode_deletes(block)?)),
         BlockType::HFileData => {
             return Err(Error::new(ErrorKind::Unsupported, "HFile data blocks (metadata table) are not supported"))

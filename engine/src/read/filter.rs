@@ -8,12 +8,14 @@ use std::cmp::Ordering;
 use arrow::array::Array;
 use arrow::datatypes::{DataType, Schema, TimeUnit};
 use parquet::arrow::arrow_reader::statistics::StatisticsConverter;
+use parquet::arrow::arrow_reader::{RowSelection, RowSelector};
 use parquet::file::metadata::ParquetMetaData;
 use parquet::schema::types::SchemaDescriptor;
 use serde::{Deserialize, Serialize};
 
 use crate::ordering::OrderingValue;
-use crate::table::keygen::partition_values;
+use crate::read::schema::{META_FIELDS, RECORD_KEY_COLUMN};
+use crate::table::keygen::{partition_values, possible_record_keys};
 use crate::table::TableConfig;
 
 /// A comparison operator.
@@ -326,6 +328,69 @@ impl ScanFilter {
         })
     }
 
+    /// The record keys that rows satisfying the filter can have, when its equalities fix them:
+    /// a condition on `_hoodie_record_key` itself, or equalities (`=`, `IN`) on every record
+    /// key field of an integer or string type, each value in every format the key generator
+    /// may have written it in ([`possible_record_keys`]). `None` when they do not, or when the
+    /// table stores no record keys. Every row with another key fails the filter, so a read may
+    /// drop such rows and their log versions before merging: a key's merge only ever involves
+    /// versions of that key.
+    pub fn record_keys(&self, config: &TableConfig, schema: &Schema) -> Option<RecordKeys> {
+        /// Cross products of IN lists larger than this are not worth matching key by key.
+        const MAX_KEYS: usize = 4096;
+        if !config.populate_meta_fields {
+            return None;
+        }
+        let equal_values = |column: &str| {
+            self.predicates.iter().find_map(|p| match p {
+                Predicate::Compare { column: c, op: Op::Eq, value } if c == column => Some(std::slice::from_ref(value)),
+                Predicate::In { column: c, values } if c == column && !values.is_empty() => Some(values.as_slice()),
+                _ => None,
+            })
+        };
+        let texts = |values: &[Scalar], data_type: &DataType| -> Option<Vec<String>> {
+            values
+                .iter()
+                .map(|value| match (value, data_type) {
+                    (Scalar::Int(i), d) if d.is_integer() => Some(i.to_string()),
+                    (Scalar::String(s), DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View) => Some(s.clone()),
+                    _ => None,
+                })
+                .collect()
+        };
+        let mut keys: Vec<String> = if let Some(values) = equal_values(META_FIELDS[RECORD_KEY_COLUMN]) {
+            texts(values, &DataType::Utf8)?
+        } else {
+            // Every combination of the key fields' values, then each combination's formats.
+            let mut combinations: Vec<Vec<String>> = vec![Vec::new()];
+            for field in &config.record_key_fields {
+                let values = texts(equal_values(field)?, schema.field_with_name(field).ok()?.data_type())?;
+                if combinations.len() * values.len() > MAX_KEYS {
+                    return None;
+                }
+                combinations = combinations
+                    .iter()
+                    .flat_map(|prefix| values.iter().map(move |v| [prefix.as_slice(), std::slice::from_ref(v)].concat()))
+                    .collect();
+            }
+            let mut keys = Vec::new();
+            for values in combinations {
+                let values: Vec<&str> = values.iter().map(String::as_str).collect();
+                keys.extend(possible_record_keys(config, &values)?);
+            }
+            keys
+        };
+        keys.sort_unstable();
+        keys.dedup();
+        Some(RecordKeys(keys))
+    }
+
+    /// The filter `_hoodie_record_key IN (keys)`.
+    pub fn of_record_keys(keys: &RecordKeys) -> ScanFilter {
+        let values = keys.0.iter().cloned().map(Scalar::String).collect();
+        ScanFilter { predicates: vec![Predicate::In { column: META_FIELDS[RECORD_KEY_COLUMN].to_owned(), values }] }
+    }
+
     /// Indices of the row groups of a Parquet file whose statistics admit matching rows.
     pub fn row_groups(&self, metadata: &ParquetMetaData, file_schema: &Schema, parquet_schema: &SchemaDescriptor) -> Vec<usize> {
         let groups = metadata.row_groups();
@@ -339,15 +404,88 @@ impl ScanFilter {
                 continue;
             };
             for (i, keep) in keep.iter_mut().enumerate() {
-                if !*keep || mins.is_null(i) || maxes.is_null(i) {
-                    continue;
+                if *keep {
+                    *keep = may_match_bounds(predicate, field.data_type(), &mins, &maxes, i);
                 }
-                let (min, max) = (OrderingValue::from_array(&mins, i), OrderingValue::from_array(&maxes, i));
-                *keep = predicate.may_match(field.data_type(), &min, &max, false);
             }
         }
         keep.iter().enumerate().filter(|(_, k)| **k).map(|(i, _)| i).collect()
     }
+
+    /// The rows of the row groups `groups` of a Parquet file (in that order, as a reader of
+    /// those groups counts them) whose data pages' statistics in the page index admit
+    /// matching rows; `None` when no page can be skipped, or the file has no page index.
+    pub fn row_selection(&self, metadata: &ParquetMetaData, groups: &[usize], file_schema: &Schema, parquet_schema: &SchemaDescriptor) -> Option<RowSelection> {
+        let (Some(column_index), Some(offset_index)) = (metadata.column_index(), metadata.offset_index()) else {
+            return None;
+        };
+        let mut selection: Option<RowSelection> = None;
+        for predicate in &self.predicates {
+            let Ok(field) = file_schema.field_with_name(predicate.column()) else { continue };
+            let Ok(converter) = StatisticsConverter::try_new(predicate.column(), file_schema, parquet_schema) else {
+                continue;
+            };
+            let Some(column) = converter.parquet_column_index() else { continue };
+            // The converter indexes both indexes without checking: a file may have them for
+            // some row groups or columns only.
+            let indexed = groups.iter().all(|&g| {
+                let pages = offset_index.get(g).and_then(|columns| columns.get(column)).map_or(0, |o| o.page_locations().len());
+                pages > 0 && column_index.get(g).is_some_and(|columns| columns.len() > column)
+            });
+            if !indexed {
+                continue;
+            }
+            let (Ok(mins), Ok(maxes), Ok(Some(rows))) = (
+                converter.data_page_mins(column_index, offset_index, groups),
+                converter.data_page_maxes(column_index, offset_index, groups),
+                converter.data_page_row_counts(offset_index, metadata.row_groups(), groups),
+            ) else {
+                continue;
+            };
+            if mins.len() != rows.len() || maxes.len() != rows.len() {
+                continue;
+            }
+            let pages = (0..rows.len()).map(|page| {
+                let count = rows.value(page) as usize;
+                match may_match_bounds(predicate, field.data_type(), &mins, &maxes, page) {
+                    true => RowSelector::select(count),
+                    false => RowSelector::skip(count),
+                }
+            });
+            let this = RowSelection::from(pages.collect::<Vec<_>>());
+            selection = Some(match selection {
+                Some(earlier) => earlier.intersection(&this),
+                None => this,
+            });
+        }
+        selection.filter(|s| s.skipped_row_count() > 0)
+    }
+}
+
+/// The record keys a read is limited to ([`ScanFilter::record_keys`]): sorted and distinct,
+/// so that a row's key is found by a few comparisons (a point query's one or two keys),
+/// without hashing every key of the rows it reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordKeys(Vec<String>);
+
+impl RecordKeys {
+    pub fn contains(&self, key: &str) -> bool {
+        self.0.binary_search_by(|k| k.as_str().cmp(key)).is_ok()
+    }
+
+    pub fn as_slice(&self) -> &[String] {
+        &self.0
+    }
+}
+
+/// Whether the statistics `mins[i]`, `maxes[i]` admit values that satisfy `predicate` (yes
+/// when they are unknown).
+fn may_match_bounds(predicate: &Predicate, data_type: &DataType, mins: &dyn Array, maxes: &dyn Array, i: usize) -> bool {
+    if mins.is_null(i) || maxes.is_null(i) {
+        return true;
+    }
+    let (min, max) = (OrderingValue::from_array(mins, i), OrderingValue::from_array(maxes, i));
+    predicate.may_match(data_type, &min, &max, false)
 }
 
 #[cfg(test)]
@@ -479,6 +617,46 @@ mod tests {
         // Too wide to align: kept.
         let huge = OrderingValue::Decimal(i128::MAX / 10, 0);
         assert!(cmp("n", Op::Gt, Scalar::Decimal("1.00000000000000000000000000000000000001".into())).may_match(&d, &huge, &huge, false));
+    }
+
+    #[test]
+    fn record_keys_are_what_key_equalities_fix() {
+        let schema = Schema::new(vec![
+            Field::new("id", DataType::Int64, true),
+            Field::new("name", DataType::Utf8, true),
+            Field::new("score", DataType::Float64, true),
+        ]);
+        let keys = |config: &TableConfig, predicates: Vec<Predicate>| {
+            ScanFilter { predicates }.record_keys(config, &schema).map(|keys| keys.as_slice().to_vec())
+        };
+        let simple = config(false, "");
+        // One field: its value, or `field:value`, as generators differ.
+        assert_eq!(keys(&simple, vec![cmp("id", Op::Eq, Scalar::Int(7))]), Some(vec!["7".to_owned(), "id:7".to_owned()]));
+        let ids = Predicate::In { column: "id".into(), values: vec![Scalar::Int(2), Scalar::Int(1), Scalar::Int(2)] };
+        assert_eq!(keys(&simple, vec![cmp("name", Op::Eq, Scalar::String("x".into())), ids]).unwrap(), ["1", "2", "id:1", "id:2"]);
+        // The meta column itself is exact, and comes first.
+        let meta = cmp("_hoodie_record_key", Op::Eq, Scalar::String("k1".into()));
+        assert_eq!(keys(&simple, vec![cmp("id", Op::Eq, Scalar::Int(7)), meta]).unwrap(), ["k1"]);
+        // Not fixed: ranges, other columns, constants of another type, no meta fields, a
+        // generator that formats values.
+        assert_eq!(keys(&simple, vec![cmp("id", Op::Gt, Scalar::Int(7))]), None);
+        assert_eq!(keys(&simple, vec![cmp("name", Op::Eq, Scalar::String("x".into()))]), None);
+        assert_eq!(keys(&simple, vec![cmp("id", Op::Eq, Scalar::String("7".into()))]), None);
+        let virtual_keys = TableConfig::for_tests("", &[("hoodie.populate.meta.fields", "false")]);
+        assert_eq!(keys(&virtual_keys, vec![cmp("id", Op::Eq, Scalar::Int(7))]), None);
+        let custom = TableConfig::for_tests("", &[("hoodie.table.keygenerator.class", "com.example.MyKeyGenerator")]);
+        assert_eq!(keys(&custom, vec![cmp("id", Op::Eq, Scalar::Int(7))]), None);
+        // Several fields: every combination, named.
+        let composite = TableConfig::for_tests("", &[("hoodie.table.recordkey.fields", "id,name")]);
+        let names = Predicate::In { column: "name".into(), values: vec![Scalar::String("a".into()), Scalar::String(String::new())] };
+        assert_eq!(
+            keys(&composite, vec![cmp("id", Op::Eq, Scalar::Int(1)), names]).unwrap(),
+            ["id:1,name:__empty__", "id:1,name:a"]
+        );
+        assert_eq!(keys(&composite, vec![cmp("id", Op::Eq, Scalar::Int(1))]), None);
+        // Floats are not key texts pg_hudi can reproduce.
+        let by_score = TableConfig::for_tests("", &[("hoodie.table.recordkey.fields", "score")]);
+        assert_eq!(keys(&by_score, vec![cmp("score", Op::Eq, Scalar::Float(1.5))]), None);
     }
 
     #[test]

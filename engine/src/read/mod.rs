@@ -15,20 +15,23 @@ pub mod schema;
 pub mod slice;
 
 use std::collections::HashSet;
+use std::ops::Range;
 use std::sync::Arc;
 
+use arrow::array::AsArray;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
-use parquet::arrow::arrow_reader::ArrowReaderMetadata;
+use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReader, RowSelection};
 use parquet::arrow::async_reader::AsyncFileReader;
 use parquet::arrow::push_decoder::ParquetPushDecoderBuilder;
 use parquet::arrow::ProjectionMask;
+use parquet::file::metadata::PageIndexPolicy;
 use parquet::DecodeResult;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::log::{read_blocks, BlockType, LogBlock};
-use crate::read::filter::ScanFilter;
+use crate::read::filter::{RecordKeys, ScanFilter};
 use crate::read::merge::MergeRule;
 pub use crate::read::slice::SliceRead;
 use crate::read::slice::{FetchedBase, RangeStart, SliceOutput};
@@ -85,6 +88,10 @@ pub struct ScanStats {
     pub slices_kept: usize,
     pub row_groups_total: usize,
     pub row_groups_kept: usize,
+    /// Rows of the base files' row groups kept, and of those the rows decoded: the data pages
+    /// that the page index did not rule out.
+    pub base_rows_total: u64,
+    pub base_rows_read: u64,
 }
 
 /// What [`TableReader::state`] returns: a reader's timeline listing and decided writes.
@@ -119,6 +126,10 @@ pub struct TableReader {
     /// What the latest clean kept ([`metadata::retained_by_clean`]), read when a change read
     /// first needs a file group's earlier slices.
     retained_by_clean: std::sync::OnceLock<Option<(String, String)>>,
+    /// The latest slices ([`Self::slices`] of [`ReadBound::Latest`]), computed once for the
+    /// clones of one load (a backend's table state answers every query of an unchanged table
+    /// with such a clone), anew for a reader that sees other files or writes.
+    latest_slices: Arc<std::sync::OnceLock<Arc<Vec<FileSlice>>>>,
 }
 
 /// An error reading the Parquet file at `location`: what storage said when the bytes could not
@@ -174,6 +185,7 @@ impl TableReader {
         if !files.is_empty() {
             // A copy of the view for this reader alone; the loaded one stays as it was listed.
             Arc::make_mut(&mut self.view).extend(files);
+            self.latest_slices = Default::default();
         }
         self
     }
@@ -228,6 +240,7 @@ impl TableReader {
             changes_schema,
             nulls: Default::default(),
             retained_by_clean: Default::default(),
+            latest_slices: Default::default(),
         })
     }
 
@@ -238,6 +251,7 @@ impl TableReader {
         let instants: Vec<&str> = instants.into_iter().collect();
         self.decided.extend(instants.iter().map(|i| (*i).to_owned()));
         self.timeline.with_decided_writes(instants);
+        self.latest_slices = Default::default();
         self
     }
 
@@ -293,6 +307,22 @@ impl TableReader {
 
     /// The file slices a read within `bound` sees.
     pub async fn slices(&self, bound: &ReadBound) -> Result<Vec<FileSlice>> {
+        if let ReadBound::Latest = bound {
+            return Ok(self.shared_latest_slices().await?.as_ref().clone());
+        }
+        self.compute_slices(bound).await
+    }
+
+    /// [`Self::slices`] of the latest snapshot, computed once per load.
+    async fn shared_latest_slices(&self) -> Result<Arc<Vec<FileSlice>>> {
+        if let Some(slices) = self.latest_slices.get() {
+            return Ok(slices.clone());
+        }
+        let slices = Arc::new(self.compute_slices(&ReadBound::Latest).await?);
+        Ok(self.latest_slices.get_or_init(|| slices).clone())
+    }
+
+    async fn compute_slices(&self, bound: &ReadBound) -> Result<Vec<FileSlice>> {
         // Time travel to before what the latest clean kept (as Java refuses it).
         if let ReadBound::RequestedBy(as_of) = bound {
             if let Some((clean, earliest)) = self.retained_by_clean().await?.filter(|(_, e)| as_of.as_str() < e.as_str()) {
@@ -318,7 +348,10 @@ impl TableReader {
     /// The slices within `bound` that `options.filter` does not rule out, and how many of the
     /// table's partitions and slices that is.
     pub async fn pruned_slices(&self, bound: &ReadBound, options: &ScanOptions) -> Result<(Vec<FileSlice>, ScanStats)> {
-        let all = self.slices(bound).await?;
+        let all = match bound {
+            ReadBound::Latest => self.shared_latest_slices().await?,
+            _ => Arc::new(self.compute_slices(bound).await?),
+        };
         let mut stats = ScanStats { slices_total: all.len(), ..Default::default() };
         let partitions: std::collections::BTreeSet<&str> = all.iter().map(|s| s.partition.as_str()).collect();
         stats.partitions_total = partitions.len();
@@ -555,13 +588,47 @@ impl TableReader {
             .map(|base| base.instant.clone())
             .filter(|_| !options.ignore_record_positions && !blocks.is_empty())
             .filter(|instant| blocks.iter().all(|(_, _, b)| b.has_positions_for(instant)));
-        let needed = self.needed_columns(options, merging, positions_of.is_none(), changes);
-        let base = if nothing { None } else { self.fetch_base_file(slice, options, needed.as_ref(), stats).await? };
+        // A snapshot whose filter fixes the record keys reads only rows and versions of those
+        // keys, in slices with logs too. They are matched by key: positions would name base
+        // rows that are not read.
+        let record_keys = match changes {
+            false => options.filter.record_keys(&self.config, &self.schema),
+            true => None,
+        };
+        let positions_of = positions_of.filter(|_| record_keys.is_none());
+        // What may skip base-file rows: the whole filter where the slice has no logs (each
+        // key's one version is the result); with logs only the keys, as a log version that
+        // fails the filter may still win over a base version that passes it.
+        let pruning = match (&record_keys, slice.log_files.is_empty()) {
+            (Some(keys), false) => Some(ScanFilter::of_record_keys(keys)),
+            (Some(keys), true) => Some(ScanFilter {
+                predicates: options.filter.predicates.iter().cloned().chain(ScanFilter::of_record_keys(keys).predicates).collect(),
+            }),
+            (None, true) if !options.filter.is_empty() => Some(options.filter.clone()),
+            (None, _) => None,
+        };
+        let mut needed = self.needed_columns(options, merging, positions_of.is_none(), changes);
+        let key_column = schema::META_FIELDS[schema::RECORD_KEY_COLUMN];
+        // Record keys read only to select rows: the base rows' keys need not be read again
+        // with the other columns, unless a merge matches them.
+        let keys_to_select = needed.as_ref().is_some_and(|n| !n.contains(key_column)) && !merging;
+        if let (Some(needed), Some(_)) = (&mut needed, &record_keys) {
+            needed.insert(key_column.to_owned());
+        }
+        let record_keys = record_keys.map(Arc::new);
+        let base = match nothing {
+            true => None,
+            false => {
+                let keys = record_keys.as_deref().map(|keys| (keys, keys_to_select));
+                self.fetch_base_file(slice, pruning.as_ref(), keys, needed.as_ref(), stats).await?
+            }
+        };
         Ok(SliceRead {
             base,
             merging,
             blocks,
             positions_of,
+            record_keys,
             row_positions: options.row_positions && !changes,
             schema: self.schema.clone(),
             nulls: self.nulls.clone(),
@@ -636,13 +703,15 @@ impl TableReader {
 
     /// The footer of the slice's base file (`None`: the slice has none).
     pub(crate) async fn base_file_metadata(&self, slice: &FileSlice) -> Result<Option<ArrowReaderMetadata>> {
-        Ok(self.open_base_file(slice).await?.map(|(_, _, metadata)| metadata))
+        Ok(self.open_base_file(slice, false).await?.map(|(_, _, metadata)| metadata))
     }
 
-    /// The slice's base file: its location (for errors), a reader, and its footer.
+    /// The slice's base file: its location (for errors), a reader, and its footer; with
+    /// `page_index`, also the page index where the file has one.
     async fn open_base_file(
         &self,
         slice: &FileSlice,
+        page_index: bool,
     ) -> Result<Option<(String, parquet::arrow::async_reader::ParquetObjectReader, ArrowReaderMetadata)>> {
         let (Some(path), Some(base)) = (slice.base_path(), slice.base_file.as_ref()) else {
             return Ok(None);
@@ -652,59 +721,109 @@ impl TableReader {
         // footer would be fetched with a suffix range, which Azure does not serve.
         let size = if base.size > 0 { base.size } else { self.storage.size(&path).await? };
         let mut reader = self.storage.parquet_reader(&path, Some(size));
-        let metadata = ArrowReaderMetadata::load_async(&mut reader, Default::default()).await;
+        let policy = if page_index { PageIndexPolicy::Optional } else { PageIndexPolicy::Skip };
+        let options = ArrowReaderOptions::new().with_page_index_policy(policy);
+        let metadata = ArrowReaderMetadata::load_async(&mut reader, options).await;
         let metadata = metadata.map_err(|e| parquet_error(&location, e))?;
         Ok(Some((location, reader, metadata)))
     }
 
     /// Fetches the column chunks of the slice's base file that `needed` names (all when
-    /// `None`), from the row groups kept: by statistics only when the slice has no logs.
+    /// `None`): of the row groups, and the data pages where the file has a page index, whose
+    /// statistics `pruning` does not rule out. With `record_keys`, the record keys of those
+    /// rows are read first, and then the other columns of the rows with one of the keys only
+    /// (and not the record keys again when `(keys, true)`).
     async fn fetch_base_file(
         &self,
         slice: &FileSlice,
-        options: &ScanOptions,
+        pruning: Option<&ScanFilter>,
+        record_keys: Option<(&RecordKeys, bool)>,
         needed: Option<&HashSet<String>>,
         stats: &mut ScanStats,
     ) -> Result<Option<FetchedBase>> {
-        let Some((location, mut reader, metadata)) = self.open_base_file(slice).await? else { return Ok(None) };
-        let invalid = |e| parquet_error(&location, e);
-        let mut builder = ParquetPushDecoderBuilder::new_with_metadata(metadata);
-        let total = builder.metadata().num_row_groups();
-        stats.row_groups_total += total;
-        // The file position of each row group's first row.
-        let mut first_rows: Vec<u64> = builder
-            .metadata()
-            .row_groups()
+        let Some((location, mut reader, metadata)) = self.open_base_file(slice, pruning.is_some()).await? else { return Ok(None) };
+        let row_groups = metadata.metadata().row_groups();
+        stats.row_groups_total += row_groups.len();
+        // The file positions of each row group's rows.
+        let group_rows: Vec<Range<u64>> = row_groups
             .iter()
             .scan(0u64, |next, group| {
                 let first = *next;
                 *next += group.num_rows().max(0) as u64;
-                Some(first)
+                Some(first..*next)
             })
             .collect();
-        if slice.log_files.is_empty() && !options.filter.is_empty() {
-            let groups = options.filter.row_groups(builder.metadata(), builder.schema(), builder.parquet_schema());
-            stats.row_groups_kept += groups.len();
-            first_rows = groups.iter().map(|&g| first_rows[g]).collect();
-            builder = builder.with_row_groups(groups);
-        } else {
-            stats.row_groups_kept += total;
+        let (file_schema, parquet_schema) = (metadata.schema().as_ref(), metadata.parquet_schema());
+        let groups = match pruning {
+            Some(filter) => filter.row_groups(metadata.metadata(), file_schema, parquet_schema),
+            None => (0..group_rows.len()).collect(),
+        };
+        stats.row_groups_kept += groups.len();
+        let kept_rows: Vec<Range<u64>> = groups.iter().map(|&g| group_rows[g].clone()).collect();
+        stats.base_rows_total += kept_rows.iter().map(|r| r.end - r.start).sum::<u64>();
+        let mut selection = pruning.and_then(|f| f.row_selection(metadata.metadata(), &groups, file_schema, parquet_schema));
+        let mut rows = match &selection {
+            Some(selection) => selected_positions(&kept_rows, selection),
+            None => kept_rows.clone(),
+        };
+        stats.base_rows_read += rows.iter().map(|r| r.end - r.start).sum::<u64>();
+        let key_column = file_schema.index_of(schema::META_FIELDS[schema::RECORD_KEY_COLUMN]).ok();
+        let mut keys_matched = false;
+        let mut roots: Option<Vec<usize>> = needed.map(|needed| {
+            file_schema.fields().iter().enumerate().filter(|(_, f)| needed.contains(f.name())).map(|(i, _)| i).collect()
+        });
+        if let (Some((keys, keys_to_select)), Some(key_column)) = (record_keys, key_column) {
+            let read = BaseFileRead { groups: &groups, selection: selection.clone(), roots: Some(vec![key_column]) };
+            let matched = read.positions_of_keys(&rows, keys, &location, &mut reader, &metadata).await?;
+            if matched.is_empty() {
+                return Ok(Some(FetchedBase { location, row_groups: Vec::new(), rows: Vec::new(), keys_matched: true }));
+            }
+            selection = Some(selection_of(&kept_rows, &matched));
+            rows = matched.into_iter().map(|p| p..p + 1).collect();
+            keys_matched = true;
+            // (Some column stays: an empty projection would leave the rows uncounted.)
+            if let (true, Some(roots)) = (keys_to_select, &mut roots) {
+                if roots.iter().any(|&r| r != key_column) {
+                    roots.retain(|&r| r != key_column);
+                }
+            }
         }
-        if let Some(needed) = needed {
-            let roots: Vec<usize> = builder
-                .schema()
-                .fields()
-                .iter()
-                .enumerate()
-                .filter(|(_, f)| needed.contains(f.name()))
-                .map(|(i, _)| i)
-                .collect();
+        let row_groups = BaseFileRead { groups: &groups, selection, roots }.fetch(&location, &mut reader, &metadata).await?;
+        Ok(Some(FetchedBase { location, row_groups, rows, keys_matched }))
+    }
+}
+
+/// One decoding pass over a base file: of the row groups `groups`, the rows of `selection`
+/// (all when `None`), the root columns `roots` (all when `None`).
+struct BaseFileRead<'a> {
+    groups: &'a [usize],
+    selection: Option<RowSelection>,
+    roots: Option<Vec<usize>>,
+}
+
+impl BaseFileRead<'_> {
+    /// Fetches what the pass needs: a reader per row group, over bytes in memory.
+    async fn fetch(
+        self,
+        location: &str,
+        reader: &mut parquet::arrow::async_reader::ParquetObjectReader,
+        metadata: &ArrowReaderMetadata,
+    ) -> Result<Vec<ParquetRecordBatchReader>> {
+        let invalid = |e| parquet_error(location, e);
+        let mut builder = ParquetPushDecoderBuilder::new_with_metadata(metadata.clone());
+        if self.groups.len() < builder.metadata().num_row_groups() {
+            builder = builder.with_row_groups(self.groups.to_vec());
+        }
+        if let Some(selection) = self.selection {
+            builder = builder.with_row_selection(selection);
+        }
+        if let Some(roots) = self.roots {
             let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
             builder = builder.with_projection(mask);
         }
         // One batch per row group: the slice is decoded whole anyway.
-        let rows = builder.metadata().row_groups().iter().map(|g| g.num_rows()).max().unwrap_or(0);
-        builder = builder.with_batch_size((rows as usize).clamp(1024, 1 << 22));
+        let largest = builder.metadata().row_groups().iter().map(|g| g.num_rows()).max().unwrap_or(0);
+        builder = builder.with_batch_size((largest as usize).clamp(1024, 1 << 22));
         let mut decoder = builder.build().map_err(invalid)?;
         let mut row_groups = Vec::new();
         loop {
@@ -717,8 +836,76 @@ impl TableReader {
                 DecodeResult::Finished => break,
             }
         }
-        Ok(Some(FetchedBase { location, row_groups, first_rows }))
+        Ok(row_groups)
     }
+
+    /// Of the rows this pass of the record key column reads, whose file positions are `rows`
+    /// (in order), the positions of those with one of `keys`.
+    async fn positions_of_keys(
+        self,
+        rows: &[Range<u64>],
+        keys: &RecordKeys,
+        location: &str,
+        reader: &mut parquet::arrow::async_reader::ParquetObjectReader,
+        metadata: &ArrowReaderMetadata,
+    ) -> Result<Vec<u64>> {
+        let corrupt = |what: &str| Error::new(ErrorKind::Corrupt, format!("invalid Parquet file {location}: {what}"));
+        let mut positions = rows.iter().flat_map(|r| r.clone());
+        let mut matched = Vec::new();
+        for row_group in self.fetch(location, reader, metadata).await? {
+            for batch in row_group {
+                let batch = batch.map_err(|e| corrupt("cannot decode record keys").with_source(e))?;
+                let record_keys = batch.column(0).as_string_opt::<i32>().ok_or_else(|| corrupt("record keys are not strings"))?;
+                for key in record_keys.iter() {
+                    let position = positions.next().ok_or_else(|| Error::new(ErrorKind::Internal, "more record keys than rows selected"))?;
+                    if key.is_some_and(|k| keys.contains(k)) {
+                        matched.push(position);
+                    }
+                }
+            }
+        }
+        Ok(matched)
+    }
+}
+
+/// The selection of the rows at file `positions` (ascending) among the rows of the row groups
+/// at `groups` (file position ranges, in the order read).
+fn selection_of(groups: &[Range<u64>], positions: &[u64]) -> RowSelection {
+    let mut offset = 0u64;
+    let mut indices = Vec::with_capacity(positions.len());
+    let mut positions = positions.iter().copied().peekable();
+    for group in groups {
+        while let Some(p) = positions.next_if(|p| group.contains(p)) {
+            let index = (offset + p - group.start) as usize;
+            indices.push(index..index + 1);
+        }
+        offset += group.end - group.start;
+    }
+    RowSelection::from_consecutive_ranges(indices.into_iter(), offset as usize)
+}
+
+/// The file positions that `selection` selects of the rows of row groups at `groups` (file
+/// position ranges, in the order read), as ranges.
+fn selected_positions(groups: &[Range<u64>], selection: &RowSelection) -> Vec<Range<u64>> {
+    let mut positions = Vec::new();
+    let mut groups = groups.iter().cloned();
+    let mut group = groups.next();
+    for selector in selection.iter() {
+        let mut count = selector.row_count as u64;
+        while count > 0 {
+            let Some(current) = group.as_mut() else { return positions };
+            let take = count.min(current.end - current.start);
+            if !selector.skip {
+                positions.push(current.start..current.start + take);
+            }
+            current.start += take;
+            count -= take;
+            if current.start == current.end {
+                group = groups.next();
+            }
+        }
+    }
+    positions
 }
 
 #[cfg(test)]

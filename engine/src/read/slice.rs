@@ -4,9 +4,10 @@
 //! while the caller consumes the rows of the previous slice (see [`crate::read::prefetch`]).
 
 use std::collections::{HashMap, HashSet};
+use std::ops::Range;
 use std::sync::Arc;
 
-use arrow::array::{new_null_array, Array, ArrayRef, BooleanArray, StringArray, UInt64Array};
+use arrow::array::{new_null_array, Array, ArrayRef, AsArray, BooleanArray, StringArray, UInt64Array};
 use arrow::compute::{concat_batches, filter_record_batch};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
@@ -14,6 +15,7 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReader;
 
 use crate::error::{Error, ErrorKind, Result, ResultExt};
 use crate::log::{decode_block, BlockContent, LogBlock};
+use crate::read::filter::RecordKeys;
 use crate::read::merge::{merge, DeletedKey, Merged, MergeOutput, MergeRule, MergeSource};
 use crate::read::schema::{self, NullColumns};
 use crate::read::{OPERATION_COLUMN, ROW_POSITION_COLUMN};
@@ -78,7 +80,7 @@ impl RangeStart {
         let mut deletes = HashMap::new();
         for (path, instant, block) in self.deletes {
             let context = || format!("reading block at {} of {path}", block.offset);
-            if let Some(BlockContent::Deletes(records)) = decode_block(&block, None).context(context)? {
+            if let Some(BlockContent::Deletes(records)) = decode_block(&block, None, None).context(context)? {
                 for record in records {
                     let deleted = DeletedKey {
                         record_key: record.record_key.clone(),
@@ -129,8 +131,26 @@ pub(crate) struct FetchedBase {
     /// `storage URI/path`, for errors.
     pub location: String,
     pub row_groups: Vec<ParquetRecordBatchReader>,
-    /// The file position of the first row of each of `row_groups`.
-    pub first_rows: Vec<u64>,
+    /// The file positions of the rows the readers return, in their order.
+    pub rows: Vec<Range<u64>>,
+    /// Whether the rows are those of the read's record keys already.
+    pub keys_matched: bool,
+}
+
+impl FetchedBase {
+    /// Whether the readers return every row of the file, so that a row's index is its position.
+    fn is_whole_file(&self) -> bool {
+        match self.rows.as_slice() {
+            [] => true,
+            [only] => only.start == 0,
+            _ => false,
+        }
+    }
+
+    /// The file position of each row the readers return.
+    fn positions(&self) -> UInt64Array {
+        UInt64Array::from_iter_values(self.rows.iter().flat_map(|r| r.clone()))
+    }
 }
 
 /// One file slice's read with everything it needs in memory. Memory: the fetched column
@@ -145,6 +165,9 @@ pub struct SliceRead {
     /// The base file's instant when every block carries record positions for it: then the
     /// merge matches by position.
     pub(crate) positions_of: Option<String>,
+    /// The only record keys to read (see [`crate::read::filter::ScanFilter::record_keys`]):
+    /// the base rows and log versions of other keys are dropped before merging.
+    pub(crate) record_keys: Option<Arc<RecordKeys>>,
     /// Whether snapshot rows come with [`ROW_POSITION_COLUMN`].
     pub(crate) row_positions: bool,
     pub(crate) schema: SchemaRef,
@@ -186,22 +209,59 @@ impl SliceRead {
 
     /// Decodes the fetched base file and blocks (consuming them) and merges them.
     fn merge(&mut self) -> Result<Merged> {
+        // The base rows' file positions, when rows are asked for with them and a row's index
+        // in the decoded base is not its position.
+        let mut base_positions = None;
         let base = match self.base.take() {
-            Some(base) => Some(decode_base(base, &self.schema, &self.nulls, self.row_positions && !self.merging)?),
+            Some(base) => {
+                let positions = (self.row_positions && (!self.merging || !base.is_whole_file() || self.record_keys.is_some())).then(|| base.positions());
+                let keys_matched = base.keys_matched;
+                let rows = decode_base(base, &self.schema, &self.nulls)?;
+                let (rows, positions) = if keys_matched { (rows, positions) } else { self.of_record_keys(rows, positions)? };
+                base_positions = positions;
+                Some(rows)
+            }
             None => None,
         };
         if !self.merging {
-            let (rows, base_positions) = base.map_or((None, None), |(rows, positions)| (Some(rows), positions));
-            return Ok(Merged { rows: rows.filter(|b| b.num_rows() > 0), base_positions, ..Default::default() });
+            return Ok(Merged { rows: base.filter(|b| b.num_rows() > 0), base_positions, ..Default::default() });
         }
-        let mut sources: Vec<MergeSource> = base.map(|(rows, _)| MergeSource::Base(rows)).into_iter().collect();
+        let mut merged = self.merge_with_logs(base)?;
+        // The merge names base rows by their index in the decoded base.
+        if let (Some(file_positions), Some(indices)) = (base_positions, &merged.base_positions) {
+            let positions = arrow::compute::take(&file_positions, indices, None)
+                .map_err(|e| Error::new(ErrorKind::Internal, "cannot map base rows to file positions").with_source(e))?;
+            merged.base_positions = Some(positions.as_primitive::<arrow::datatypes::UInt64Type>().clone());
+        }
+        Ok(merged)
+    }
+
+    /// `rows` (and their `positions`) of the keys [`Self::record_keys`] names only.
+    fn of_record_keys(&self, rows: RecordBatch, positions: Option<UInt64Array>) -> Result<(RecordBatch, Option<UInt64Array>)> {
+        let Some(keys) = &self.record_keys else { return Ok((rows, positions)) };
+        let mask = self.key_mask(&rows, keys)?;
+        let internal = |e| Error::new(ErrorKind::Internal, "cannot select rows by record key").with_source(e);
+        let rows = filter_record_batch(&rows, &mask).map_err(internal)?;
+        let positions = positions.map(|p| arrow::compute::filter(&p, &mask).map(|p| p.as_primitive::<arrow::datatypes::UInt64Type>().clone()));
+        Ok((rows, positions.transpose().map_err(internal)?))
+    }
+
+    /// Which of `rows` have one of `keys`.
+    fn key_mask(&self, rows: &RecordBatch, keys: &RecordKeys) -> Result<BooleanArray> {
+        let column = string_column(rows, schema::RECORD_KEY_COLUMN)?;
+        Ok(column.iter().map(|key| Some(key.is_some_and(|k| keys.contains(k)))).collect())
+    }
+
+    /// Merges the decoded base rows with the log blocks (consuming them).
+    fn merge_with_logs(&mut self, base: Option<RecordBatch>) -> Result<Merged> {
+        let mut sources: Vec<MergeSource> = base.map(MergeSource::Base).into_iter().collect();
         for (path, instant, block) in std::mem::take(&mut self.blocks) {
             let context = || format!("reading block at {} of {path}", block.offset);
             let mut positions = match &self.positions_of {
                 Some(base_instant) => block.record_positions(base_instant).context(context)?,
                 None => None,
             };
-            match decode_block(&block, self.needed.as_ref()).context(context)? {
+            match decode_block(&block, self.needed.as_ref(), self.record_keys.as_ref()).context(context)? {
                 Some(BlockContent::Data(batches)) => {
                     let records: usize = batches.iter().map(RecordBatch::num_rows).sum();
                     if positions.as_ref().is_some_and(|p| p.len() != records) {
@@ -212,10 +272,16 @@ impl SliceRead {
                         // A block may decode into several batches: each takes its rows' positions.
                         let batch_positions = positions.as_mut().map(|p| p.drain(..batch.num_rows()).collect());
                         let rows = schema::align_batch_with(&batch, &self.schema, &self.nulls)?;
+                        let (rows, _) = self.of_record_keys(rows, None)?;
                         sources.push(MergeSource::Data { rows, positions: batch_positions });
                     }
                 }
-                Some(BlockContent::Deletes(records)) => sources.push(MergeSource::Deletes { records, instant, positions }),
+                Some(BlockContent::Deletes(mut records)) => {
+                    if let Some(keys) = &self.record_keys {
+                        records.retain(|record| keys.contains(&record.record_key));
+                    }
+                    sources.push(MergeSource::Deletes { records, instant, positions })
+                }
                 None => {}
             }
         }
@@ -232,25 +298,17 @@ impl SliceRead {
 }
 
 /// Decodes a fetched base file into one batch aligned to `schema` (one batch for the file:
-/// its memory is the slice's anyway, and the merge walks it in one pass); with `positions`,
-/// also each row's position in the file.
-fn decode_base(base: FetchedBase, schema: &SchemaRef, nulls: &NullColumns, positions: bool) -> Result<(RecordBatch, Option<UInt64Array>)> {
+/// its memory is the slice's anyway, and the merge walks it in one pass).
+fn decode_base(base: FetchedBase, schema: &SchemaRef, nulls: &NullColumns) -> Result<RecordBatch> {
     let invalid = |e: arrow::error::ArrowError| {
         Error::new(ErrorKind::Corrupt, format!("invalid Parquet file {}", base.location)).with_source(e)
     };
     let mut batches = Vec::new();
     let mut file_schema = None;
-    let mut row_positions: Vec<u64> = Vec::new();
-    for (row_group, first_row) in base.row_groups.into_iter().zip(base.first_rows) {
+    for row_group in base.row_groups {
         file_schema.get_or_insert_with(|| arrow::record_batch::RecordBatchReader::schema(&row_group));
-        let mut next = first_row;
         for batch in row_group {
-            let batch = batch.map_err(invalid)?;
-            if positions {
-                row_positions.extend(next..next + batch.num_rows() as u64);
-                next += batch.num_rows() as u64;
-            }
-            batches.push(batch);
+            batches.push(batch.map_err(invalid)?);
         }
     }
     let rows = match (batches.len(), file_schema) {
@@ -258,7 +316,7 @@ fn decode_base(base: FetchedBase, schema: &SchemaRef, nulls: &NullColumns, posit
         (_, Some(file_schema)) => concat_batches(&file_schema, &batches).map_err(invalid)?,
         (_, None) => RecordBatch::new_empty(schema.clone()),
     };
-    Ok((schema::align_batch_with(&rows, schema, nulls)?, positions.then(|| UInt64Array::from(row_positions))))
+    schema::align_batch_with(&rows, schema, nulls)
 }
 
 /// `rows` with [`ROW_POSITION_COLUMN`] after the table's columns.

@@ -65,6 +65,23 @@ pub fn record_keys(fields: &[String], columns: &[ArrayRef], format: KeyFormat) -
     }
 }
 
+/// Every record key that a row whose key fields have the texts `values` (one per field of
+/// `config.record_key_fields`, in that order) may have been written with: one field's key is
+/// its value or `field:value`, as generators differ on that (see the lookup cache's
+/// `RecordKeys`); several fields' is `f1:v1,f2:v2`. `None` when the table's key generator is
+/// not known to make keys of the values as they are, so that no key can be ruled out.
+pub fn possible_record_keys(config: &TableConfig, values: &[&str]) -> Option<Vec<String>> {
+    if values.len() != config.record_key_fields.len() || values.is_empty() || !writes_values_verbatim(config) {
+        return None;
+    }
+    let named = |(field, value): (&String, &&str)| format!("{field}:{}", if value.is_empty() { "__empty__" } else { value });
+    let named: Vec<String> = config.record_key_fields.iter().zip(values).map(named).collect();
+    Some(match values {
+        [single] => vec![(*single).to_owned(), named.join(",")],
+        _ => vec![named.join(",")],
+    })
+}
+
 /// The partition level of a NULL or empty value (Hive's convention, which Hudi follows).
 pub const DEFAULT_PARTITION: &str = "__HIVE_DEFAULT_PARTITION__";
 
@@ -72,9 +89,9 @@ pub const DEFAULT_PARTITION: &str = "__HIVE_DEFAULT_PARTITION__";
 /// "default" itself.
 const LEGACY_DEFAULT_PARTITION: &str = "default";
 
-/// Whether the table's key generator writes partition field values as they are, so that a path
-/// level can be read back as its field's value: the simple, complex and non-partitioned
-/// generators. Timestamp-based, custom and user-defined generators format or transform values
+/// Whether the table's key generator writes partition field values (and record key values) as
+/// they are, so that a path level can be read back as its field's value: the simple, complex
+/// and non-partitioned generators. Timestamp-based, custom and user-defined generators format or transform values
 /// (`yyyy/MM/dd` of a timestamp, `field:type` specs), and their levels are not the values.
 fn writes_values_verbatim(config: &TableConfig) -> bool {
     let Some(generator) = config.key_generator.as_deref() else { return true };

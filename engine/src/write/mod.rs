@@ -61,6 +61,10 @@ pub(crate) fn parquet_bytes(batch: &RecordBatch, purpose: ParquetFile) -> Result
 /// the slice decodes again:
 /// - record keys are sorted (compaction writes them so), and each shares a prefix with the
 ///   one before: DELTA_BYTE_ARRAY stores them in a tenth of Snappy's size and decodes faster;
+/// - columns of mostly distinct values (keys, sequence numbers, names, timestamps) have no
+///   dictionary: it would hold about one entry per row until it overflows (1 MiB), and a
+///   reader of any page of the column, a point query's one page say, decodes the whole
+///   dictionary first;
 /// - columns that Snappy barely shrinks (unique numbers and timestamps) are stored
 ///   uncompressed: decompressing them costs every reader more than the bytes saved.
 fn base_file_columns(batch: &RecordBatch, mut builder: WriterPropertiesBuilder) -> WriterPropertiesBuilder {
@@ -68,11 +72,32 @@ fn base_file_columns(batch: &RecordBatch, mut builder: WriterPropertiesBuilder) 
         let path = ColumnPath::from(field.name().as_str());
         if field.name() == crate::read::schema::META_FIELDS[crate::read::schema::RECORD_KEY_COLUMN] {
             builder = builder.set_column_dictionary_enabled(path.clone(), false).set_column_encoding(path, Encoding::DELTA_BYTE_ARRAY);
-        } else if snappy_ratio(column.as_ref()).is_some_and(|ratio| ratio < MIN_SNAPPY_RATIO) {
+            continue;
+        }
+        if mostly_distinct(column.as_ref()) {
+            builder = builder.set_column_dictionary_enabled(path.clone(), false);
+        }
+        if snappy_ratio(column.as_ref()).is_some_and(|ratio| ratio < MIN_SNAPPY_RATIO) {
             builder = builder.set_column_compression(path, Compression::UNCOMPRESSED);
         }
     }
     builder
+}
+
+/// Whether more than half of a sample of the column's values (its first rows, at least a
+/// thousand) are distinct.
+fn mostly_distinct(column: &dyn Array) -> bool {
+    const SAMPLE_ROWS: usize = 4096;
+    if column.len() < 1024 || column.data_type().is_nested() {
+        return false;
+    }
+    let sample = column.slice(0, column.len().min(SAMPLE_ROWS));
+    let Ok(converter) = arrow::row::RowConverter::new(vec![arrow::row::SortField::new(sample.data_type().clone())]) else {
+        return false;
+    };
+    let Ok(rows) = converter.convert_columns(&[sample.clone()]) else { return false };
+    let distinct: std::collections::HashSet<arrow::row::Row<'_>> = rows.iter().collect();
+    distinct.len() * 2 > sample.len()
 }
 
 /// The size reduction below which a fixed-width column is stored uncompressed (a quarter).
@@ -103,7 +128,7 @@ mod tests {
     use std::sync::Arc;
 
     #[test]
-    fn base_files_delta_encode_keys_and_compress_only_what_shrinks() {
+    fn base_files_delta_encode_keys_and_compress_and_index_only_what_shrinks() {
         let n = 20_000i64;
         let schema = Schema::new(vec![
             Field::new("_hoodie_record_key", DataType::Utf8, true),
@@ -128,5 +153,8 @@ mod tests {
         assert!(key.compressed_size() < (n * 3) as i64, "sorted keys share prefixes: {} bytes", key.compressed_size());
         assert_eq!(ts.compression(), Compression::UNCOMPRESSED);
         assert_eq!(kind.compression(), Compression::SNAPPY);
+        // Unique values have no dictionary; a column of few values does.
+        assert!(!ts.encodings().any(|e| e == Encoding::RLE_DICTIONARY) && ts.dictionary_page_offset().is_none());
+        assert!(kind.encodings().any(|e| e == Encoding::RLE_DICTIONARY));
     }
 }
