@@ -616,10 +616,13 @@ impl TableReader {
             needed.insert(key_column.to_owned());
         }
         let record_keys = record_keys.map(Arc::new);
+        // Reading the keys first costs a request more: on an object store that is more than
+        // decoding the other columns of the page's rows too (which the slice read then selects).
+        let keys_first = self.storage.uri().scheme() == crate::storage::Scheme::File;
         let base = match nothing {
             true => None,
             false => {
-                let keys = record_keys.as_deref().map(|keys| (keys, keys_to_select));
+                let keys = record_keys.as_deref().filter(|_| keys_first).map(|keys| (keys, keys_to_select));
                 self.fetch_base_file(slice, pruning.as_ref(), keys, needed.as_ref(), stats).await?
             }
         };
