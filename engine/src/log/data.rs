@@ -102,7 +102,7 @@ pub fn decode_parquet_data(block: &LogBlock, columns: Option<&HashSet<String>>, 
                     let record_keys = batch.column(0).as_string_opt::<i32>().ok_or_else(|| {
                         arrow::error::ArrowError::InvalidArgumentError("record keys are not strings".into())
                     })?;
-                    Ok(record_keys.iter().map(|k| Some(k.is_some_and(|k| keys.contains(k)))).collect())
+                    Ok(keys.mask(record_keys))
                 });
                 builder = builder.with_row_filter(RowFilter::new(vec![Box::new(predicate)]));
             }

@@ -473,6 +473,11 @@ impl RecordKeys {
         self.0.binary_search_by(|k| k.as_str().cmp(key)).is_ok()
     }
 
+    /// Which of the record keys `keys` are among these (a NULL key is not).
+    pub fn mask(&self, keys: &arrow::array::StringArray) -> arrow::array::BooleanArray {
+        keys.iter().map(|key| Some(key.is_some_and(|k| self.contains(k)))).collect()
+    }
+
     pub fn as_slice(&self) -> &[String] {
         &self.0
     }

@@ -763,13 +763,13 @@ impl TableReader {
         };
         stats.row_groups_kept += groups.len();
         let kept_rows: Vec<Range<u64>> = groups.iter().map(|&g| group_rows[g].clone()).collect();
-        stats.base_rows_total += kept_rows.iter().map(|r| r.end - r.start).sum::<u64>();
+        stats.base_rows_total += row_count(&kept_rows);
         let mut selection = pruning.and_then(|f| f.row_selection(metadata.metadata(), &groups, file_schema, parquet_schema));
         let mut rows = match &selection {
             Some(selection) => selected_positions(&kept_rows, selection),
             None => kept_rows.clone(),
         };
-        stats.base_rows_read += rows.iter().map(|r| r.end - r.start).sum::<u64>();
+        stats.base_rows_read += row_count(&rows);
         let key_column = file_schema.index_of(schema::META_FIELDS[schema::RECORD_KEY_COLUMN]).ok();
         let mut keys_matched = false;
         let mut roots: Option<Vec<usize>> = needed.map(|needed| {
@@ -859,16 +859,20 @@ impl BaseFileRead<'_> {
             for batch in row_group {
                 let batch = batch.map_err(|e| corrupt("cannot decode record keys").with_source(e))?;
                 let record_keys = batch.column(0).as_string_opt::<i32>().ok_or_else(|| corrupt("record keys are not strings"))?;
-                for key in record_keys.iter() {
-                    let position = positions.next().ok_or_else(|| Error::new(ErrorKind::Internal, "more record keys than rows selected"))?;
-                    if key.is_some_and(|k| keys.contains(k)) {
-                        matched.push(position);
-                    }
+                let batch_positions: Vec<u64> = positions.by_ref().take(batch.num_rows()).collect();
+                if batch_positions.len() < batch.num_rows() {
+                    return Err(Error::new(ErrorKind::Internal, "more record keys than rows selected"));
                 }
+                matched.extend(keys.mask(record_keys).values().set_indices().map(|i| batch_positions[i]));
             }
         }
         Ok(matched)
     }
+}
+
+/// The number of rows in position `ranges`.
+fn row_count(ranges: &[Range<u64>]) -> u64 {
+    ranges.iter().map(|r| r.end - r.start).sum()
 }
 
 /// The selection of the rows at file `positions` (ascending) among the rows of the row groups

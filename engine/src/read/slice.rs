@@ -239,17 +239,11 @@ impl SliceRead {
     /// `rows` (and their `positions`) of the keys [`Self::record_keys`] names only.
     fn of_record_keys(&self, rows: RecordBatch, positions: Option<UInt64Array>) -> Result<(RecordBatch, Option<UInt64Array>)> {
         let Some(keys) = &self.record_keys else { return Ok((rows, positions)) };
-        let mask = self.key_mask(&rows, keys)?;
+        let mask = keys.mask(string_column(&rows, schema::RECORD_KEY_COLUMN)?);
         let internal = |e| Error::new(ErrorKind::Internal, "cannot select rows by record key").with_source(e);
         let rows = filter_record_batch(&rows, &mask).map_err(internal)?;
         let positions = positions.map(|p| arrow::compute::filter(&p, &mask).map(|p| p.as_primitive::<arrow::datatypes::UInt64Type>().clone()));
         Ok((rows, positions.transpose().map_err(internal)?))
-    }
-
-    /// Which of `rows` have one of `keys`.
-    fn key_mask(&self, rows: &RecordBatch, keys: &RecordKeys) -> Result<BooleanArray> {
-        let column = string_column(rows, schema::RECORD_KEY_COLUMN)?;
-        Ok(column.iter().map(|key| Some(key.is_some_and(|k| keys.contains(k)))).collect())
     }
 
     /// Merges the decoded base rows with the log blocks (consuming them).
