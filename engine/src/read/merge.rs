@@ -10,13 +10,13 @@ use arrow::record_batch::RecordBatch;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::log::DeleteRecord;
-use crate::ordering::OrderingValue;
+use crate::ordering::{OrderingColumn, OrderingRef};
 use crate::read::schema::{NullColumns, COMMIT_TIME_COLUMN, RECORD_KEY_COLUMN};
 use crate::table::MergeMode;
 use crate::timeline::WritesInRange;
 
 /// Record versions in the order they were written.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub enum MergeSource {
     /// The rows of the slice's base file, aligned to the table schema. Only the first source
     /// may be a base file; its rows are not merged with each other (as in Java's reader).
@@ -46,11 +46,11 @@ pub struct MergeOutput<'a> {
 }
 
 /// One version of a key, borrowing from the merged batches and delete records.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy)]
 struct Version<'a> {
     /// `(batch, row)` of the row, or `None` when the key is deleted.
     row: Option<(usize, usize)>,
-    ordering: OrderingValue,
+    ordering: OrderingRef<'a>,
     /// The instant that wrote this version (tracked for change queries only).
     instant: Option<&'a str>,
     /// The delete record of a deleted key.
@@ -65,7 +65,7 @@ struct KeyState<'a> {
     alive_before_range: Option<bool>,
     /// Partial updates only: where each data column's value comes from, when not all from
     /// the winner.
-    columns: Option<Vec<ColumnSource>>,
+    columns: Option<Vec<ColumnSource<'a>>>,
 }
 
 /// Meta fields come first in the merged schema; partial updates merge the columns after them.
@@ -84,12 +84,25 @@ impl MergeRule {
     /// the existing one has a strictly greater ordering value; a delete with Hudi's default
     /// ordering value deletes regardless. Commit-time ordering: the newer always wins.
     fn replaces(&self, existing: &Version, newer: &Version) -> bool {
+        self.replaces_ordering(existing.ordering, newer.ordering, newer.row.is_none())
+    }
+
+    /// [`Self::replaces`] by the versions' ordering values, and whether the newer deletes.
+    #[inline]
+    fn replaces_ordering(&self, existing: OrderingRef, newer: OrderingRef, newer_deletes: bool) -> bool {
         match self.mode {
             MergeMode::CommitTimeOrdering | MergeMode::Custom => true,
             MergeMode::EventTimeOrdering | MergeMode::PartialUpdate => {
-                let is_delete = newer.row.is_none();
-                (is_delete && newer.ordering.is_default()) || !existing.ordering.greater_than(&newer.ordering)
+                (newer_deletes && newer.is_default()) || !existing.greater_than(newer)
             }
+        }
+    }
+
+    /// The ordering field's column, when versions are compared by it.
+    fn compared_ordering_column(&self) -> Option<usize> {
+        match self.mode {
+            MergeMode::CommitTimeOrdering | MergeMode::Custom => None,
+            MergeMode::EventTimeOrdering | MergeMode::PartialUpdate => self.ordering_column,
         }
     }
 
@@ -113,7 +126,7 @@ impl MergeRule {
                 if version.instant.is_some_and(|i| range.contains(i)) {
                     range_wrote = true;
                 } else if before_range.as_ref().is_none_or(|winner| self.replaces(winner, &version)) {
-                    before_range = Some(version.clone());
+                    before_range = Some(version);
                 }
             }
             match &mut state {
@@ -139,26 +152,26 @@ impl MergeRule {
 }
 
 /// Where one column of a partially updated key comes from, and that version's ordering value.
-#[derive(Debug, Clone)]
-struct ColumnSource {
+#[derive(Debug, Clone, Copy)]
+struct ColumnSource<'a> {
     row: (usize, usize),
-    ordering: OrderingValue,
+    ordering: OrderingRef<'a>,
 }
 
 /// Partial update of one key's data columns (`sources`; all from `old` when `None`) by `new`:
 /// each column keeps the non-NULL value with the greatest ordering value (ties: the newer),
 /// whatever order the versions come in. A NULL never replaces a value.
-fn partial_update(batches: &[RecordBatch], sources: Option<Vec<ColumnSource>>, old: &Version, new: &Version) -> Vec<ColumnSource> {
+fn partial_update<'a>(batches: &[RecordBatch], sources: Option<Vec<ColumnSource<'a>>>, old: &Version<'a>, new: &Version<'a>) -> Vec<ColumnSource<'a>> {
     let (Some(old_row), Some(new_row)) = (old.row, new.row) else { return sources.unwrap_or_default() };
     let data_columns = batches[new_row.0].num_columns().saturating_sub(FIRST_DATA_COLUMN);
     let mut sources =
-        sources.unwrap_or_else(|| vec![ColumnSource { row: old_row, ordering: old.ordering.clone() }; data_columns]);
+        sources.unwrap_or_else(|| vec![ColumnSource { row: old_row, ordering: old.ordering }; data_columns]);
     for (i, source) in sources.iter_mut().enumerate() {
         let column = FIRST_DATA_COLUMN + i;
         let has_new = batches[new_row.0].column(column).is_valid(new_row.1);
         let has_current = batches[source.row.0].column(column).is_valid(source.row.1);
-        if has_new && (!has_current || !source.ordering.greater_than(&new.ordering)) {
-            *source = ColumnSource { row: new_row, ordering: new.ordering.clone() };
+        if has_new && (!has_current || !source.ordering.greater_than(new.ordering)) {
+            *source = ColumnSource { row: new_row, ordering: new.ordering };
         }
     }
     sources
@@ -199,7 +212,7 @@ struct MergeColumns<'a> {
     /// Record keys, without NULLs (checked once per batch); `None` when matching by position.
     keys: Option<&'a StringArray>,
     commit_times: &'a StringArray,
-    ordering: Option<&'a dyn Array>,
+    ordering: Option<OrderingColumn<'a>>,
 }
 
 impl<'a> MergeColumns<'a> {
@@ -217,14 +230,18 @@ impl<'a> MergeColumns<'a> {
         Ok(MergeColumns {
             keys,
             commit_times: batch.column(COMMIT_TIME_COLUMN).as_string_opt::<i32>().ok_or_else(not_strings)?,
-            ordering: ordering_column.map(|c| batch.column(c).as_ref()),
+            ordering: ordering_column.map(|c| OrderingColumn::of(batch.column(c).as_ref())),
         })
+    }
+
+    fn ordering(&self, row: usize) -> OrderingRef<'a> {
+        self.ordering.as_ref().map_or(OrderingRef::Null, |c| c.get(row))
     }
 
     fn version(&self, batch: usize, row: usize, tracking: bool) -> Version<'a> {
         Version {
             row: Some((batch, row)),
-            ordering: self.ordering.map_or(OrderingValue::Null, |c| OrderingValue::from_array(c, row)),
+            ordering: self.ordering(row),
             instant: (tracking && self.commit_times.is_valid(row)).then(|| self.commit_times.value(row)),
             deleted: None,
         }
@@ -253,7 +270,7 @@ impl<'a> LogEntry<'a> {
             LogEntry::Row { batch, row } => columns[batch].version(batch, row, tracking),
             LogEntry::Delete { record, instant } => Version {
                 row: None,
-                ordering: record.ordering.clone(),
+                ordering: record.ordering.as_ref(),
                 instant: Some(instant),
                 deleted: Some(record),
             },
@@ -273,7 +290,10 @@ struct LogIndex<'a, K> {
 
 impl<'a, K: Ord + Copy> LogIndex<'a, K> {
     fn new(mut entries: Vec<(K, LogEntry<'a>)>) -> LogIndex<'a, K> {
-        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        // One block's positions come sorted: a stable sort would still copy them once.
+        if !entries.is_sorted_by(|a, b| a.0 <= b.0) {
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+        }
         let mut starts: Vec<usize> = (0..entries.len()).filter(|&i| i == 0 || entries[i].0 != entries[i - 1].0).collect();
         starts.push(entries.len());
         LogIndex { entries, starts }
@@ -474,7 +494,7 @@ pub fn merge(
     let by_position = has_base && !later.is_empty() && later.iter().all(|(_, positions)| positions.is_some());
     let columns = batches
         .iter()
-        .map(|b| MergeColumns::of(b, rule.ordering_column, !by_position))
+        .map(|b| MergeColumns::of(b, rule.compared_ordering_column(), !by_position))
         .collect::<Result<Vec<_>>>()?;
     let base_rows = if has_base { batches[0].num_rows() } else { 0 };
     let input = MergeInput { schema, batches: &batches, columns: &columns, has_base, rule, change_range, output };
@@ -531,10 +551,20 @@ impl<'a> MergeInput<'_, 'a> {
         let mut keep_base = BooleanBufferBuilder::new(base_rows);
         let mut matched_groups = vec![false; log.len()];
         let mut winners = Winners { rows: Vec::with_capacity(log.len()), ..Default::default() };
+        // Without change tracking or partial updates, a key's outcome is its winning row alone:
+        // found by comparing ordering values, without the rest of the versions' state.
+        let winner_alone = !tracking && rule.mode != MergeMode::PartialUpdate;
         for &(row, group) in matches {
             keep_base.append_n(row - keep_base.len(), true);
             keep_base.append(false);
             matched_groups[group] = true;
+            if winner_alone {
+                if let Some(winner) = self.winning_row(row, log.entries(group)) {
+                    winners.rows.push(winner);
+                    winners.base_rows.push(Some(row as u64));
+                }
+                continue;
+            }
             let versions = std::iter::once(columns[0].version(0, row, tracking)).chain(log.entries(group).map(|e| e.version(columns, tracking)));
             let state = rule.fold(versions, batches, change_range);
             emit(&mut merged, &mut winners, Some(row), state, change_range);
@@ -593,11 +623,28 @@ impl<'a> MergeInput<'_, 'a> {
         }
         Ok(merged)
     }
+
+    /// The row of a key that survives its base row `base_row` and its `later` versions (in
+    /// merge order); `None` when a delete wins.
+    fn winning_row(&self, base_row: usize, later: impl Iterator<Item = LogEntry<'a>>) -> Option<(usize, usize)> {
+        let mut winner = (Some((0, base_row)), self.columns[0].ordering(base_row));
+        for entry in later {
+            let newer = match entry {
+                LogEntry::Row { batch, row } => (Some((batch, row)), self.columns[batch].ordering(row)),
+                LogEntry::Delete { record, .. } => (None, record.ordering.as_ref()),
+            };
+            if self.rule.replaces_ordering(winner.1, newer.1, newer.0.is_none()) {
+                winner = newer;
+            }
+        }
+        winner.0
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ordering::OrderingValue;
     use crate::read::schema::table_schema;
     use arrow::array::{Int64Array, StringArray};
     use arrow::datatypes::{DataType, Field, Schema};
@@ -750,6 +797,49 @@ mod tests {
                 .collect();
             expected.sort();
             assert_eq!(got, expected, "base {base:?}, log {log:?}");
+        }
+    }
+
+    #[test]
+    fn winners_found_alone_are_the_winners_of_the_full_fold() {
+        // Pseudo-random bases and blocks of upserts and deletes (default, lower, equal and
+        // higher ordering values): merged without a change range (each key's winner found by
+        // its ordering values alone) and with an empty one (every version folded with its
+        // state), the rows agree, for event-time and commit-time ordering.
+        let s = schema();
+        let mut seed = 0x5851_f42d_4c95_7f2du64;
+        let mut next = |n: u64| {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (seed >> 33) % n
+        };
+        let nothing_in_range: WritesInRange = std::iter::empty::<String>().collect();
+        for case in 0..300 {
+            let keys: Vec<String> = (0..1 + next(12)).map(|i| format!("k{i:02}")).collect();
+            let base: Vec<(&str, i64, &str)> = keys.iter().map(|k| (k.as_str(), next(20) as i64, "base")).collect();
+            let MergeSource::Data { rows: base, .. } = rows(&s, &base) else { unreachable!() };
+            let mut sources = vec![MergeSource::Base(base)];
+            for block in 0..1 + next(4) {
+                let chosen: Vec<&String> = keys.iter().filter(|_| next(2) == 0).collect();
+                if next(3) == 0 {
+                    let records = chosen
+                        .iter()
+                        .map(|k| DeleteRecord { record_key: (*k).clone(), partition_path: None, ordering: OrderingValue::Int(next(25) as i64) })
+                        .collect();
+                    sources.push(MergeSource::Deletes { records, instant: "1".into(), positions: None });
+                } else {
+                    let value = format!("v{block}");
+                    let data: Vec<(&str, i64, &str)> = chosen.iter().map(|k| (k.as_str(), next(25) as i64, value.as_str())).collect();
+                    let MergeSource::Data { rows: block_rows, .. } = rows(&s, &data) else { unreachable!() };
+                    sources.push(MergeSource::rows(block_rows));
+                }
+            }
+            for mode in [MergeMode::EventTimeOrdering, MergeMode::CommitTimeOrdering] {
+                let rule = MergeRule { mode, ordering_column: Some(5) };
+                let copy = || sources.clone();
+                let alone = merge(&s, copy(), rule, None, MergeOutput::default()).unwrap();
+                let folded = merge(&s, copy(), rule, Some(&nothing_in_range), MergeOutput::default()).unwrap();
+                assert_eq!(result(alone), result(folded), "case {case}, {mode:?}");
+            }
         }
     }
 

@@ -5,7 +5,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use arrow::array::{new_null_array, ArrayRef};
+use arrow::array::{make_array, new_null_array, ArrayRef};
+use arrow::buffer::NullBuffer;
 use arrow::compute::{cast_with_options, CastOptions};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::{RecordBatch, RecordBatchOptions};
@@ -88,7 +89,23 @@ impl NullColumns {
         if nulls.len() < len {
             *nulls = new_null_array(data_type, len);
         }
-        nulls.slice(0, len)
+        if nulls.len() == len {
+            return nulls.clone();
+        }
+        let flat = data_type.is_primitive() || matches!(data_type, DataType::Boolean | DataType::Utf8 | DataType::LargeUtf8 | DataType::Binary | DataType::LargeBinary);
+        let data = nulls.to_data();
+        match data.nulls() {
+            // A slice would count its NULLs again (a column's length in bits, per column and
+            // batch): every value is NULL.
+            Some(validity) if flat => {
+                // SAFETY: the first `len` bits of an all-NULL buffer are `len` NULLs.
+                let validity = unsafe { NullBuffer::new_unchecked(validity.inner().slice(0, len), len) };
+                let data = data.clone().into_builder().len(len).nulls(Some(validity));
+                // SAFETY: the buffers of a longer array of the same flat type, read to `len`.
+                make_array(unsafe { data.build_unchecked() })
+            }
+            _ => nulls.slice(0, len),
+        }
     }
 }
 
@@ -125,4 +142,32 @@ pub fn align_batch_with(batch: &RecordBatch, target: &SchemaRef, nulls: &NullCol
         .collect::<Result<Vec<_>>>()?;
     RecordBatch::try_new_with_options(target.clone(), columns, &RecordBatchOptions::new().with_row_count(Some(rows)))
         .map_err(|e| Error::new(ErrorKind::Internal, "cannot assemble aligned batch").with_source(e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::datatypes::TimeUnit;
+
+    #[test]
+    fn null_columns_of_any_length_are_valid_and_all_null() {
+        let nulls = NullColumns::default();
+        let types = [
+            DataType::Utf8,
+            DataType::Int32,
+            DataType::Decimal128(12, 2),
+            DataType::Boolean,
+            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+            DataType::List(Arc::new(Field::new("item", DataType::Int64, true))),
+        ];
+        // Growing, equal and shorter lengths: shorter ones reuse the longest allocation.
+        for len in [100, 1000, 1000, 37, 0, 999] {
+            for data_type in &types {
+                let column = nulls.get(data_type, len);
+                assert_eq!((column.len(), column.null_count(), column.data_type()), (len, len, data_type));
+                assert_eq!(column.logical_null_count(), len);
+                column.to_data().validate_full().unwrap();
+            }
+        }
+    }
 }

@@ -31,7 +31,8 @@ pub(crate) enum ParquetFile {
     /// The content of a PARQUET_DATA log block: never pruned by statistics, rewritten by
     /// compaction; written without dictionaries or statistics, whose per-value string
     /// interning and comparisons were a third of the write path in profiles (Snappy still
-    /// shrinks repeated values).
+    /// shrinks repeated values), and, as base files, with the columns Snappy barely shrinks
+    /// uncompressed: every merge of the slice decompresses them again.
     LogBlock,
     /// A base file, with the footer's key/value metadata: dictionaries and statistics help
     /// every later scan.
@@ -43,7 +44,9 @@ pub(crate) fn parquet_bytes(batch: &RecordBatch, purpose: ParquetFile) -> Result
     // Snappy: cheap to write and to read, and what Spark and Java readers expect to handle.
     let builder = WriterProperties::builder().set_compression(Compression::SNAPPY);
     let properties = match purpose {
-        ParquetFile::LogBlock => builder.set_dictionary_enabled(false).set_statistics_enabled(EnabledStatistics::None),
+        ParquetFile::LogBlock => {
+            uncompressed_where_snappy_fails(batch, builder.set_dictionary_enabled(false).set_statistics_enabled(EnabledStatistics::None))
+        }
         ParquetFile::BaseFile(metadata) => {
             base_file_columns(batch, builder.set_key_value_metadata((!metadata.is_empty()).then_some(metadata)))
         }
@@ -65,8 +68,8 @@ pub(crate) fn parquet_bytes(batch: &RecordBatch, purpose: ParquetFile) -> Result
 ///   dictionary: it would hold about one entry per row until it overflows (1 MiB), and a
 ///   reader of any page of the column, a point query's one page say, decodes the whole
 ///   dictionary first;
-/// - columns that Snappy barely shrinks (unique numbers and timestamps) are stored
-///   uncompressed: decompressing them costs every reader more than the bytes saved.
+/// - columns that Snappy barely shrinks are stored uncompressed
+///   ([`uncompressed_where_snappy_fails`]).
 fn base_file_columns(batch: &RecordBatch, mut builder: WriterPropertiesBuilder) -> WriterPropertiesBuilder {
     for (field, column) in batch.schema().fields().iter().zip(batch.columns()) {
         let path = ColumnPath::from(field.name().as_str());
@@ -75,10 +78,18 @@ fn base_file_columns(batch: &RecordBatch, mut builder: WriterPropertiesBuilder) 
             continue;
         }
         if mostly_distinct(column.as_ref()) {
-            builder = builder.set_column_dictionary_enabled(path.clone(), false);
+            builder = builder.set_column_dictionary_enabled(path, false);
         }
+    }
+    uncompressed_where_snappy_fails(batch, builder)
+}
+
+/// Columns that Snappy barely shrinks (unique numbers and timestamps) stored uncompressed:
+/// decompressing them costs every reader more than the bytes saved.
+fn uncompressed_where_snappy_fails(batch: &RecordBatch, mut builder: WriterPropertiesBuilder) -> WriterPropertiesBuilder {
+    for (field, column) in batch.schema().fields().iter().zip(batch.columns()) {
         if snappy_ratio(column.as_ref()).is_some_and(|ratio| ratio < MIN_SNAPPY_RATIO) {
-            builder = builder.set_column_compression(path, Compression::UNCOMPRESSED);
+            builder = builder.set_column_compression(ColumnPath::from(field.name().as_str()), Compression::UNCOMPRESSED);
         }
     }
     builder
@@ -128,7 +139,7 @@ mod tests {
     use std::sync::Arc;
 
     #[test]
-    fn base_files_delta_encode_keys_and_compress_and_index_only_what_shrinks() {
+    fn base_files_delta_encode_keys_and_files_compress_and_index_only_what_shrinks() {
         let n = 20_000i64;
         let schema = Schema::new(vec![
             Field::new("_hoodie_record_key", DataType::Utf8, true),
@@ -156,5 +167,12 @@ mod tests {
         // Unique values have no dictionary; a column of few values does.
         assert!(!ts.encodings().any(|e| e == Encoding::RLE_DICTIONARY) && ts.dictionary_page_offset().is_none());
         assert!(kind.encodings().any(|e| e == Encoding::RLE_DICTIONARY));
+        // Log blocks: no dictionaries, and the same choice of compression.
+        let bytes = parquet_bytes(&batch, ParquetFile::LogBlock).unwrap();
+        let reader = SerializedFileReader::new(bytes::Bytes::from(bytes)).unwrap();
+        let group = reader.metadata().row_group(0);
+        assert_eq!(group.column(1).compression(), Compression::UNCOMPRESSED);
+        assert_eq!(group.column(2).compression(), Compression::SNAPPY);
+        assert!((0..3).all(|c| group.column(c).dictionary_page_offset().is_none()));
     }
 }

@@ -109,6 +109,27 @@ impl ExactSum {
                 return;
             }
         }
+        self.add_each(values, groups, widen);
+    }
+
+    /// [`Self::add_all`] for integers of up to 32 bits: one group's sum is taken in 64 bits,
+    /// which 2^32 rows of them cannot overflow (no cast of the column to 64 bits first).
+    fn add_narrow<T: ArrowPrimitiveType>(&mut self, values: &PrimitiveArray<T>, groups: RowGroups)
+    where
+        T::Native: Into<i64>,
+    {
+        if groups.ids.is_none() && values.null_count() < values.len() && (values.len() as u64) < 1 << 32 {
+            let sum: i64 = match values.nulls() {
+                None => values.values().iter().map(|&v| v.into()).sum(),
+                Some(nulls) => nulls.valid_indices().map(|row| values.values()[row].into()).sum(),
+            };
+            self.add(0, i256::from_i128(i128::from(sum)));
+            return;
+        }
+        self.add_each(values, groups, |v| i256::from_i128(i128::from(v.into())));
+    }
+
+    fn add_each<T: ArrowPrimitiveType>(&mut self, values: &PrimitiveArray<T>, groups: RowGroups, widen: impl Fn(T::Native) -> i256) {
         for (row, value) in values.iter().enumerate() {
             if let Some(value) = value {
                 self.add(groups.of(row), widen(value));
@@ -127,6 +148,12 @@ impl Accumulator for ExactSum {
         let input = input.ok_or_else(|| Error::new(ErrorKind::Internal, "sum without an input"))?;
         match input.data_type() {
             DataType::Int64 => self.add_all(input.as_primitive::<types::Int64Type>(), groups, |v| i256::from_i128(i128::from(v))),
+            DataType::Int32 => self.add_narrow(input.as_primitive::<types::Int32Type>(), groups),
+            DataType::Int16 => self.add_narrow(input.as_primitive::<types::Int16Type>(), groups),
+            DataType::Int8 => self.add_narrow(input.as_primitive::<types::Int8Type>(), groups),
+            DataType::UInt32 => self.add_narrow(input.as_primitive::<types::UInt32Type>(), groups),
+            DataType::UInt16 => self.add_narrow(input.as_primitive::<types::UInt16Type>(), groups),
+            DataType::UInt8 => self.add_narrow(input.as_primitive::<types::UInt8Type>(), groups),
             DataType::Decimal128(..) => self.add_all(input.as_primitive::<types::Decimal128Type>(), groups, i256::from_i128),
             _ => return Err(wrong_input(input)),
         }
@@ -508,6 +535,43 @@ mod tests {
         let mut empty = ExactSum::new(0);
         empty.update(Some(&(Arc::new(Int64Array::from(vec![None::<i64>])) as ArrayRef)), 1, all(1)).unwrap();
         assert!(empty.state().unwrap()[0].is_null(0));
+    }
+
+    #[test]
+    fn narrow_integers_sum_as_their_widened_values() {
+        // Seeded values at the types' extremes, with NULLs, in one group and in three: the
+        // sums of the columns as they are equal those of the same values cast to 64 bits.
+        let mut seed = 0x853c_49e6_748f_ea9bu64;
+        let mut next = || {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            seed >> 16
+        };
+        let ids: Vec<u32> = (0..5000).map(|_| (next() % 3) as u32).collect();
+        let values: Vec<Option<i64>> = (0..5000)
+            .map(|_| match next() % 5 {
+                0 => None,
+                1 => Some(i64::from(i32::MAX)),
+                2 => Some(i64::from(i32::MIN)),
+                _ => Some(next() as i32 as i64),
+            })
+            .collect();
+        let narrow: Vec<ArrayRef> = vec![
+            Arc::new(arrow::array::Int32Array::from(values.iter().map(|v| v.map(|v| v as i32)).collect::<Vec<_>>())),
+            Arc::new(arrow::array::Int16Array::from(values.iter().map(|v| v.map(|v| v as i16)).collect::<Vec<_>>())),
+            Arc::new(arrow::array::UInt32Array::from(values.iter().map(|v| v.map(|v| v as u32)).collect::<Vec<_>>())),
+            Arc::new(arrow::array::UInt8Array::from(values.iter().map(|v| v.map(|v| v as u8)).collect::<Vec<_>>())),
+        ];
+        for column in narrow {
+            let wide = arrow::compute::cast(&column, &DataType::Int64).unwrap();
+            for groups in [RowGroups { ids: None, count: 1 }, RowGroups { ids: Some(&ids), count: 3 }] {
+                let sum_of = |input: &ArrayRef| {
+                    let mut sum = ExactSum::new(0);
+                    sum.update(Some(input), input.len(), groups).unwrap();
+                    sum.state().unwrap()[0].as_primitive::<types::Decimal256Type>().values().to_vec()
+                };
+                assert_eq!(sum_of(&column), sum_of(&wide), "{}", column.data_type());
+            }
+        }
     }
 
     #[test]

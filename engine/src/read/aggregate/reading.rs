@@ -73,8 +73,13 @@ impl Reading {
         self.read_with(array, true)
     }
 
-    /// `array` as the host reads it, to add up: floats as they are (`-0 + -0` is `-0`).
+    /// `array` as the host reads it, to add up: floats as they are (`-0 + -0` is `-0`), and
+    /// integers (also those read as `numeric`) in their own width: the exact sums widen them
+    /// as they add, without a cast of the column first.
     pub fn read_to_add(self, array: &ArrayRef) -> Result<ArrayRef> {
+        if matches!(self, Reading::Int | Reading::Decimal) && array.data_type().is_integer() && self.reads(array.data_type()) {
+            return Ok(array.clone());
+        }
         self.read_with(array, false)
     }
 
