@@ -103,13 +103,12 @@ async fn key_filters_read_the_pages_and_versions_of_their_keys() {
     });
     println!("seed {seed}");
     let dir = tempfile::tempdir().unwrap();
-    point_reads(&local(dir.path()), seed).await;
+    point_reads(local(dir.path()), seed).await;
     let uri = StorageUri::parse(&format!("memory:///point-reads-{seed}")).unwrap();
-    point_reads(&Storage::open(&uri, &Default::default()).unwrap(), seed).await;
+    point_reads(Storage::open(&uri, &Default::default()).unwrap(), seed).await;
 }
 
-async fn point_reads(storage: &Storage, seed: u64) {
-    let storage = storage.clone();
+async fn point_reads(storage: Storage, seed: u64) {
     let config = create_table(&storage, &NewTable { buckets: 1, ..spec() }).await.unwrap();
     let names: Vec<String> = (0..ROWS).map(|i| format!("c{i}")).collect();
     let data: Vec<(i64, &str, &str, i64)> = (0..ROWS).map(|i| (i, names[i as usize].as_str(), "nl", 10)).collect();

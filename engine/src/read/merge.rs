@@ -98,8 +98,9 @@ impl MergeRule {
         }
     }
 
-    /// The ordering field's column, when versions are compared by it.
-    fn compared_ordering_column(&self) -> Option<usize> {
+    /// The ordering field's column, when versions are compared by it (commit-time merges
+    /// never read it).
+    pub(crate) fn compared_ordering_column(&self) -> Option<usize> {
         match self.mode {
             MergeMode::CommitTimeOrdering | MergeMode::Custom => None,
             MergeMode::EventTimeOrdering | MergeMode::PartialUpdate => self.ordering_column,

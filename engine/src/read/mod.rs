@@ -637,10 +637,7 @@ impl TableReader {
             nulls: self.nulls.clone(),
             output: self.output_columns(options, changes),
             needed,
-            rule: MergeRule {
-                mode: self.config.merge_mode,
-                ordering_column: self.config.ordering_fields.first().and_then(|f| self.schema.index_of(f).ok()),
-            },
+            rule: self.merge_rule(),
             kind,
         })
     }
@@ -688,15 +685,26 @@ impl TableReader {
         Some(out)
     }
 
-    /// The columns a read must decode: the requested ones; when merging, the ordering field,
-    /// and the record key if versions are matched `by_key`; for change reads, the commit time.
+    /// How the versions of a key replace each other in this table.
+    fn merge_rule(&self) -> MergeRule {
+        MergeRule {
+            mode: self.config.merge_mode,
+            ordering_column: self.config.ordering_fields.first().and_then(|f| self.schema.index_of(f).ok()),
+        }
+    }
+
+    /// The columns a read must decode: the requested ones; when merging, the ordering field
+    /// (if the merge compares it), and the record key if versions are matched `by_key`; for
+    /// change reads, the commit time.
     fn needed_columns(&self, options: &ScanOptions, merging: bool, by_key: bool, changes: bool) -> Option<HashSet<String>> {
         let mut needed: HashSet<String> = options.columns.as_ref()?.iter().cloned().collect();
         if merging {
             if by_key {
                 needed.insert("_hoodie_record_key".to_owned());
             }
-            needed.extend(self.config.ordering_fields.iter().cloned());
+            if self.merge_rule().compared_ordering_column().is_some() {
+                needed.extend(self.config.ordering_fields.iter().cloned());
+            }
         }
         if changes {
             needed.insert("_hoodie_commit_time".to_owned());
