@@ -162,6 +162,94 @@ async fn updates_and_deletes_by_position_read_as_the_model() {
     assert_eq!(snapshot(&storage, None).await, expected);
 }
 
+/// A key's state in a model of event-time merging: its name, ordering value and whether a
+/// delete won.
+type Versions = BTreeMap<i64, (String, i64, bool)>;
+
+/// Writes by position in one commit: `updates` (row, new name, new ordering value) and
+/// `deletes`, applied to `model` as event-time ordering merges them: an update replaces the
+/// current version unless that has a greater ordering value; a delete replaces any (it has
+/// Hudi's default ordering value, as SQL DELETE writes it).
+async fn versions_by_position(storage: &Storage, model: &mut Versions, updates: &[(&ReadRow, String, i64)], deletes: &[&ReadRow]) {
+    let config = engine::table::load_config(storage).await.unwrap();
+    let mut tx = Transaction::begin(storage.clone(), config, writer(1), LockOptions::default()).await.unwrap();
+    let data: Vec<(i64, &str, &str, i64)> = updates.iter().map(|(r, name, ts)| (r.id, name.as_str(), r.country.as_str(), *ts)).collect();
+    let positions: Vec<Option<BaseRow>> = updates.iter().map(|(r, ..)| r.at.clone()).collect();
+    tx.upsert_with_positions(&rows(&data), &positions).await.unwrap();
+    let data: Vec<(i64, &str, &str, i64)> = deletes.iter().map(|r| (r.id, r.name.as_str(), r.country.as_str(), r.ts)).collect();
+    let positions: Vec<Option<BaseRow>> = deletes.iter().map(|r| r.at.clone()).collect();
+    tx.delete_rows_with_positions(&rows(&data), &positions).await.unwrap();
+    tx.commit().await.unwrap();
+    let versions = updates.iter().map(|(r, name, ts)| (r.id, name.clone(), *ts, true)).chain(deletes.iter().map(|r| (r.id, String::new(), i64::MIN, false)));
+    for (id, name, ts, alive) in versions {
+        let current = model.get_mut(&id).unwrap();
+        if current.1 <= ts || !alive {
+            *current = (name, ts, alive);
+        }
+    }
+}
+
+/// Versions by position with ordering values lower than, equal to and greater than their base
+/// rows' (each base row's own: no two alike), in two commits. Read with the ordering field
+/// decoded, with its values read in place for the rows the logs name only (a read without the
+/// field), and merged by key, the rows are the model's.
+#[tokio::test]
+async fn versions_by_position_win_by_ordering_value_however_it_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = local(dir.path());
+    let config = create_table(&storage, &spec()).await.unwrap();
+    // Enough rows per base file for the writer to judge the ordering values distinct.
+    let n = 6000;
+    let names: Vec<String> = (0..n).map(|i| format!("c{i}")).collect();
+    let data: Vec<(i64, &str, &str, i64)> = (0..n).map(|i| (i as i64, names[i].as_str(), "nl", 1000 + 3 * i as i64)).collect();
+    let mut tx = Transaction::begin(storage.clone(), config, writer(1), LockOptions::default()).await.unwrap();
+    tx.upsert(&rows(&data)).await.unwrap();
+    tx.commit().await.unwrap();
+    compact(&storage, &writer(9), &LockOptions::default(), Duration::from_secs(60)).await.unwrap().unwrap();
+    let mut model: Versions = data.iter().map(|r| (r.0, (r.1.to_owned(), r.3, true))).collect();
+
+    // The ordering field's chunks are not dictionary-encoded: its values can be read in place.
+    let bases: Vec<String> = storage.list_recursive("").await.unwrap().into_iter().map(|(p, _)| p).filter(|p| p.ends_with(".parquet")).collect();
+    assert_eq!(bases.len(), 4);
+    for base in bases {
+        let footer = parquet::file::serialized_reader::SerializedFileReader::new(storage.get(&base).await.unwrap()).unwrap();
+        let metadata = parquet::file::reader::FileReader::metadata(&footer);
+        let ts = metadata.row_group(0).columns().iter().find(|c| c.column_path().string() == "ts").unwrap();
+        assert!(ts.dictionary_page_offset().is_none(), "{base}: {:?}", ts.encodings().collect::<Vec<_>>());
+    }
+
+    let read = read_with_positions(&storage, None).await;
+    let at = |id: i64| read.iter().find(|r| r.id == id).unwrap();
+    // Updates 1 lower, equal and 1 greater than the base row's value, by id % 4; deletes of
+    // every ninth row.
+    let updates: Vec<(&ReadRow, String, i64)> =
+        read.iter().filter(|r| r.id % 4 != 3).map(|r| (r, format!("{}-u1", r.name), r.ts + r.id % 4 - 1)).collect();
+    let deletes: Vec<&ReadRow> = read.iter().filter(|r| r.id % 9 == 0).collect();
+    versions_by_position(&storage, &mut model, &updates, &deletes).await;
+    // Again, every fifth row by versions 1 lower, equal and 1 greater than the base row's
+    // value, by id % 3: some over a delete, some over the first update.
+    let again: Vec<(&ReadRow, String, i64)> = (0..n as i64).step_by(5).map(|id| (at(id), format!("c{id}-u2"), at(id).ts + id % 3 - 1)).collect();
+    versions_by_position(&storage, &mut model, &again, &[]).await;
+
+    let expected: Vec<(i64, String)> = model.into_iter().filter(|(_, v)| v.2).map(|(id, v)| (id, v.0)).collect();
+    assert!(expected.iter().any(|(_, name)| name.ends_with("-u1")) && expected.iter().any(|(id, name)| *name == format!("c{id}")));
+    assert_eq!(snapshot(&storage, Some(&["id", "name"])).await, expected, "the ordering values read in place");
+    assert_eq!(snapshot(&storage, Some(&["id", "name", "ts"])).await, expected, "the ordering field decoded");
+    assert_eq!(snapshot(&storage, None).await, expected, "every column");
+    let reader = TableReader::open(storage.clone()).await.unwrap();
+    let by_key = ScanOptions { ignore_record_positions: true, columns: Some(vec!["id".into(), "name".into()]), ..Default::default() };
+    let mut rows_by_key = Vec::new();
+    for slice in reader.slices(&ReadBound::Latest).await.unwrap() {
+        if let Some(batch) = reader.read_slice(&slice, &ReadBound::Latest, &by_key, &mut ScanStats::default()).await.unwrap() {
+            let ids = batch.column_by_name("id").unwrap().as_primitive::<Int64Type>();
+            let names = batch.column_by_name("name").unwrap().as_string::<i32>();
+            rows_by_key.extend((0..batch.num_rows()).map(|i| (ids.value(i), names.value(i).to_owned())));
+        }
+    }
+    rows_by_key.sort();
+    assert_eq!(rows_by_key, expected, "merged by key");
+}
+
 #[tokio::test]
 async fn positions_count_the_row_groups_that_statistics_skip() {
     use engine::read::filter::{Op, Predicate, Scalar, ScanFilter};

@@ -21,6 +21,10 @@ pub enum MergeSource {
     /// The rows of the slice's base file, aligned to the table schema. Only the first source
     /// may be a base file; its rows are not merged with each other (as in Java's reader).
     Base(RecordBatch),
+    /// A base file read without its ordering values (NULL in `rows`), with `ordering`: the
+    /// value of each base row that the later sources name by position, in position order
+    /// ([`crate::read::base_ordering`]). The later sources must all carry positions.
+    BaseAtPositions { rows: RecordBatch, ordering: ArrayRef },
     /// Rows of a log data block, aligned to the table schema; with the base-file position of
     /// each row when the block carries positions for the base file
     /// ([`crate::log::positions`]).
@@ -473,6 +477,7 @@ pub fn merge(
 ) -> Result<Merged> {
     let mut batches: Vec<RecordBatch> = Vec::new();
     let mut has_base = false;
+    let mut base_ordering = None;
     let mut later: Vec<(Later, Option<Vec<u64>>)> = Vec::new();
     for (i, source) in sources.into_iter().enumerate() {
         match source {
@@ -480,7 +485,14 @@ pub fn merge(
                 has_base = true;
                 batches.push(batch);
             }
-            MergeSource::Base(_) => return Err(Error::new(ErrorKind::Internal, "a base file after other versions")),
+            MergeSource::BaseAtPositions { rows, ordering } if i == 0 => {
+                has_base = true;
+                batches.push(rows);
+                base_ordering = Some(ordering);
+            }
+            MergeSource::Base(_) | MergeSource::BaseAtPositions { .. } => {
+                return Err(Error::new(ErrorKind::Internal, "a base file after other versions"))
+            }
             MergeSource::Data { rows, positions } => {
                 check_positions(positions.as_deref(), rows.num_rows())?;
                 later.push((Later::Rows { batch: batches.len(), rows: rows.num_rows() }, positions));
@@ -498,12 +510,20 @@ pub fn merge(
         .map(|b| MergeColumns::of(b, rule.compared_ordering_column(), !by_position))
         .collect::<Result<Vec<_>>>()?;
     let base_rows = if has_base { batches[0].num_rows() } else { 0 };
-    let input = MergeInput { schema, batches: &batches, columns: &columns, has_base, rule, change_range, output };
+    if base_ordering.is_some() && !by_position && !later.is_empty() {
+        return Err(Error::new(ErrorKind::Internal, "base ordering values by position for versions without positions"));
+    }
+    let base_ordering_values = base_ordering.as_ref().map(|values| OrderingColumn::of(values.as_ref()));
+    let input = MergeInput { schema, batches: &batches, columns: &columns, base_ordering: base_ordering_values, has_base, rule, change_range, output };
     // Versions written after the base file, grouped by base-file position or by key.
     if by_position {
         let entries = later.iter().flat_map(|(source, positions)| positions.iter().flatten().copied().zip(source.entries()));
         let log = LogIndex::new(entries.collect());
-        return input.finish(&log, &log.match_positions(base_rows));
+        let matches = log.match_positions(base_rows);
+        if base_ordering.as_ref().is_some_and(|values| values.len() != matches.len()) {
+            return Err(Error::new(ErrorKind::Internal, "base ordering values do not match the base rows named by position"));
+        }
+        return input.finish(&log, &matches);
     }
     let entries = later.iter().flat_map(|(source, _)| source.entries()).map(|entry| {
         let key = entry.record_key(&columns).ok_or_else(|| Error::new(ErrorKind::Internal, "log rows without keys"))?;
@@ -534,6 +554,9 @@ struct MergeInput<'i, 'a> {
     /// The base file's rows first (when `has_base`), then those of each data block.
     batches: &'a [RecordBatch],
     columns: &'i [MergeColumns<'a>],
+    /// With [`MergeSource::BaseAtPositions`]: the ordering value of each matched base row, in
+    /// the order of the matches (position order).
+    base_ordering: Option<OrderingColumn<'a>>,
     has_base: bool,
     rule: MergeRule,
     change_range: Option<&'i WritesInRange>,
@@ -555,18 +578,23 @@ impl<'a> MergeInput<'_, 'a> {
         // Without change tracking or partial updates, a key's outcome is its winning row alone:
         // found by comparing ordering values, without the rest of the versions' state.
         let winner_alone = !tracking && rule.mode != MergeMode::PartialUpdate;
-        for &(row, group) in matches {
+        for (i, &(row, group)) in matches.iter().enumerate() {
             keep_base.append_n(row - keep_base.len(), true);
             keep_base.append(false);
             matched_groups[group] = true;
+            let base_ordering = match &self.base_ordering {
+                Some(values) => values.get(i),
+                None => columns[0].ordering(row),
+            };
             if winner_alone {
-                if let Some(winner) = self.winning_row(row, log.entries(group)) {
+                if let Some(winner) = self.winning_row(row, base_ordering, log.entries(group)) {
                     winners.rows.push(winner);
                     winners.base_rows.push(Some(row as u64));
                 }
                 continue;
             }
-            let versions = std::iter::once(columns[0].version(0, row, tracking)).chain(log.entries(group).map(|e| e.version(columns, tracking)));
+            let base = Version { ordering: base_ordering, ..columns[0].version(0, row, tracking) };
+            let versions = std::iter::once(base).chain(log.entries(group).map(|e| e.version(columns, tracking)));
             let state = rule.fold(versions, batches, change_range);
             emit(&mut merged, &mut winners, Some(row), state, change_range);
         }
@@ -625,10 +653,10 @@ impl<'a> MergeInput<'_, 'a> {
         Ok(merged)
     }
 
-    /// The row of a key that survives its base row `base_row` and its `later` versions (in
-    /// merge order); `None` when a delete wins.
-    fn winning_row(&self, base_row: usize, later: impl Iterator<Item = LogEntry<'a>>) -> Option<(usize, usize)> {
-        let mut winner = (Some((0, base_row)), self.columns[0].ordering(base_row));
+    /// The row of a key that survives its base row `base_row` (of ordering value
+    /// `base_ordering`) and its `later` versions (in merge order); `None` when a delete wins.
+    fn winning_row(&self, base_row: usize, base_ordering: OrderingRef<'a>, later: impl Iterator<Item = LogEntry<'a>>) -> Option<(usize, usize)> {
+        let mut winner = (Some((0, base_row)), base_ordering);
         for entry in later {
             let newer = match entry {
                 LogEntry::Row { batch, row } => (Some((batch, row)), self.columns[batch].ordering(row)),

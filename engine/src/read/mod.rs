@@ -8,6 +8,7 @@
 //! its file group as of the range start.
 
 pub mod aggregate;
+mod base_ordering;
 pub mod filter;
 pub mod merge;
 pub mod prefetch;
@@ -31,6 +32,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::log::{read_blocks, BlockType, LogBlock};
+use crate::read::base_ordering::OrderingChunks;
 use crate::read::filter::{RecordKeys, ScanFilter};
 use crate::read::merge::MergeRule;
 pub use crate::read::slice::SliceRead;
@@ -616,6 +618,15 @@ impl TableReader {
             needed.insert(key_column.to_owned());
         }
         let record_keys = record_keys.map(Arc::new);
+        // A snapshot merged by position compares the ordering values of the base rows the
+        // blocks name only: unless the read returns the field, those are read in place.
+        let ordering_in_place = match (&kind, &positions_of, &options.columns) {
+            (SliceOutput::Snapshot, Some(_), Some(columns)) => {
+                let field = self.merge_rule().compared_ordering_column().map(|c| self.schema.field(c));
+                field.filter(|f| !columns.contains(f.name()))
+            }
+            _ => None,
+        };
         // Reading the keys first costs a request more: on an object store that is more than
         // decoding the other columns of the page's rows too (which the slice read then selects).
         let keys_first = self.storage.uri().scheme() == crate::storage::Scheme::File;
@@ -623,7 +634,7 @@ impl TableReader {
             true => None,
             false => {
                 let keys = record_keys.as_deref().filter(|_| keys_first).map(|keys| (keys, keys_to_select));
-                self.fetch_base_file(slice, pruning.as_ref(), keys, needed.as_ref(), stats).await?
+                self.fetch_base_file(slice, pruning.as_ref(), keys, needed.as_ref(), ordering_in_place, stats).await?
             }
         };
         Ok(SliceRead {
@@ -743,13 +754,16 @@ impl TableReader {
     /// `None`): of the row groups, and the data pages where the file has a page index, whose
     /// statistics `pruning` does not rule out. With `record_keys`, the record keys of those
     /// rows are read first, and then the other columns of the rows with one of the keys only
-    /// (and not the record keys again when `(keys, true)`).
+    /// (and not the record keys again when `(keys, true)`). The field `ordering_in_place`, of a
+    /// read of the whole file, is fetched apart and not decoded ([`OrderingChunks`]), when the
+    /// file allows.
     async fn fetch_base_file(
         &self,
         slice: &FileSlice,
         pruning: Option<&ScanFilter>,
         record_keys: Option<(&RecordKeys, bool)>,
         needed: Option<&HashSet<String>>,
+        ordering_in_place: Option<&Field>,
         stats: &mut ScanStats,
     ) -> Result<Option<FetchedBase>> {
         let Some((location, mut reader, metadata)) = self.open_base_file(slice, pruning.is_some()).await? else { return Ok(None) };
@@ -787,7 +801,7 @@ impl TableReader {
             let read = BaseFileRead { groups: &groups, selection: selection.clone(), roots: Some(vec![key_column]) };
             let matched = read.positions_of_keys(&rows, keys, &location, &mut reader, &metadata).await?;
             if matched.is_empty() {
-                return Ok(Some(FetchedBase { location, row_groups: Vec::new(), rows: Vec::new(), keys_matched: true }));
+                return Ok(Some(FetchedBase { location, row_groups: Vec::new(), rows: Vec::new(), keys_matched: true, ordering: None }));
             }
             selection = Some(selection_of(&kept_rows, &matched));
             rows = matched.into_iter().map(|p| p..p + 1).collect();
@@ -799,8 +813,20 @@ impl TableReader {
                 }
             }
         }
+        // (Not when it is the only column: an empty projection would leave the rows uncounted.)
+        let in_place_root = ordering_in_place
+            .filter(|_| pruning.is_none() && record_keys.is_none())
+            .and_then(|field| Some((field, file_schema.index_of(field.name()).ok()?)))
+            .filter(|(_, root)| roots.as_ref().is_some_and(|roots| roots.iter().any(|r| r != root)));
+        let mut ordering = None;
+        if let (Some((field, root)), Some(roots)) = (in_place_root, &mut roots) {
+            ordering = OrderingChunks::fetch(&location, &mut reader, &metadata, field.name(), field.data_type()).await?;
+            if ordering.is_some() {
+                roots.retain(|&r| r != root);
+            }
+        }
         let row_groups = BaseFileRead { groups: &groups, selection, roots }.fetch(&location, &mut reader, &metadata).await?;
-        Ok(Some(FetchedBase { location, row_groups, rows, keys_matched }))
+        Ok(Some(FetchedBase { location, row_groups, rows, keys_matched, ordering }))
     }
 }
 

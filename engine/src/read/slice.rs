@@ -15,6 +15,7 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReader;
 
 use crate::error::{Error, ErrorKind, Result, ResultExt};
 use crate::log::{decode_block, BlockContent, LogBlock};
+use crate::read::base_ordering::OrderingChunks;
 use crate::read::filter::RecordKeys;
 use crate::read::merge::{merge, DeletedKey, Merged, MergeOutput, MergeRule, MergeSource};
 use crate::read::schema::{self, NullColumns};
@@ -135,6 +136,9 @@ pub(crate) struct FetchedBase {
     pub rows: Vec<Range<u64>>,
     /// Whether the rows are those of the read's record keys already.
     pub keys_matched: bool,
+    /// The ordering field's chunks, when its values are read in place for the rows the logs
+    /// name by position rather than decoded with the other columns (then NULL in the rows).
+    pub ordering: Option<OrderingChunks>,
 }
 
 impl FetchedBase {
@@ -212,8 +216,10 @@ impl SliceRead {
         // The base rows' file positions, when rows are asked for with them and a row's index
         // in the decoded base is not its position.
         let mut base_positions = None;
+        let mut base_ordering = None;
         let base = match self.base.take() {
-            Some(base) => {
+            Some(mut base) => {
+                base_ordering = base.ordering.take();
                 let positions = (self.row_positions && (!self.merging || !base.is_whole_file() || self.record_keys.is_some())).then(|| base.positions());
                 let keys_matched = base.keys_matched;
                 let rows = decode_base(base, &self.schema, &self.nulls)?;
@@ -226,7 +232,7 @@ impl SliceRead {
         if !self.merging {
             return Ok(Merged { rows: base.filter(|b| b.num_rows() > 0), base_positions, ..Default::default() });
         }
-        let mut merged = self.merge_with_logs(base)?;
+        let mut merged = self.merge_with_logs(base, base_ordering)?;
         // The merge names base rows by their index in the decoded base.
         if let (Some(file_positions), Some(indices)) = (base_positions, &merged.base_positions) {
             let positions = arrow::compute::take(&file_positions, indices, None)
@@ -246,8 +252,9 @@ impl SliceRead {
         Ok((rows, positions.transpose().map_err(internal)?))
     }
 
-    /// Merges the decoded base rows with the log blocks (consuming them).
-    fn merge_with_logs(&mut self, base: Option<RecordBatch>) -> Result<Merged> {
+    /// Merges the decoded base rows with the log blocks (consuming them); with the base's
+    /// `ordering` chunks, the base rows' ordering values are read for the rows the blocks name.
+    fn merge_with_logs(&mut self, base: Option<RecordBatch>, ordering: Option<OrderingChunks>) -> Result<Merged> {
         let mut sources: Vec<MergeSource> = base.map(MergeSource::Base).into_iter().collect();
         for (path, instant, block) in std::mem::take(&mut self.blocks) {
             let context = || format!("reading block at {} of {path}", block.offset);
@@ -279,6 +286,11 @@ impl SliceRead {
                 None => {}
             }
         }
+        if let (Some(ordering), Some(MergeSource::Base(rows))) = (ordering, sources.first()) {
+            let rows = rows.clone();
+            let ordering = ordering.values_at(&named_base_rows(&sources[1..], rows.num_rows()))?;
+            sources[0] = MergeSource::BaseAtPositions { rows, ordering };
+        }
         let change_range = match &self.kind {
             SliceOutput::Changes { instants, .. } => Some(instants),
             SliceOutput::Snapshot => None,
@@ -289,6 +301,22 @@ impl SliceRead {
         };
         merge(&self.schema, sources, self.rule, change_range, output)
     }
+}
+
+/// The base rows of a file of `base_rows` rows that the `later` sources name by position:
+/// sorted, each once.
+fn named_base_rows(later: &[MergeSource], base_rows: usize) -> Vec<u64> {
+    let positions = later.iter().flat_map(|source| match source {
+        MergeSource::Data { positions, .. } | MergeSource::Deletes { positions, .. } => positions.as_deref().unwrap_or_default(),
+        MergeSource::Base(_) | MergeSource::BaseAtPositions { .. } => &[],
+    });
+    let mut named: Vec<u64> = positions.copied().filter(|&p| p < base_rows as u64).collect();
+    // One block's positions come sorted and distinct.
+    if !named.is_sorted_by(|a, b| a < b) {
+        named.sort_unstable();
+        named.dedup();
+    }
+    named
 }
 
 /// Decodes a fetched base file into one batch aligned to `schema` (one batch for the file:
