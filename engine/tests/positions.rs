@@ -220,22 +220,30 @@ async fn versions_by_position_win_by_ordering_value_however_it_is_read() {
 
     let read = read_with_positions(&storage, None).await;
     let at = |id: i64| read.iter().find(|r| r.id == id).unwrap();
-    // Updates 1 lower, equal and 1 greater than the base row's value, by id % 4; deletes of
-    // every ninth row.
+    // Updates 1 lower, equal and 1 greater than the base row's value, by id % 4, and deletes
+    // of rows not updated: one version per base row.
     let updates: Vec<(&ReadRow, String, i64)> =
         read.iter().filter(|r| r.id % 4 != 3).map(|r| (r, format!("{}-u1", r.name), r.ts + r.id % 4 - 1)).collect();
-    let deletes: Vec<&ReadRow> = read.iter().filter(|r| r.id % 9 == 0).collect();
+    let deletes: Vec<&ReadRow> = read.iter().filter(|r| r.id % 4 == 3 && r.id % 9 == 0).collect();
     versions_by_position(&storage, &mut model, &updates, &deletes).await;
+    assert_reads_as(&storage, &model, "one version per base row").await;
     // Again, every fifth row by versions 1 lower, equal and 1 greater than the base row's
     // value, by id % 3: some over a delete, some over the first update.
     let again: Vec<(&ReadRow, String, i64)> = (0..n as i64).step_by(5).map(|id| (at(id), format!("c{id}-u2"), at(id).ts + id % 3 - 1)).collect();
     versions_by_position(&storage, &mut model, &again, &[]).await;
 
-    let expected: Vec<(i64, String)> = model.into_iter().filter(|(_, v)| v.2).map(|(id, v)| (id, v.0)).collect();
+    assert_reads_as(&storage, &model, "several versions of some base rows").await;
+}
+
+/// Reads of the whole snapshot return `model`'s live keys: with the ordering values read in
+/// place (a read without the ordering field), with the field decoded, with every column, and
+/// merged by key.
+async fn assert_reads_as(storage: &Storage, model: &Versions, case: &str) {
+    let expected: Vec<(i64, String)> = model.iter().filter(|(_, v)| v.2).map(|(id, v)| (*id, v.0.clone())).collect();
     assert!(expected.iter().any(|(_, name)| name.ends_with("-u1")) && expected.iter().any(|(id, name)| *name == format!("c{id}")));
-    assert_eq!(snapshot(&storage, Some(&["id", "name"])).await, expected, "the ordering values read in place");
-    assert_eq!(snapshot(&storage, Some(&["id", "name", "ts"])).await, expected, "the ordering field decoded");
-    assert_eq!(snapshot(&storage, None).await, expected, "every column");
+    assert_eq!(snapshot(storage, Some(&["id", "name"])).await, expected, "{case}: the ordering values read in place");
+    assert_eq!(snapshot(storage, Some(&["id", "name", "ts"])).await, expected, "{case}: the ordering field decoded");
+    assert_eq!(snapshot(storage, None).await, expected, "{case}: every column");
     let reader = TableReader::open(storage.clone()).await.unwrap();
     let by_key = ScanOptions { ignore_record_positions: true, columns: Some(vec!["id".into(), "name".into()]), ..Default::default() };
     let mut rows_by_key = Vec::new();
@@ -247,7 +255,7 @@ async fn versions_by_position_win_by_ordering_value_however_it_is_read() {
         }
     }
     rows_by_key.sort();
-    assert_eq!(rows_by_key, expected, "merged by key");
+    assert_eq!(rows_by_key, expected, "{case}: merged by key");
 }
 
 #[tokio::test]
