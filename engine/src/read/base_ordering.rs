@@ -18,7 +18,6 @@ use arrow::compute::{cast_with_options, concat, take, CastOptions};
 use arrow::datatypes::DataType;
 use bytes::Bytes;
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ParquetRecordBatchReaderBuilder};
-use parquet::arrow::async_reader::{AsyncFileReader, ParquetObjectReader};
 use parquet::arrow::ProjectionMask;
 use parquet::basic::{Encoding, Type as PhysicalType};
 use parquet::column::page::{Page, PageReader};
@@ -50,24 +49,10 @@ struct Chunk {
 }
 
 impl OrderingChunks {
-    /// Fetches the chunks of the top-level `field` (of table type `data_type`) in every row
-    /// group; `None` when the file has no such column or its footer shows a dictionary-encoded
-    /// chunk (its values cannot be read in place: the column is decoded with the others).
-    pub(crate) async fn fetch(
-        location: &str,
-        reader: &mut ParquetObjectReader,
-        metadata: &ArrowReaderMetadata,
-        field: &str,
-        data_type: &DataType,
-    ) -> Result<Option<OrderingChunks>> {
-        let Some((leaf, root, ranges)) = Self::chunk_ranges(metadata, field) else { return Ok(None) };
-        let fetched = reader.get_byte_ranges(ranges.clone()).await.map_err(|e| corrupt(location, e))?;
-        Ok(Some(Self::of_fetched(location, metadata, (leaf, root), data_type, ranges, fetched)))
-    }
-
-    /// `(leaf, root, byte range of each row group's chunk)` of `field`, unless it is not a
-    /// flat column of the file or a chunk is dictionary-encoded.
-    fn chunk_ranges(metadata: &ArrowReaderMetadata, field: &str) -> Option<(usize, usize, Vec<Range<u64>>)> {
+    /// `(leaf, root, byte range of each row group's chunk)` of the top-level `field`, to fetch;
+    /// `None` when the file has no such column or its footer shows a dictionary-encoded chunk
+    /// (its values cannot be read in place: the column is decoded with the others).
+    pub(crate) fn chunk_ranges(metadata: &ArrowReaderMetadata, field: &str) -> Option<(usize, usize, Vec<Range<u64>>)> {
         let root = metadata.schema().index_of(field).ok()?;
         let schema = metadata.parquet_schema();
         let leaf = (0..schema.num_columns()).find(|&c| schema.column(c).path().parts() == [field])?;
@@ -86,7 +71,8 @@ impl OrderingChunks {
         Some((leaf, root, ranges))
     }
 
-    fn of_fetched(
+    /// The chunks of [`Self::chunk_ranges`], fetched: the values are of table type `data_type`.
+    pub(crate) fn of_fetched(
         location: &str,
         metadata: &ArrowReaderMetadata,
         (leaf, root): (usize, usize),

@@ -755,8 +755,8 @@ impl TableReader {
     /// statistics `pruning` does not rule out. With `record_keys`, the record keys of those
     /// rows are read first, and then the other columns of the rows with one of the keys only
     /// (and not the record keys again when `(keys, true)`). The field `ordering_in_place`, of a
-    /// read of the whole file, is fetched apart and not decoded ([`OrderingChunks`]), when the
-    /// file allows.
+    /// read of the whole file, is fetched with them but not decoded ([`OrderingChunks`]), when
+    /// the file allows.
     async fn fetch_base_file(
         &self,
         slice: &FileSlice,
@@ -814,18 +814,21 @@ impl TableReader {
             }
         }
         // (Not when it is the only column: an empty projection would leave the rows uncounted.)
-        let in_place_root = ordering_in_place
+        let in_place = ordering_in_place
             .filter(|_| pruning.is_none() && record_keys.is_none())
-            .and_then(|field| Some((field, file_schema.index_of(field.name()).ok()?)))
-            .filter(|(_, root)| roots.as_ref().is_some_and(|roots| roots.iter().any(|r| r != root)));
-        let mut ordering = None;
-        if let (Some((field, root)), Some(roots)) = (in_place_root, &mut roots) {
-            ordering = OrderingChunks::fetch(&location, &mut reader, &metadata, field.name(), field.data_type()).await?;
-            if ordering.is_some() {
-                roots.retain(|&r| r != root);
-            }
+            .and_then(|field| Some((field, OrderingChunks::chunk_ranges(&metadata, field.name())?)))
+            .filter(|(_, (_, root, _))| roots.as_ref().is_some_and(|roots| roots.iter().any(|r| r != root)));
+        let mut ordering_ranges = Vec::new();
+        if let (Some((_, (_, root, ranges))), Some(roots)) = (&in_place, &mut roots) {
+            roots.retain(|r| r != root);
+            ordering_ranges = ranges.clone();
         }
-        let row_groups = BaseFileRead { groups: &groups, selection, roots }.fetch(&location, &mut reader, &metadata).await?;
+        // The ordering chunks are fetched with the other columns' first ranges: one round trip.
+        let read = BaseFileRead { groups: &groups, selection, roots };
+        let (row_groups, ordering_bytes) = read.fetch_with(ordering_ranges, &location, &mut reader, &metadata).await?;
+        let ordering = in_place.map(|(field, (leaf, root, ranges))| {
+            OrderingChunks::of_fetched(&location, &metadata, (leaf, root), field.data_type(), ranges, ordering_bytes)
+        });
         Ok(Some(FetchedBase { location, row_groups, rows, keys_matched, ordering }))
     }
 }
@@ -846,6 +849,18 @@ impl BaseFileRead<'_> {
         reader: &mut parquet::arrow::async_reader::ParquetObjectReader,
         metadata: &ArrowReaderMetadata,
     ) -> Result<Vec<ParquetRecordBatchReader>> {
+        Ok(self.fetch_with(Vec::new(), location, reader, metadata).await?.0)
+    }
+
+    /// [`Self::fetch`], and the bytes of the file's ranges `also`, requested with the pass's
+    /// first ranges.
+    async fn fetch_with(
+        self,
+        mut also: Vec<Range<u64>>,
+        location: &str,
+        reader: &mut parquet::arrow::async_reader::ParquetObjectReader,
+        metadata: &ArrowReaderMetadata,
+    ) -> Result<(Vec<ParquetRecordBatchReader>, Vec<bytes::Bytes>)> {
         let invalid = |e| parquet_error(location, e);
         let mut builder = ParquetPushDecoderBuilder::new_with_metadata(metadata.clone());
         if self.groups.len() < builder.metadata().num_row_groups() {
@@ -863,17 +878,23 @@ impl BaseFileRead<'_> {
         builder = builder.with_batch_size((largest as usize).clamp(1024, 1 << 22));
         let mut decoder = builder.build().map_err(invalid)?;
         let mut row_groups = Vec::new();
+        let mut also_bytes = Vec::new();
         loop {
             match decoder.try_next_reader().map_err(invalid)? {
                 DecodeResult::NeedsData(ranges) => {
-                    let data = reader.get_byte_ranges(ranges.clone()).await.map_err(invalid)?;
+                    let needed = ranges.len();
+                    let mut data = reader.get_byte_ranges(ranges.iter().cloned().chain(also.drain(..)).collect()).await.map_err(invalid)?;
+                    also_bytes.extend(data.drain(needed..));
                     decoder.push_ranges(ranges, data).map_err(invalid)?;
                 }
                 DecodeResult::Data(row_group) => row_groups.push(row_group),
                 DecodeResult::Finished => break,
             }
         }
-        Ok(row_groups)
+        if !also.is_empty() {
+            also_bytes = reader.get_byte_ranges(also).await.map_err(invalid)?;
+        }
+        Ok((row_groups, also_bytes))
     }
 
     /// Of the rows this pass of the record key column reads, whose file positions are `rows`
