@@ -24,6 +24,23 @@ async fn snapshot(storage: &Storage, columns: Option<&[&str]>) -> Vec<(i64, Stri
     read_with_positions(storage, columns).await.into_iter().map(|r| (r.id, r.name)).collect()
 }
 
+/// [`snapshot`] merged by key, ignoring the blocks' positions.
+async fn snapshot_by_key(storage: &Storage, columns: Option<&[&str]>) -> Vec<(i64, String)> {
+    let reader = TableReader::open(storage.clone()).await.unwrap();
+    let columns = columns.map(|c| c.iter().map(|s| s.to_string()).collect());
+    let by_key = ScanOptions { ignore_record_positions: true, columns, ..Default::default() };
+    let mut rows = Vec::new();
+    for slice in reader.slices(&ReadBound::Latest).await.unwrap() {
+        if let Some(batch) = reader.read_slice(&slice, &ReadBound::Latest, &by_key, &mut ScanStats::default()).await.unwrap() {
+            let ids = batch.column_by_name("id").unwrap().as_primitive::<Int64Type>();
+            let names = batch.column_by_name("name").unwrap().as_string::<i32>();
+            rows.extend((0..batch.num_rows()).map(|i| (ids.value(i), names.value(i).to_owned())));
+        }
+    }
+    rows.sort();
+    rows
+}
+
 /// Updates and deletes `rows` as an UPDATE and a DELETE read them: with their positions.
 async fn update_and_delete(storage: &Storage, updates: &[ReadRow], deletes: &[ReadRow], suffix: &str) {
     let config = engine::table::load_config(storage).await.unwrap();
@@ -108,18 +125,7 @@ async fn updates_and_deletes_by_position_read_as_the_model() {
     // Without the record key column decoded: the merge matches by position alone.
     assert_eq!(snapshot(&storage, Some(&["id", "name"])).await, expected);
     // Merged by key instead, ignoring the positions: the same rows.
-    let reader = TableReader::open(storage.clone()).await.unwrap();
-    let by_key = ScanOptions { ignore_record_positions: true, ..Default::default() };
-    let mut rows_by_key = Vec::new();
-    for slice in reader.slices(&ReadBound::Latest).await.unwrap() {
-        if let Some(batch) = reader.read_slice(&slice, &ReadBound::Latest, &by_key, &mut ScanStats::default()).await.unwrap() {
-            let ids = batch.column_by_name("id").unwrap().as_primitive::<Int64Type>();
-            let names = batch.column_by_name("name").unwrap().as_string::<i32>();
-            rows_by_key.extend((0..batch.num_rows()).map(|i| (ids.value(i), names.value(i).to_owned())));
-        }
-    }
-    rows_by_key.sort();
-    assert_eq!(rows_by_key, expected);
+    assert_eq!(snapshot_by_key(&storage, None).await, expected);
 
     // Updated rows keep their base positions: a second UPDATE of them is by position too.
     let read = read_with_positions(&storage, None).await;
@@ -244,18 +250,7 @@ async fn assert_reads_as(storage: &Storage, model: &Versions, case: &str) {
     assert_eq!(snapshot(storage, Some(&["id", "name"])).await, expected, "{case}: the ordering values read in place");
     assert_eq!(snapshot(storage, Some(&["id", "name", "ts"])).await, expected, "{case}: the ordering field decoded");
     assert_eq!(snapshot(storage, None).await, expected, "{case}: every column");
-    let reader = TableReader::open(storage.clone()).await.unwrap();
-    let by_key = ScanOptions { ignore_record_positions: true, columns: Some(vec!["id".into(), "name".into()]), ..Default::default() };
-    let mut rows_by_key = Vec::new();
-    for slice in reader.slices(&ReadBound::Latest).await.unwrap() {
-        if let Some(batch) = reader.read_slice(&slice, &ReadBound::Latest, &by_key, &mut ScanStats::default()).await.unwrap() {
-            let ids = batch.column_by_name("id").unwrap().as_primitive::<Int64Type>();
-            let names = batch.column_by_name("name").unwrap().as_string::<i32>();
-            rows_by_key.extend((0..batch.num_rows()).map(|i| (ids.value(i), names.value(i).to_owned())));
-        }
-    }
-    rows_by_key.sort();
-    assert_eq!(rows_by_key, expected, "{case}: merged by key");
+    assert_eq!(snapshot_by_key(storage, Some(&["id", "name"])).await, expected, "{case}: merged by key");
 }
 
 #[tokio::test]
