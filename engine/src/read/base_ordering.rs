@@ -26,8 +26,17 @@ use parquet::file::serialized_reader::SerializedPageReader;
 
 use crate::error::{Error, ErrorKind, Result};
 
+/// Where a base file stores the ordering field: what to fetch for [`OrderingChunks`].
+pub(crate) struct OrderingPlan {
+    leaf: usize,
+    /// The field in the file's Arrow schema (the root column a decoding pass would project).
+    pub root: usize,
+    /// Each row group's chunk of the field, in the file.
+    pub ranges: Vec<Range<u64>>,
+}
+
 /// The ordering field's column chunks of a base file's row groups, fetched but not decoded.
-pub(crate) struct OrderingChunks {
+pub struct OrderingChunks {
     /// `storage URI/path`, for errors.
     location: String,
     metadata: ArrowReaderMetadata,
@@ -48,11 +57,17 @@ struct Chunk {
     bytes: Bytes,
 }
 
+impl std::fmt::Debug for OrderingChunks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OrderingChunks").field("location", &self.location).field("chunks", &self.chunks.len()).finish()
+    }
+}
+
 impl OrderingChunks {
-    /// `(leaf, root, byte range of each row group's chunk)` of the top-level `field`, to fetch;
-    /// `None` when the file has no such column or its footer shows a dictionary-encoded chunk
-    /// (its values cannot be read in place: the column is decoded with the others).
-    pub(crate) fn chunk_ranges(metadata: &ArrowReaderMetadata, field: &str) -> Option<(usize, usize, Vec<Range<u64>>)> {
+    /// Where the file stores the top-level `field`; `None` when it has no such column or its
+    /// footer shows a dictionary-encoded chunk (its values cannot be read in place: the column
+    /// is decoded with the others).
+    pub(crate) fn plan(metadata: &ArrowReaderMetadata, field: &str) -> Option<OrderingPlan> {
         let root = metadata.schema().index_of(field).ok()?;
         let schema = metadata.parquet_schema();
         let leaf = (0..schema.num_columns()).find(|&c| schema.column(c).path().parts() == [field])?;
@@ -68,23 +83,16 @@ impl OrderingChunks {
                 start..start + len
             })
             .collect();
-        Some((leaf, root, ranges))
+        Some(OrderingPlan { leaf, root, ranges })
     }
 
-    /// The chunks of [`Self::chunk_ranges`], fetched: the values are of table type `data_type`.
-    pub(crate) fn of_fetched(
-        location: &str,
-        metadata: &ArrowReaderMetadata,
-        (leaf, root): (usize, usize),
-        data_type: &DataType,
-        ranges: Vec<Range<u64>>,
-        fetched: Vec<Bytes>,
-    ) -> OrderingChunks {
+    /// The chunks of `plan`, `fetched`: the values are of table type `data_type`.
+    pub(crate) fn of_fetched(location: &str, metadata: &ArrowReaderMetadata, plan: OrderingPlan, data_type: &DataType, fetched: Vec<Bytes>) -> OrderingChunks {
         let row_groups = metadata.metadata().row_groups();
         let mut first_row = 0u64;
         let chunks = fetched
             .into_iter()
-            .zip(ranges)
+            .zip(plan.ranges)
             .enumerate()
             .map(|(row_group, (bytes, range))| {
                 let rows = first_row..first_row + row_groups[row_group].num_rows().max(0) as u64;
@@ -92,6 +100,7 @@ impl OrderingChunks {
                 Chunk { row_group, rows, start: range.start, bytes }
             })
             .collect();
+        let (leaf, root) = (plan.leaf, plan.root);
         OrderingChunks { location: location.to_owned(), metadata: metadata.clone(), leaf, root, data_type: data_type.clone(), chunks }
     }
 
@@ -305,10 +314,10 @@ mod tests {
     /// `None` where it would not.
     fn chunks(file: &Bytes) -> Option<OrderingChunks> {
         let metadata = ArrowReaderMetadata::load(file, ArrowReaderOptions::new()).unwrap();
-        let (leaf, root, ranges) = OrderingChunks::chunk_ranges(&metadata, "o")?;
-        let fetched = ranges.iter().map(|r| file.slice(r.start as usize..r.end as usize)).collect();
-        let data_type = metadata.schema().field(root).data_type().clone();
-        Some(OrderingChunks::of_fetched("test.parquet", &metadata, (leaf, root), &data_type, ranges, fetched))
+        let plan = OrderingChunks::plan(&metadata, "o")?;
+        let fetched = plan.ranges.iter().map(|r| file.slice(r.start as usize..r.end as usize)).collect();
+        let data_type = metadata.schema().field(plan.root).data_type().clone();
+        Some(OrderingChunks::of_fetched("test.parquet", &metadata, plan, &data_type, fetched))
     }
 
     /// Seeded sets of sorted, distinct positions below `rows`: none, all, the ends, and

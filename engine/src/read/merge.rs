@@ -2,6 +2,7 @@
 //! compaction: record versions of one file slice, oldest first, reduced to one per key.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, BooleanBufferBuilder, StringArray, UInt64Array};
 use arrow::compute::{concat, filter, interleave};
@@ -11,6 +12,7 @@ use arrow::record_batch::RecordBatch;
 use crate::error::{Error, ErrorKind, Result};
 use crate::log::DeleteRecord;
 use crate::ordering::{OrderingColumn, OrderingRef};
+use crate::read::base_ordering::OrderingChunks;
 use crate::read::schema::{NullColumns, COMMIT_TIME_COLUMN, RECORD_KEY_COLUMN};
 use crate::table::MergeMode;
 use crate::timeline::WritesInRange;
@@ -21,10 +23,10 @@ pub enum MergeSource {
     /// The rows of the slice's base file, aligned to the table schema. Only the first source
     /// may be a base file; its rows are not merged with each other (as in Java's reader).
     Base(RecordBatch),
-    /// A base file read without its ordering values (NULL in `rows`), with `ordering`: the
-    /// value of each base row that the later sources name by position, in position order
-    /// ([`crate::read::base_ordering`]). The later sources must all carry positions.
-    BaseAtPositions { rows: RecordBatch, ordering: ArrayRef },
+    /// A base file read without its ordering values (NULL in `rows`), with the chunks that
+    /// hold them: the merge reads the values of the base rows that the later sources name by
+    /// position. The later sources must all carry positions.
+    BaseAtPositions { rows: RecordBatch, ordering: Arc<OrderingChunks> },
     /// Rows of a log data block, aligned to the table schema; with the base-file position of
     /// each row when the block carries positions for the base file
     /// ([`crate::log::positions`]).
@@ -510,20 +512,25 @@ pub fn merge(
         .map(|b| MergeColumns::of(b, rule.compared_ordering_column(), !by_position))
         .collect::<Result<Vec<_>>>()?;
     let base_rows = if has_base { batches[0].num_rows() } else { 0 };
-    if base_ordering.is_some() && !by_position && !later.is_empty() {
-        return Err(Error::new(ErrorKind::Internal, "base ordering values by position for versions without positions"));
-    }
-    let base_ordering_values = base_ordering.as_ref().map(|values| OrderingColumn::of(values.as_ref()));
-    let input = MergeInput { schema, batches: &batches, columns: &columns, base_ordering: base_ordering_values, has_base, rule, change_range, output };
     // Versions written after the base file, grouped by base-file position or by key.
-    if by_position {
+    let by_positions = by_position.then(|| {
         let entries = later.iter().flat_map(|(source, positions)| positions.iter().flatten().copied().zip(source.entries()));
         let log = LogIndex::new(entries.collect());
         let matches = log.match_positions(base_rows);
-        if base_ordering.as_ref().is_some_and(|values| values.len() != matches.len()) {
-            return Err(Error::new(ErrorKind::Internal, "base ordering values do not match the base rows named by position"));
+        (log, matches)
+    });
+    // The ordering values of the matched base rows, when the base file came without them.
+    let base_ordering = match (base_ordering, &by_positions) {
+        (Some(chunks), Some((_, matches))) => Some(chunks.values_at(&matches.iter().map(|&(row, _)| row as u64).collect::<Vec<_>>())?),
+        (Some(_), None) if !later.is_empty() => {
+            return Err(Error::new(ErrorKind::Internal, "a base file without ordering values for versions without positions"))
         }
-        return input.finish(&log, &matches);
+        _ => None,
+    };
+    let base_ordering = base_ordering.as_ref().map(|values| OrderingColumn::of(values.as_ref()));
+    let input = MergeInput { schema, batches: &batches, columns: &columns, base_ordering, has_base, rule, change_range, output };
+    if let Some((log, matches)) = &by_positions {
+        return input.finish(log, matches);
     }
     let entries = later.iter().flat_map(|(source, _)| source.entries()).map(|entry| {
         let key = entry.record_key(&columns).ok_or_else(|| Error::new(ErrorKind::Internal, "log rows without keys"))?;

@@ -8,7 +8,7 @@
 //! its file group as of the range start.
 
 pub mod aggregate;
-mod base_ordering;
+pub mod base_ordering;
 pub mod filter;
 pub mod merge;
 pub mod prefetch;
@@ -816,19 +816,17 @@ impl TableReader {
         // (Not when it is the only column: an empty projection would leave the rows uncounted.)
         let in_place = ordering_in_place
             .filter(|_| pruning.is_none() && record_keys.is_none())
-            .and_then(|field| Some((field, OrderingChunks::chunk_ranges(&metadata, field.name())?)))
-            .filter(|(_, (_, root, _))| roots.as_ref().is_some_and(|roots| roots.iter().any(|r| r != root)));
+            .and_then(|field| Some((field, OrderingChunks::plan(&metadata, field.name())?)))
+            .filter(|(_, plan)| roots.as_ref().is_some_and(|roots| roots.iter().any(|&r| r != plan.root)));
         let mut ordering_ranges = Vec::new();
-        if let (Some((_, (_, root, ranges))), Some(roots)) = (&in_place, &mut roots) {
-            roots.retain(|r| r != root);
-            ordering_ranges = ranges.clone();
+        if let (Some((_, plan)), Some(roots)) = (&in_place, &mut roots) {
+            roots.retain(|&r| r != plan.root);
+            ordering_ranges = plan.ranges.clone();
         }
         // The ordering chunks are fetched with the other columns' first ranges: one round trip.
         let read = BaseFileRead { groups: &groups, selection, roots };
         let (row_groups, ordering_bytes) = read.fetch_with(ordering_ranges, &location, &mut reader, &metadata).await?;
-        let ordering = in_place.map(|(field, (leaf, root, ranges))| {
-            OrderingChunks::of_fetched(&location, &metadata, (leaf, root), field.data_type(), ranges, ordering_bytes)
-        });
+        let ordering = in_place.map(|(field, plan)| OrderingChunks::of_fetched(&location, &metadata, plan, field.data_type(), ordering_bytes));
         Ok(Some(FetchedBase { location, row_groups, rows, keys_matched, ordering }))
     }
 }

@@ -255,7 +255,11 @@ impl SliceRead {
     /// Merges the decoded base rows with the log blocks (consuming them); with the base's
     /// `ordering` chunks, the base rows' ordering values are read for the rows the blocks name.
     fn merge_with_logs(&mut self, base: Option<RecordBatch>, ordering: Option<OrderingChunks>) -> Result<Merged> {
-        let mut sources: Vec<MergeSource> = base.map(MergeSource::Base).into_iter().collect();
+        let base = base.map(|rows| match ordering {
+            Some(ordering) => MergeSource::BaseAtPositions { rows, ordering: Arc::new(ordering) },
+            None => MergeSource::Base(rows),
+        });
+        let mut sources: Vec<MergeSource> = base.into_iter().collect();
         for (path, instant, block) in std::mem::take(&mut self.blocks) {
             let context = || format!("reading block at {} of {path}", block.offset);
             let mut positions = match &self.positions_of {
@@ -286,11 +290,6 @@ impl SliceRead {
                 None => {}
             }
         }
-        if let (Some(ordering), Some(MergeSource::Base(rows))) = (ordering, sources.first()) {
-            let rows = rows.clone();
-            let ordering = ordering.values_at(&named_base_rows(&sources[1..], rows.num_rows()))?;
-            sources[0] = MergeSource::BaseAtPositions { rows, ordering };
-        }
         let change_range = match &self.kind {
             SliceOutput::Changes { instants, .. } => Some(instants),
             SliceOutput::Snapshot => None,
@@ -301,22 +300,6 @@ impl SliceRead {
         };
         merge(&self.schema, sources, self.rule, change_range, output)
     }
-}
-
-/// The base rows of a file of `base_rows` rows that the `later` sources name by position:
-/// sorted, each once.
-fn named_base_rows(later: &[MergeSource], base_rows: usize) -> Vec<u64> {
-    let positions = later.iter().flat_map(|source| match source {
-        MergeSource::Data { positions, .. } | MergeSource::Deletes { positions, .. } => positions.as_deref().unwrap_or_default(),
-        MergeSource::Base(_) | MergeSource::BaseAtPositions { .. } => &[],
-    });
-    let mut named: Vec<u64> = positions.copied().filter(|&p| p < base_rows as u64).collect();
-    // One block's positions come sorted and distinct.
-    if !named.is_sorted_by(|a, b| a < b) {
-        named.sort_unstable();
-        named.dedup();
-    }
-    named
 }
 
 /// Decodes a fetched base file into one batch aligned to `schema` (one batch for the file:

@@ -139,7 +139,7 @@ mod tests {
     use std::sync::Arc;
 
     #[test]
-    fn base_files_delta_encode_keys_and_files_compress_and_index_only_what_shrinks() {
+    fn parquet_files_delta_encode_keys_and_compress_and_index_only_what_shrinks() {
         let n = 20_000i64;
         let schema = Schema::new(vec![
             Field::new("_hoodie_record_key", DataType::Utf8, true),
