@@ -112,6 +112,17 @@ impl FileSystemView {
         }
     }
 
+    /// The listing this view is made of: `(relative path, size)` of every data file it has,
+    /// from which [`Self::from_listing`] makes the same view.
+    pub fn listing(&self) -> Vec<(String, u64)> {
+        let mut listing = Vec::new();
+        for ((partition, _), files) in &self.groups {
+            let names = files.bases.iter().map(|b| (&b.name, b.size)).chain(files.logs.iter().map(|l| (&l.name, l.size)));
+            listing.extend(names.map(|(name, size)| (crate::table::files::path_in_partition(partition, name), size)));
+        }
+        listing
+    }
+
     /// `(partition, file id)` of every file group.
     pub fn file_groups(&self) -> impl Iterator<Item = (&str, &str)> {
         self.groups.keys().map(|(p, f)| (p.as_str(), f.as_str()))

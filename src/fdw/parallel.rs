@@ -1,8 +1,10 @@
-//! Parallel scans: a partial path whose slices the leader and PostgreSQL's parallel workers
-//! take one at a time from a counter in dynamic shared memory. The leader puts its snapshot
-//! there (the timeline listing its reader was loaded from, the writes it sees as decided, the
-//! slices and the scan's options), so that a worker reads exactly what the leader would have,
-//! whatever committed since. Aggregates that are not pushed run on top as PostgreSQL's
+//! Parallel scans: a partial path whose units (file slices, or parts of a slice's base file
+//! where the slice needs no merge) the leader and PostgreSQL's parallel workers take one at a
+//! time from a counter in dynamic shared memory. The leader puts its snapshot there (the
+//! timeline listing its reader was loaded from, the writes it sees as decided, the slices,
+//! their units and the scan's options), so that a worker reads exactly what the leader would
+//! have, whatever committed since. Units a few times more than the processes let them finish
+//! together, and start on a small unit each. Aggregates that are not pushed run on top as PostgreSQL's
 //! Partial Aggregate → Gather → Finalize Aggregate.
 //!
 //! Only the partial path is parallel-safe: the other paths of a Hudi table never run inside a
@@ -10,6 +12,7 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use engine::read::prefetch::ScanUnit;
 use engine::read::{ReaderState, ScanOptions, ScanStats, TableReader};
 use engine::view::FileSlice;
 use pgrx::pg_sys;
@@ -26,18 +29,23 @@ struct SharedScan {
     state: ReaderState,
     options: ScanOptions,
     slices: Vec<FileSlice>,
+    units: Vec<ScanUnit>,
 }
+
+/// How many units a parallel scan hands each process, about: the last units to finish are
+/// what the others wait for.
+const UNITS_PER_PROCESS: usize = 16;
 
 /// The head of the scan's shared memory.
 #[repr(C)]
 struct Shared {
-    /// The next slice to hand out.
+    /// The next unit to hand out.
     next: AtomicU32,
     /// Bytes of JSON that follow.
     length: u32,
 }
 
-/// A claim on the slices of `shared`, which lives as long as the parallel query.
+/// A claim on the units of `shared`, which lives as long as the parallel query.
 fn claims(shared: *const Shared) -> engine::read::prefetch::Claim {
     // SAFETY: the shared memory outlives every read of the scan (PostgreSQL re-initializes
     // the scan, and calls InitializeDSMForeignScan again, before a new one).
@@ -85,33 +93,35 @@ pub unsafe fn add_partial_path(root: *mut pg_sys::PlannerInfo, baserel: *mut pg_
     pg_sys::add_partial_path(baserel, path.cast());
 }
 
-/// The leader's scan, as JSON for its workers (made once, kept in the state between
-/// estimating and writing the shared memory).
-unsafe fn shared_json(node: *mut pg_sys::ForeignScanState) -> Option<String> {
+/// The leader's scan, as JSON for its workers, and its units (made once for the `pcxt`'s
+/// processes, kept in the state between estimating and writing the shared memory).
+unsafe fn shared_scan(node: *mut pg_sys::ForeignScanState, pcxt: *mut pg_sys::ParallelContext) -> Option<(String, Vec<ScanUnit>)> {
     let state = ((*node).fdw_state as *mut ScanState).as_mut()?;
-    if state.shared_json.is_none() {
+    if state.shared.is_none() {
         let Source::Lake(scan) = &state.source else { return None };
         let (reader, options, slices) = scan.parts();
-        let shared = SharedScan { state: reader.state(), options: options.clone(), slices: slices.to_vec() };
-        state.shared_json = Some(serde_json::to_string(&shared).unwrap_or_default());
+        let processes = (*pcxt).nworkers.max(0) as usize + usize::from(pg_sys::parallel_leader_participation);
+        let units = scan.shared_units(processes, UNITS_PER_PROCESS);
+        let shared = SharedScan { state: reader.state(), options: options.clone(), slices: slices.to_vec(), units: units.clone() };
+        state.shared = Some((serde_json::to_string(&shared).unwrap_or_default(), units));
     }
-    state.shared_json.clone()
+    state.shared.clone()
 }
 
 #[pgrx::pg_guard]
-pub unsafe extern "C-unwind" fn estimate_dsm(node: *mut pg_sys::ForeignScanState, _pcxt: *mut pg_sys::ParallelContext) -> pg_sys::Size {
-    std::mem::size_of::<Shared>() + shared_json(node).map_or(0, |json| json.len())
+pub unsafe extern "C-unwind" fn estimate_dsm(node: *mut pg_sys::ForeignScanState, pcxt: *mut pg_sys::ParallelContext) -> pg_sys::Size {
+    std::mem::size_of::<Shared>() + shared_scan(node, pcxt).map_or(0, |(json, _)| json.len())
 }
 
 #[pgrx::pg_guard]
-pub unsafe extern "C-unwind" fn initialize_dsm(node: *mut pg_sys::ForeignScanState, _pcxt: *mut pg_sys::ParallelContext, coordinate: *mut std::ffi::c_void) {
+pub unsafe extern "C-unwind" fn initialize_dsm(node: *mut pg_sys::ForeignScanState, pcxt: *mut pg_sys::ParallelContext, coordinate: *mut std::ffi::c_void) {
     let shared = coordinate as *mut Shared;
-    let json = shared_json(node).unwrap_or_default();
+    let (json, units) = shared_scan(node, pcxt).unwrap_or_default();
     std::ptr::write(shared, Shared { next: AtomicU32::new(0), length: json.len() as u32 });
     std::ptr::copy_nonoverlapping(json.as_ptr(), (shared as *mut u8).add(std::mem::size_of::<Shared>()), json.len());
-    // The leader takes slices from the counter too.
+    // The leader takes units from the counter too.
     if let Some(ScanState { source: Source::Lake(scan), .. }) = ((*node).fdw_state as *mut ScanState).as_mut() {
-        scan.claiming(claims(shared));
+        scan.claiming(claims(shared), units);
     }
 }
 
@@ -134,7 +144,7 @@ pub unsafe extern "C-unwind" fn initialize_worker(node: *mut pg_sys::ForeignScan
     let stats = ScanStats { slices_total: plan.slices.len(), slices_kept: plan.slices.len(), ..Default::default() };
     let mut state = scan::lake_scan(node, &table, scan::read_spec(&table), reader, plan.options, plan.slices, stats);
     if let Source::Lake(scan) = &mut state.source {
-        scan.claiming(claims(shared));
+        scan.claiming(claims(shared), plan.units);
     }
     scan::install_state(node, state);
 }

@@ -380,8 +380,9 @@ pub(crate) struct ScanState {
     /// For the target of an UPDATE or DELETE: the table's URI, and the origin number and
     /// base-file positions of `batch`'s rows, which become their ctids.
     row_positions: Option<RowPositions>,
-    /// What a parallel scan's leader shares with its workers ([`crate::fdw::parallel`]).
-    pub(crate) shared_json: Option<String>,
+    /// What a parallel scan's leader shares with its workers, as JSON, and the scan's units
+    /// ([`crate::fdw::parallel`]).
+    pub(crate) shared: Option<(String, Vec<engine::read::prefetch::ScanUnit>)>,
 }
 
 struct RowPositions {
@@ -436,7 +437,7 @@ pub unsafe extern "C-unwind" fn begin_foreign_scan(node: *mut pg_sys::ForeignSca
         // A cache gone since planning leaves the lake to answer (every qual is rechecked).
         if let Some(probe) = lookup::begin(node, relid, lookup_plan, (*plan).fdw_exprs, info.options.columns.as_deref()) {
             let columns = cached_bindings((*relation).rd_att, probe.projection.schema());
-            let state = ScanState { source: Source::Lookup(probe), batch: None, next_row: 0, columns, readers: Vec::new(), row_positions: None, shared_json: None };
+            let state = ScanState { source: Source::Lookup(probe), batch: None, next_row: 0, columns, readers: Vec::new(), row_positions: None, shared: None };
             install_state(node, state);
             return;
         }
@@ -486,7 +487,7 @@ pub(crate) unsafe fn lake_scan(
         columns,
         readers: Vec::new(),
         row_positions,
-        shared_json: None,
+        shared: None,
     }
 }
 

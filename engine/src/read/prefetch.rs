@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 use arrow::record_batch::RecordBatch;
 
 use crate::error::Result;
-use crate::read::{ScanOptions, ScanStats, SliceQuery, SliceRead, TableReader};
+use crate::read::{ScanOptions, ScanStats, SlicePart, SliceQuery, SliceRead, TableReader};
 use crate::view::FileSlice;
 
 type SliceRows = Result<Option<RecordBatch>>;
@@ -21,9 +21,21 @@ type SliceRows = Result<Option<RecordBatch>>;
 /// partial, say); its output is what [`SliceScan::next`] returns.
 pub type Transform = std::sync::Arc<dyn Fn(Option<RecordBatch>) -> SliceRows + Send + Sync>;
 
-/// Hands out the slices of a scan shared by processes (a parallel scan): the index of the
-/// next slice this scan reads, or `None` when every slice is taken.
+/// Hands out the units of a scan shared by processes (a parallel scan): the index of the
+/// next unit this scan reads, or `None` when every unit is taken.
 pub type Claim = Box<dyn FnMut() -> Option<usize>>;
+
+/// What one process of a scan shared by processes reads at a time: a slice (by index in the
+/// scan's slices), or a part of one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ScanUnit {
+    pub slice: usize,
+    pub part: SlicePart,
+}
+
+/// A part of a base file has this many of its bytes at least (of all its columns): a part
+/// reads the footer and page index again, and the pages at its ends twice.
+const MIN_PART_BYTES: u64 = 256 << 10;
 
 /// A submitted slice.
 enum Pending {
@@ -69,12 +81,14 @@ pub struct SliceScan {
     query: SliceQuery,
     options: ScanOptions,
     slices: Vec<FileSlice>,
-    /// The next slice to fetch, when this scan reads them all in order.
-    next_slice: usize,
-    /// Where the next slice comes from instead, when other processes read the same slices.
+    /// What the scan reads, in order: each slice whole, unless the scan is shared by processes.
+    units: Vec<ScanUnit>,
+    /// The next unit to fetch, when this scan reads them all in order.
+    next_unit: usize,
+    /// Where the next unit comes from instead, when other processes read the same units.
     claim: Option<Claim>,
     depth: usize,
-    /// Fetched slices (by index in `slices`), oldest first.
+    /// Fetched units (by the index in `slices` of their slice), oldest first.
     pending: VecDeque<(usize, Pending)>,
     /// The slice whose rows `next` returned last.
     current: Option<usize>,
@@ -93,12 +107,14 @@ impl SliceScan {
         stats: ScanStats,
         depth: usize,
     ) -> SliceScan {
+        let units = (0..slices.len()).map(|slice| ScanUnit { slice, part: SlicePart::WHOLE }).collect();
         SliceScan {
             reader,
             query,
             options,
             slices,
-            next_slice: 0,
+            units,
+            next_unit: 0,
             claim: None,
             depth,
             pending: VecDeque::new(),
@@ -108,11 +124,30 @@ impl SliceScan {
         }
     }
 
-    /// The scan reads the slices `claim` hands out, in the order it does (from now on: slices
-    /// already in flight are dropped).
-    pub fn claiming(&mut self, claim: Claim) {
+    /// The scan reads those of `units` that `claim` hands out, in the order it does (from now
+    /// on: units already in flight are dropped).
+    pub fn claiming(&mut self, claim: Claim, units: Vec<ScanUnit>) {
         self.pending.clear();
+        self.units = units;
         self.claim = Some(claim);
+    }
+
+    /// The units of this scan shared by `processes`: the slices split into about
+    /// `per_process` units for each process, where that leaves a part at least
+    /// `MIN_PART_BYTES` of its base file, so that the processes finish together and each
+    /// starts on a small unit. Only slices whose rows need no merge are split ([`SlicePart`]).
+    pub fn shared_units(&self, processes: usize, per_process: usize) -> Vec<ScanUnit> {
+        let wanted = processes.max(1) * per_process.max(1);
+        let parts = wanted.div_ceil(self.slices.len().max(1)) as u64;
+        let snapshot = matches!(self.query, SliceQuery::Snapshot(_));
+        let mut units = Vec::with_capacity(self.slices.len());
+        for (index, slice) in self.slices.iter().enumerate() {
+            let splittable = snapshot && slice.log_files.is_empty();
+            let bytes = slice.base_file.as_ref().filter(|_| splittable).map_or(0, |base| base.size);
+            let count = parts.min(bytes / MIN_PART_BYTES).clamp(1, u32::MAX as u64) as u32;
+            units.extend((0..count).map(|part| ScanUnit { slice: index, part: SlicePart { index: part, count } }));
+        }
+        units
     }
 
     /// The reader, options and slices of the scan.
@@ -132,17 +167,17 @@ impl SliceScan {
 
     /// Starts over from the first slice; slices in flight are dropped.
     pub fn restart(&mut self) {
-        self.next_slice = 0;
+        self.next_unit = 0;
         self.pending.clear();
         self.current = None;
     }
 
-    /// The slice whose rows the last [`Self::next`] returned.
+    /// The slice whose rows (or a part of them) the last [`Self::next`] returned.
     pub fn current_slice(&self) -> Option<&FileSlice> {
         self.current.map(|i| &self.slices[i])
     }
 
-    /// The rows of the next slice (`Ok(None)`: it has none); `None` after the last one.
+    /// The rows of the next unit (`Ok(None)`: it has none); `None` after the last one.
     pub async fn next(&mut self) -> Option<Result<Option<RecordBatch>>> {
         if self.pending.is_empty() {
             if let Err(e) = self.fetch_ahead(1).await {
@@ -157,17 +192,17 @@ impl SliceScan {
         Some(fetched.and(rows))
     }
 
-    /// Fetches and starts slices until `in_flight` are pending or none is left.
+    /// Fetches and starts units until `in_flight` are pending or none is left.
     async fn fetch_ahead(&mut self, in_flight: usize) -> Result<()> {
         while self.pending.len() < in_flight {
             let index = match &mut self.claim {
-                Some(claim) => claim().filter(|&i| i < self.slices.len()),
-                None => Some(self.next_slice).filter(|&i| i < self.slices.len()),
+                Some(claim) => claim(),
+                None => Some(self.next_unit),
             };
-            let Some(index) = index else { break };
-            self.next_slice = index + 1;
-            let read = self.reader.fetch_slice(&self.slices[index], &self.query, &self.options, &mut self.stats).await?;
-            self.pending.push_back((index, Pending::start(read, self.depth > 0, self.transform.clone())));
+            let Some(&ScanUnit { slice, part }) = index.and_then(|i| self.units.get(i)) else { break };
+            self.next_unit = index.map_or(self.next_unit, |i| i + 1);
+            let read = self.reader.fetch_slice_part(&self.slices[slice], part, &self.query, &self.options, &mut self.stats).await?;
+            self.pending.push_back((slice, Pending::start(read, self.depth > 0, self.transform.clone())));
         }
         Ok(())
     }
