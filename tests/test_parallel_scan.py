@@ -1,12 +1,13 @@
 """Parallel scans of Hudi tables.
 
 A scan too large for one process gets a partial path: the leader and PostgreSQL's parallel
-workers take file slices one at a time from a counter in shared memory, each reading the
-leader's snapshot (its timeline listing and decided writes travel with the slices). The tests
+workers take units (file slices, or parts of the base file of a slice without logs) one at a
+time from a counter in shared memory, each reading the leader's snapshot (its timeline listing,
+files and decided writes travel with the slices). The tests
 compare parallel plans with serial plans of the same query and with a heap copy, over a table
 whose slices have base files only, base files and logs, and logs only, as a role that is not
 a superuser, under a non-UTC TimeZone; they check from EXPLAIN ANALYZE that workers were
-launched and read rows, that aggregates which are not pushed run as Partial Aggregate →
+launched and read rows, that slices without logs were handed out in parts, that aggregates which are not pushed run as Partial Aggregate →
 Gather → Finalize Aggregate, that incremental reads go parallel too, and that a transaction
 that wrote the table reads it alone (its own rows are in its backend).
 """
@@ -17,7 +18,7 @@ import psycopg
 
 from conftest import new_lake
 
-ROWS = 40_000
+ROWS = 160_000
 LATE = 3
 PARALLEL = ("SET parallel_setup_cost = 0", "SET parallel_tuple_cost = 0", "SET min_parallel_table_scan_size = 0",
             "SET max_parallel_workers_per_gather = 2", "SET hudi.aggregate_pushdown = off")
@@ -48,7 +49,7 @@ def test_parallel_scans_read_what_serial_scans_read(cluster):
         conn.execute("UPDATE t SET qty = qty + 1000, ts = ts + interval '1 day' WHERE id % 10 = 0")
         conn.execute("DELETE FROM t WHERE id % 97 = 0")
         conn.execute("SELECT * FROM hudi.compact('t')")
-        conn.execute("UPDATE t SET qty = -qty WHERE id % 5000 = 1")
+        conn.execute("UPDATE t SET qty = -qty WHERE id % 40000 = 1")
         start = conn.execute("SELECT max(instant) FROM hudi.timeline('t') WHERE action = 'deltacommit'").fetchone()[0]
         # A few late keys: logs on a few slices, the others keep base files alone.
         conn.execute(f"""INSERT INTO t SELECT g, 'late ' || g, 'd', g % 7, timestamptz '2026-02-01'
@@ -72,6 +73,9 @@ def test_parallel_scans_read_what_serial_scans_read(cluster):
         assert "Parallel Foreign Scan on public.t" in explained and "Gather" in explained, explained
         launched = int(re.search(r"Workers Launched: (\d+)", explained).group(1))
         assert launched >= 1, explained
+        # The slices without logs are handed out in parts, the others whole.
+        units = re.search(r"Hudi Parallel Units: (\d+) \((\d+) slices in parts\)", explained)
+        assert units and int(units.group(2)) >= 1 and int(units.group(1)) > sum(kinds.values()), explained
         # Each process's rows: the leader's and each worker's add up to the table's.
         worker_rows = [int(n) for n in re.findall(r"Worker \d+:\s+actual rows=(\d+)", explained)]
         assert any(n > 0 for n in worker_rows), explained

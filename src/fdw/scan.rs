@@ -662,6 +662,11 @@ pub unsafe extern "C-unwind" fn explain_foreign_scan(node: *mut pg_sys::ForeignS
     };
     explain_text("Hudi Partitions", &format!("{partitions_kept} of {partitions_total}"), es);
     explain_text("Hudi File Slices", &format!("{slices_kept} of {slices_total}"), es);
+    if let Some((_, units)) = state.and_then(|s| s.shared.as_ref()) {
+        // A parallel scan's units (EXPLAIN ANALYZE: they are made when the workers start).
+        let split = units.iter().filter(|unit| unit.part.index == 1).count();
+        explain_text("Hudi Parallel Units", &format!("{} ({split} slices in parts)", units.len()), es);
+    }
     if let Some(scan) = scan {
         let stats = scan.stats();
         explain_text("Hudi Row Groups", &format!("{} of {} read", stats.row_groups_kept, stats.row_groups_total), es);

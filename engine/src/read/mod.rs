@@ -485,9 +485,8 @@ impl TableReader {
 
     /// [`Self::fetch_slice`] of a `part` of the slice: with a page index in the base file, the
     /// part's rows and the data pages that hold them; without one, the row groups that start
-    /// in the part's rows. The row groups and rows kept are counted by the part, the row
-    /// groups in the file by its first part. A part of a slice whose rows need merging (see
-    /// [`SlicePart`]) is an error.
+    /// in the part's rows. The rows are counted by each part, the row groups by the first.
+    /// A part of a slice whose rows need merging (see [`SlicePart`]) is an error.
     pub async fn fetch_slice_part(
         &self,
         slice: &FileSlice,
@@ -826,9 +825,6 @@ impl TableReader {
         let page_index = pruning.is_some() || part.is_split();
         let Some((location, mut reader, metadata)) = self.open_base_file(slice, page_index).await? else { return Ok(None) };
         let row_groups = metadata.metadata().row_groups();
-        if part.index == 0 {
-            stats.row_groups_total += row_groups.len();
-        }
         // The file positions of each row group's rows.
         let group_rows: Vec<Range<u64>> = row_groups
             .iter()
@@ -843,6 +839,11 @@ impl TableReader {
             Some(filter) => filter.row_groups(metadata.metadata(), file_schema, parquet_schema),
             None => (0..group_rows.len()).collect(),
         };
+        // The row groups of a file split in parts count once, with its first part.
+        if part.index == 0 {
+            stats.row_groups_total += row_groups.len();
+            stats.row_groups_kept += groups.len();
+        }
         let mut roots: Option<Vec<usize>> = needed.map(|needed| {
             file_schema.fields().iter().enumerate().filter(|(_, f)| needed.contains(f.name())).map(|(i, _)| i).collect()
         });
@@ -859,7 +860,6 @@ impl TableReader {
                 false => share.contains(&group_rows[g].start),
             });
         }
-        stats.row_groups_kept += groups.len();
         let kept_rows: Vec<Range<u64>> = groups.iter().map(|&g| group_rows[g].clone()).collect();
         let share_selection = by_pages.then(|| selection_of_share(&kept_rows, &share));
         stats.base_rows_total += match by_pages {

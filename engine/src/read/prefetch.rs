@@ -35,7 +35,7 @@ pub struct ScanUnit {
 
 /// A part of a base file has this many of its bytes at least (of all its columns): a part
 /// reads the footer and page index again, and the pages at its ends twice.
-const MIN_PART_BYTES: u64 = 256 << 10;
+const MIN_PART_BYTES: u64 = 128 << 10;
 
 /// A submitted slice.
 enum Pending {
