@@ -806,11 +806,10 @@ impl TableReader {
     /// Fetches the column chunks of the slice's base file that `needed` names (all when
     /// `None`): of the row groups, and the data pages where the file has a page index, whose
     /// statistics `pruning` does not rule out, of the rows of `part` ([`Self::fetch_slice_part`]).
-    /// With `record_keys`, the record keys of those
-    /// rows are read first, and then the other columns of the rows with one of the keys only
-    /// (and not the record keys again when `(keys, true)`). The field `ordering_in_place`, of a
-    /// read of the whole file, is fetched with them but not decoded ([`OrderingChunks`]), when
-    /// the file allows.
+    /// With `record_keys`, the record keys of those rows are read first, and then the other
+    /// columns of the rows with one of the keys only (and not the record keys again when
+    /// `(keys, true)`). The field `ordering_in_place`, of a read of the whole file, is fetched
+    /// with them but not decoded ([`OrderingChunks`]), when the file allows.
     #[allow(clippy::too_many_arguments)]
     async fn fetch_base_file(
         &self,

@@ -33,8 +33,9 @@ pub struct ScanUnit {
     pub part: SlicePart,
 }
 
-/// A part of a base file has this many of its bytes at least (of all its columns): a part
-/// reads the footer and page index again, and the pages at its ends twice.
+/// A part of a base file has this many of its bytes at least (of all its columns): each part
+/// reads the footer and page index again, and of the columns but the largest, the pages at
+/// its ends are read by both neighbours.
 const MIN_PART_BYTES: u64 = 128 << 10;
 
 /// A submitted slice.
