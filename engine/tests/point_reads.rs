@@ -98,10 +98,7 @@ async fn check_against_snapshot(storage: &Storage, seed: u64, cases: usize) {
 /// the pages' rows whole and selects them (a request fewer).
 #[tokio::test]
 async fn key_filters_read_the_pages_and_versions_of_their_keys() {
-    let seed: u64 = std::env::var("PG_HUDI_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
-    });
-    println!("seed {seed}");
+    let seed = common::seed();
     let dir = tempfile::tempdir().unwrap();
     point_reads(local(dir.path()), seed).await;
     let uri = StorageUri::parse(&format!("memory:///point-reads-{seed}")).unwrap();

@@ -103,9 +103,9 @@ async fn compacted_table(storage: &Storage) {
     compact(storage, &writer(9), &LockOptions::default(), Duration::from_secs(60)).await.unwrap().unwrap();
 }
 
-/// Rewrites the table's one base file in row groups of `GROUP_ROWS` rows, without a page
-/// index (as older writers did), keeping its footer's key-value metadata.
-async fn without_page_index(dir: &std::path::Path) {
+/// Rewrites the table's one base file in row groups of `GROUP_ROWS` rows, with a page index
+/// or without one (as older writers did), keeping its footer's key-value metadata.
+async fn in_row_groups(dir: &std::path::Path, page_index: bool) {
     use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
     use parquet::arrow::ArrowWriter;
     use parquet::file::properties::{EnabledStatistics, WriterProperties};
@@ -117,8 +117,8 @@ async fn without_page_index(dir: &std::path::Path) {
     let batches: Vec<RecordBatch> = builder.build().unwrap().map(Result::unwrap).collect();
     let properties = WriterProperties::builder()
         .set_max_row_group_size(GROUP_ROWS as usize)
-        .set_statistics_enabled(EnabledStatistics::Chunk)
-        .set_offset_index_disabled(true)
+        .set_statistics_enabled(if page_index { EnabledStatistics::Page } else { EnabledStatistics::Chunk })
+        .set_offset_index_disabled(!page_index)
         .set_key_value_metadata(metadata)
         .build();
     let mut writer = ArrowWriter::try_new(std::fs::File::create(&path).unwrap(), schema, Some(properties)).unwrap();
@@ -151,22 +151,23 @@ const GROUP_ROWS: i64 = 10_000;
 
 #[tokio::test]
 async fn parts_read_their_own_rows_and_pages_under_filters() {
-    let seed: u64 = std::env::var("PG_HUDI_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
-    });
-    println!("seed {seed}");
+    let seed = common::seed();
     let dir = tempfile::tempdir().unwrap();
     let storage = local(dir.path());
     compacted_table(&storage).await;
-    check_parts(dir.path(), seed, true).await;
-    without_page_index(dir.path()).await;
-    check_parts(dir.path(), seed + 1, false).await;
+    check_parts(dir.path(), seed, true, 1).await;
+    // Shares across row groups, read by pages, then by row groups.
+    let groups = (ROWS as u64).div_ceil(GROUP_ROWS as u64) as usize;
+    in_row_groups(dir.path(), true).await;
+    check_parts(dir.path(), seed + 1, true, groups).await;
+    in_row_groups(dir.path(), false).await;
+    check_parts(dir.path(), seed + 2, false, groups).await;
 }
 
 /// Reads the table's one slice in parts under seeded filters: the parts read the slice's
 /// rows, and each its share: the rows of its share of the file and only the pages that hold
 /// them (`page_index`), or else the row groups that start in its share.
-async fn check_parts(dir: &std::path::Path, seed: u64, page_index: bool) {
+async fn check_parts(dir: &std::path::Path, seed: u64, page_index: bool, groups: usize) {
     let reader = TableReader::open(local(dir)).await.unwrap();
     let slices = reader.slices(&ReadBound::Latest).await.unwrap();
     let [slice] = slices.as_slice() else { panic!("one slice: {slices:?}") };
@@ -217,7 +218,6 @@ async fn check_parts(dir: &std::path::Path, seed: u64, page_index: bool) {
             assert_eq!((stats.base_rows_read, stats.base_rows_total), (ROWS as u64, ROWS as u64), "{context}");
         }
     }
-    let groups = if page_index { 1 } else { (ROWS as u64).div_ceil(GROUP_ROWS as u64) as usize };
     let (_, stats) = read_part(&reader, slice, SlicePart::WHOLE, &ScanOptions::default()).await;
     assert_eq!(stats.row_groups_total, groups);
 }

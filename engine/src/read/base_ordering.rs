@@ -25,6 +25,7 @@ use parquet::file::reader::{ChunkReader, Length};
 use parquet::file::serialized_reader::SerializedPageReader;
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::read::corrupt_file;
 
 /// Where a base file stores the ordering field: what to fetch for [`OrderingChunks`].
 pub(crate) struct OrderingPlan {
@@ -153,7 +154,7 @@ impl OrderingChunks {
     /// Appends the values of `chunk`'s rows `positions` to `values`; `false` when a page they
     /// are in is not stored so that they can be read in place.
     fn read_chunk_in_place(&self, chunk: &Chunk, positions: &[u64], width: usize, values: &mut MutableBuffer) -> Result<bool> {
-        let invalid = |e| corrupt(&self.location, e);
+        let invalid = |e| corrupt_file(&self.location, e);
         let column = self.metadata.metadata().row_group(chunk.row_group).column(self.leaf);
         let has_levels = self.metadata.parquet_schema().column(self.leaf).max_def_level() > 0;
         let input = Arc::new(ChunkBytes(vec![(chunk.start, chunk.bytes.clone())]));
@@ -203,9 +204,9 @@ impl OrderingChunks {
         let builder = ParquetRecordBatchReaderBuilder::new_with_metadata(input, self.metadata.clone());
         let mask = ProjectionMask::roots(builder.parquet_schema(), [self.root]);
         let groups = self.chunks.iter().map(|c| c.row_group).collect();
-        let reader = builder.with_row_groups(groups).with_projection(mask).build().map_err(|e| corrupt(&self.location, e))?;
+        let reader = builder.with_row_groups(groups).with_projection(mask).build().map_err(|e| corrupt_file(&self.location, e))?;
         let columns = reader.map(|batch| batch.map(|b| b.column(0).clone())).collect::<std::result::Result<Vec<_>, _>>();
-        let columns = columns.map_err(|e| corrupt(&self.location, e))?;
+        let columns = columns.map_err(|e| corrupt_file(&self.location, e))?;
         let internal = |e| Error::new(ErrorKind::Internal, "cannot select ordering values").with_source(e);
         let column = concat(&columns.iter().map(|c| c.as_ref()).collect::<Vec<_>>()).map_err(internal)?;
         // The decoded rows are the chunks' rows, one after another.
@@ -226,10 +227,6 @@ impl OrderingChunks {
             Error::new(ErrorKind::Corrupt, format!("the ordering field of {} cannot be read as {}", self.location, self.data_type)).with_source(e)
         })
     }
-}
-
-fn corrupt(location: &str, e: impl std::error::Error + Send + Sync + 'static) -> Error {
-    Error::new(ErrorKind::Corrupt, format!("invalid Parquet file {location}")).with_source(e)
 }
 
 /// Byte ranges of a file in memory, each `(file offset, bytes)`, as a [`ChunkReader`] of the

@@ -173,6 +173,11 @@ fn parquet_error(location: &str, error: parquet::errors::ParquetError) -> Error 
         },
         other => other,
     };
+    corrupt_file(location, error)
+}
+
+/// The Parquet file at `location` cannot be read: what `error` says of it.
+pub(crate) fn corrupt_file(location: &str, error: impl std::error::Error + Send + Sync + 'static) -> Error {
     Error::new(ErrorKind::Corrupt, format!("invalid Parquet file {location}")).with_source(error)
 }
 
@@ -860,11 +865,8 @@ impl TableReader {
             });
         }
         let kept_rows: Vec<Range<u64>> = groups.iter().map(|&g| group_rows[g].clone()).collect();
-        let share_selection = by_pages.then(|| selection_of_share(&kept_rows, &share));
-        stats.base_rows_total += match by_pages {
-            true => kept_rows.iter().map(|rows| rows.end.min(share.end).saturating_sub(rows.start.max(share.start))).sum(),
-            false => row_count(&kept_rows),
-        };
+        let share_selection = by_pages.then(|| selection_of(&kept_rows, [share.clone()]));
+        stats.base_rows_total += share_selection.as_ref().map_or(row_count(&kept_rows), |share| share.row_count() as u64);
         let mut selection = pruning.and_then(|f| f.row_selection(metadata.metadata(), &groups, file_schema, parquet_schema));
         selection = match (selection, share_selection) {
             (Some(pruned), Some(share)) => Some(pruned.intersection(&share)),
@@ -883,7 +885,7 @@ impl TableReader {
             if matched.is_empty() {
                 return Ok(Some(FetchedBase { location, row_groups: Vec::new(), rows: Vec::new(), keys_matched: true, ordering: None }));
             }
-            selection = Some(selection_of(&kept_rows, &matched));
+            selection = Some(selection_of(&kept_rows, matched.iter().map(|&p| p..p + 1)));
             rows = matched.into_iter().map(|p| p..p + 1).collect();
             keys_matched = true;
             // (Some column stays: an empty projection would leave the rows uncounted.)
@@ -1008,16 +1010,24 @@ fn row_count(ranges: &[Range<u64>]) -> u64 {
     ranges.iter().map(|r| r.end - r.start).sum()
 }
 
-/// The selection of the rows at file `positions` (ascending) among the rows of the row groups
-/// at `groups` (file position ranges, in the order read).
-fn selection_of(groups: &[Range<u64>], positions: &[u64]) -> RowSelection {
+/// The selection of the rows at file positions `ranges` (ascending, disjoint, each within
+/// the rows read) among the rows of the row groups at `groups` (file position ranges, in the
+/// order read).
+fn selection_of(groups: &[Range<u64>], ranges: impl IntoIterator<Item = Range<u64>>) -> RowSelection {
     let mut offset = 0u64;
-    let mut indices = Vec::with_capacity(positions.len());
-    let mut positions = positions.iter().copied().peekable();
+    let mut indices = Vec::new();
+    let mut ranges = ranges.into_iter().peekable();
     for group in groups {
-        while let Some(p) = positions.next_if(|p| group.contains(p)) {
-            let index = (offset + p - group.start) as usize;
-            indices.push(index..index + 1);
+        while let Some(range) = ranges.peek() {
+            let (start, end) = (group.start.max(range.start), group.end.min(range.end));
+            if start < end {
+                indices.push((offset + start - group.start) as usize..(offset + end - group.start) as usize);
+            }
+            // A range that goes on past this group goes on in the next.
+            if range.end > group.end {
+                break;
+            }
+            ranges.next();
         }
         offset += group.end - group.start;
     }
@@ -1044,21 +1054,6 @@ fn part_rows(part: SlicePart, metadata: &ParquetMetaData, group_rows: &[Range<u6
     };
     let end = |position: u64| if position == 0 || position >= rows { position } else { page_start_near(position).unwrap_or(position) };
     end(share.start)..end(share.end)
-}
-
-/// The selection of the rows at file positions `share` among the rows of the row groups at
-/// `groups` (file position ranges, in the order read).
-fn selection_of_share(groups: &[Range<u64>], share: &Range<u64>) -> RowSelection {
-    let mut offset = 0u64;
-    let mut indices = Vec::with_capacity(groups.len());
-    for group in groups {
-        let (start, end) = (group.start.max(share.start), group.end.min(share.end));
-        if start < end {
-            indices.push((offset + start - group.start) as usize..(offset + end - group.start) as usize);
-        }
-        offset += group.end - group.start;
-    }
-    RowSelection::from_consecutive_ranges(indices.into_iter(), offset as usize)
 }
 
 /// The file positions that `selection` selects of the rows of row groups at `groups` (file

@@ -305,9 +305,7 @@ impl SliceRead {
 /// Decodes a fetched base file into one batch aligned to `schema` (one batch for the file:
 /// its memory is the slice's anyway, and the merge walks it in one pass).
 fn decode_base(base: FetchedBase, schema: &SchemaRef, nulls: &NullColumns) -> Result<RecordBatch> {
-    let invalid = |e: arrow::error::ArrowError| {
-        Error::new(ErrorKind::Corrupt, format!("invalid Parquet file {}", base.location)).with_source(e)
-    };
+    let invalid = |e: arrow::error::ArrowError| crate::read::corrupt_file(&base.location, e);
     let mut batches = Vec::new();
     let mut file_schema = None;
     for row_group in base.row_groups {

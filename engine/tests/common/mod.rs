@@ -8,6 +8,16 @@ pub mod expected;
 use std::fs;
 use std::path::{Path, PathBuf};
 
+/// The seed of a seeded random test: `$PG_HUDI_SEED`, or else the clock's; printed, so that a
+/// failure can be run again with it.
+pub fn seed() -> u64 {
+    let seed = std::env::var("PG_HUDI_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
+    });
+    println!("seed {seed}");
+    seed
+}
+
 /// The repository's `tests/fixtures/hudi`, or `$HUDI_FIXTURES`.
 pub fn fixtures_root() -> PathBuf {
     let root = std::env::var_os("HUDI_FIXTURES")
