@@ -62,7 +62,7 @@ impl ServiceLease {
         let expires_at_ms = now_ms() + duration.as_millis();
         let content = Epoch { owner: owner.to_owned(), expires_at_ms, nonce: random_nonce() };
         let bytes = Bytes::from(serde_json::to_vec(&content).unwrap_or_default());
-        match EPOCHS.create_next(storage, &names, bytes).await? {
+        match EPOCHS.create_next(storage, &names, None, bytes).await? {
             Some(epoch) => Ok(Ok(ServiceLease { storage: storage.clone(), owner: owner.to_owned(), epoch, expires_at_ms })),
             // Another contender was first.
             None => Ok(Err(Holder { owner: String::new(), expires_in: duration })),

@@ -43,22 +43,51 @@ impl Epochs {
     /// (cleaned up after a newer epoch).
     pub async fn read<T: DeserializeOwned>(&self, storage: &Storage, path: &str) -> Result<Option<T>> {
         let Some(bytes) = storage.get_if_exists(path).await? else { return Ok(None) };
-        serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+        self.parse(storage, path, &bytes).map(Some)
+    }
+
+    /// An epoch's (or release mark's) JSON content `bytes`, read from `path`.
+    pub fn parse<T: DeserializeOwned>(&self, storage: &Storage, path: &str, bytes: &[u8]) -> Result<T> {
+        serde_json::from_slice(bytes).map_err(|e| {
             Error::new(ErrorKind::Corrupt, format!("{}/{path} is not an epoch of {}", storage.uri(), self.dir)).with_source(e)
         })
     }
 
     /// Creates the epoch after the latest of `names` (the folder as listed before deciding to
     /// take it) with `content`: its number when this caller now holds it, `None` when another
-    /// contender created it first. Epochs before the previous one are deleted, so a contender
-    /// that listed long ago can create a number that was used and deleted since; the latest two
-    /// always remain, so a newer epoch is then in sight, and the stale one is no claim.
-    pub async fn create_next(&self, storage: &Storage, names: &[(String, u64)], content: Bytes) -> Result<Option<u64>> {
-        let epoch = Self::latest(names).map_or(1, |(n, _)| n + 1);
+    /// contender created it first. `latest` is the latest epoch's content as the caller read
+    /// it, if it did.
+    ///
+    /// Epochs before the previous one are deleted, so a contender that listed long ago can
+    /// create a number that was used and deleted since. Such a create is no claim, and two
+    /// checks tell it: a listing shows a newer epoch, or the epoch before it is gone or not
+    /// the one the caller saw (a stale contender may have created that number again). The
+    /// listing alone is not enough: one that runs while newer epochs are created and the
+    /// latest two deleted may show none of them (entries created during a listing may be
+    /// missed, and entries deleted during it are).
+    pub async fn create_next(&self, storage: &Storage, names: &[(String, u64)], latest: Option<Bytes>, content: Bytes) -> Result<Option<u64>> {
+        let previous = Self::latest(names).map(|(n, _)| n);
+        let seen = match (previous, latest) {
+            (Some(previous), None) => match storage.get_if_exists(&self.name(previous)).await? {
+                Some(bytes) => Some(bytes),
+                None => return Ok(None),
+            },
+            (_, latest) => latest,
+        };
+        let epoch = previous.map_or(1, |n| n + 1);
         if !storage.put_if_absent(&self.name(epoch), content).await? {
             return Ok(None);
         }
-        if Self::latest(&self.list(storage).await?).is_some_and(|(latest, _)| latest > epoch) {
+        let overtaken = Self::latest(&self.list(storage).await?).is_some_and(|(latest, _)| latest > epoch);
+        let stale = match previous {
+            Some(previous) => storage.get_if_exists(&self.name(previous)).await? != seen,
+            None => false,
+        };
+        if overtaken || stale {
+            // A number used before: removed, so that no listing that misses the newer epochs
+            // takes it for the latest (and waits for its lease).
+            // (Best effort: left behind, it is below the latest epoch for every full listing.)
+            let _ = storage.delete(&self.name(epoch)).await;
             return Ok(None);
         }
         for (name, _) in names {
@@ -73,5 +102,71 @@ impl Epochs {
     /// Marks `epoch` released, with `content` (what the next holder needs to know).
     pub async fn release(&self, storage: &Storage, epoch: u64, content: Bytes) -> Result<()> {
         storage.put_if_absent(&self.released_name(epoch), content).await.map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::StorageUri;
+
+    const EPOCHS: Epochs = Epochs { dir: "epochs" };
+
+    fn storage() -> Storage {
+        let dir = tempfile::tempdir().unwrap().keep();
+        Storage::open(&StorageUri::parse(&format!("file://{}", dir.display())).unwrap(), &Default::default()).unwrap()
+    }
+
+    /// Takes the next epoch as a contender that lists first, and releases it.
+    async fn take_and_release(storage: &Storage, content: &str) -> u64 {
+        let names = EPOCHS.list(storage).await.unwrap();
+        let epoch = EPOCHS.create_next(storage, &names, None, Bytes::from(content.to_owned())).await.unwrap().unwrap();
+        EPOCHS.release(storage, epoch, Bytes::from_static(b"0")).await.unwrap();
+        epoch
+    }
+
+    fn numbers(names: &[(String, u64)]) -> Vec<String> {
+        let mut names: Vec<String> = names.iter().map(|(n, _)| n.trim_start_matches('0').to_owned()).collect();
+        names.sort();
+        names
+    }
+
+    /// A contender that listed long ago creates a number that was used and deleted since: no
+    /// claim, and its object is removed again.
+    #[tokio::test]
+    async fn a_stale_contender_does_not_take_a_reused_number() {
+        let storage = storage();
+        take_and_release(&storage, "a").await;
+        let stale = EPOCHS.list(&storage).await.unwrap();
+        for content in ["b", "c", "d"] {
+            take_and_release(&storage, content).await;
+        }
+        // Epoch 2 was deleted when 4 was created: the stale contender's create succeeds.
+        assert_eq!(EPOCHS.create_next(&storage, &stale, None, Bytes::from_static(b"late")).await.unwrap(), None);
+        assert_eq!(numbers(&EPOCHS.list(&storage).await.unwrap()), ["3", "3.released", "4", "4.released"]);
+    }
+
+    /// The same when its listing after the create misses the newer epochs (as one that runs
+    /// while they are created and the latest two deleted can): here they are gone for good.
+    /// The epoch it saw as the latest is gone, so the number is not its.
+    #[tokio::test]
+    async fn a_stale_contender_that_sees_no_newer_epoch_still_does_not_take_it() {
+        let storage = storage();
+        take_and_release(&storage, "a").await;
+        let stale = EPOCHS.list(&storage).await.unwrap();
+        let seen = storage.get(&EPOCHS.name(1)).await.unwrap();
+        for content in ["b", "c", "d"] {
+            take_and_release(&storage, content).await;
+        }
+        for (name, _) in EPOCHS.list(&storage).await.unwrap() {
+            storage.delete(&format!("epochs/{name}")).await.unwrap();
+        }
+        assert_eq!(EPOCHS.create_next(&storage, &stale, Some(seen.clone()), Bytes::from_static(b"late")).await.unwrap(), None);
+        // Nor when another stale contender created the epoch it saw again.
+        storage.put_if_absent(&EPOCHS.name(1), Bytes::from_static(b"other")).await.unwrap();
+        assert_eq!(EPOCHS.create_next(&storage, &stale, Some(seen), Bytes::from_static(b"late")).await.unwrap(), None);
+        assert_eq!(numbers(&EPOCHS.list(&storage).await.unwrap()), ["1"]);
+        // A contender that lists now takes the next number.
+        assert_eq!(take_and_release(&storage, "e").await, 2);
     }
 }

@@ -156,13 +156,16 @@ impl<'a> TableLock<'a> {
     /// One attempt: the lock, or `None` when it is held or another writer took it first.
     async fn try_acquire(storage: &'a Storage, owner: &str, options: &LockOptions) -> Result<Option<TableLock<'a>>> {
         let names = EPOCHS.list(storage).await?;
+        let mut latest = None;
         let floor_ms = match Epochs::latest(&names) {
             None => match storage.get_if_exists(LEGACY_LAST_TIME_PATH).await? {
                 Some(bytes) => String::from_utf8_lossy(&bytes).trim().parse::<i64>().unwrap_or(0),
                 None => 0,
             },
             Some((epoch, released)) => {
-                let Some(held) = EPOCHS.read::<Epoch>(storage, &EPOCHS.name(epoch)).await? else { return Ok(None) };
+                let Some(bytes) = storage.get_if_exists(&EPOCHS.name(epoch)).await? else { return Ok(None) };
+                let held: Epoch = EPOCHS.parse(storage, &EPOCHS.name(epoch), &bytes)?;
+                latest = Some(bytes);
                 if released {
                     match EPOCHS.read::<i64>(storage, &EPOCHS.released_name(epoch)).await? {
                         Some(last) => last.max(held.floor_ms),
@@ -180,7 +183,7 @@ impl<'a> TableLock<'a> {
         let expires_at_ms = now_ms() + options.lease.as_millis();
         let content = Epoch { owner: owner.to_owned(), expires_at_ms, floor_ms, nonce: random_nonce() };
         let bytes = Bytes::from(serde_json::to_vec(&content).unwrap_or_default());
-        let Some(epoch) = EPOCHS.create_next(storage, &names, bytes).await? else { return Ok(None) };
+        let Some(epoch) = EPOCHS.create_next(storage, &names, latest, bytes).await? else { return Ok(None) };
         HELD.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         Ok(Some(TableLock { storage, epoch, expires_at_ms, margin_ms: options.margin(), last_ms: std::cell::Cell::new(floor_ms) }))
     }
