@@ -241,6 +241,56 @@ async fn versions_by_position_win_by_ordering_value_however_it_is_read() {
     assert_reads_as(&storage, &model, "several versions of some base rows").await;
 }
 
+/// Versions by position whose ordering values are all at least every base row's (the usual
+/// update: a later event time), one equal to the greatest: the base files' and log blocks'
+/// statistics show that no base row can win, and the base rows' values are not read. Then one
+/// version lower than its base row's value: they are read again. Either way the rows are the
+/// model's.
+#[tokio::test]
+async fn versions_later_than_every_base_row_read_as_the_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = local(dir.path());
+    let config = create_table(&storage, &spec()).await.unwrap();
+    let n = 6000;
+    let names: Vec<String> = (0..n).map(|i| format!("c{i}")).collect();
+    let data: Vec<(i64, &str, &str, i64)> = (0..n).map(|i| (i as i64, names[i].as_str(), "nl", 1000 + 3 * i as i64)).collect();
+    let mut tx = Transaction::begin(storage.clone(), config, writer(1), LockOptions::default()).await.unwrap();
+    tx.upsert(&rows(&data)).await.unwrap();
+    tx.commit().await.unwrap();
+    compact(&storage, &writer(9), &LockOptions::default(), Duration::from_secs(60)).await.unwrap().unwrap();
+    let mut model: Versions = data.iter().map(|r| (r.0, (r.1.to_owned(), r.3, true))).collect();
+    let greatest = data.iter().map(|r| r.3).max().unwrap();
+
+    let read = read_with_positions(&storage, None).await;
+    let at = |id: i64| read.iter().find(|r| r.id == id).unwrap();
+    let later: Vec<(&ReadRow, String, i64)> = (0..n as i64)
+        .filter(|id| id % 7 == 0 || *id == n as i64 - 1)
+        .map(|id| (at(id), format!("c{id}-u1"), if id == n as i64 - 1 { greatest } else { greatest + id % 3 }))
+        .collect();
+    let before = log_files(&storage).await;
+    versions_by_position(&storage, &mut model, &later, &[]).await;
+    assert_eq!(model[&(n as i64 - 1)].0, format!("c{}-u1", n - 1), "a tie goes to the later version");
+    // What the bound needs: every block states the least ordering value exactly, and no NULLs.
+    let written: Vec<String> = log_files(&storage).await.difference(&before).cloned().collect();
+    assert!(!written.is_empty());
+    for path in &written {
+        for block in read_blocks(&storage.get(path).await.unwrap()) {
+            let footer = parquet::file::metadata::ParquetMetaDataReader::new().parse_and_finish(&block.content).unwrap();
+            for group in footer.row_groups() {
+                let ts = group.columns().iter().find(|c| c.column_path().string() == "ts").unwrap();
+                let statistics = ts.statistics().unwrap();
+                assert!(statistics.min_is_exact() && statistics.null_count_opt() == Some(0), "{path}: {statistics:?}");
+            }
+        }
+    }
+    assert_reads_as(&storage, &model, "versions later than every base row").await;
+    // One version lower than its base row's value, which keeps its row.
+    let lower = [(at(1), "c1-u2".to_owned(), at(1).ts - 1), (at(2), "c2-u2".to_owned(), greatest + 5)];
+    versions_by_position(&storage, &mut model, &lower, &[]).await;
+    assert_eq!(model[&1].0, "c1");
+    assert_reads_as(&storage, &model, "and one version lower than its base row").await;
+}
+
 /// Reads of the whole snapshot return `model`'s live keys: with the ordering values read in
 /// place (a read without the ordering field), with the field decoded, with every column, and
 /// merged by key.

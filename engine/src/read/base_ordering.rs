@@ -12,20 +12,122 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use arrow::array::{make_array, Array, ArrayData, ArrayRef, UInt64Array};
+use arrow::array::{make_array, Array, ArrayData, ArrayRef, Int64Array, UInt64Array};
 use arrow::buffer::MutableBuffer;
 use arrow::compute::{cast_with_options, concat, take, CastOptions};
 use arrow::datatypes::DataType;
 use bytes::Bytes;
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ParquetRecordBatchReaderBuilder};
 use parquet::arrow::ProjectionMask;
-use parquet::basic::{Encoding, Type as PhysicalType};
+use parquet::basic::{ColumnOrder, ConvertedType, Encoding, LogicalType, SortOrder, Type as PhysicalType};
 use parquet::column::page::{Page, PageReader};
+use parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
 use parquet::file::reader::{ChunkReader, Length};
 use parquet::file::serialized_reader::SerializedPageReader;
+use parquet::file::statistics::Statistics;
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::log::{BlockType, LogBlock};
 use crate::read::corrupt_file;
+
+/// The ordering values of the base rows that log versions name, as a merge by position reads
+/// them.
+#[derive(Debug)]
+pub enum BaseOrdering {
+    /// Read from the fetched chunks.
+    Chunks(OrderingChunks),
+    /// Not fetched: no base row's value is greater than this one, and no log version's is
+    /// less (Parquet statistics, [`StoredBound`]). Every comparison of a base row with a later
+    /// version then goes as it would with the row's own value (the later version wins: a base
+    /// version is never the newer one), so the bound stands in for each row's value.
+    AtMost(i64),
+}
+
+impl BaseOrdering {
+    /// The values of the file rows `positions` (sorted, distinct, within the file), in order.
+    pub(crate) fn values_at(&self, positions: &[u64]) -> Result<ArrayRef> {
+        match self {
+            BaseOrdering::Chunks(chunks) => chunks.values_at(positions),
+            BaseOrdering::AtMost(bound) => Ok(Arc::new(Int64Array::from_value(*bound, positions.len()))),
+        }
+    }
+}
+
+/// An extreme of an integer column's values (integers, dates, timestamps) from Parquet
+/// statistics, with how the column stores them: two bounds compare only
+/// if both files store the field alike.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct StoredBound {
+    pub value: i64,
+    stored_as: (PhysicalType, Option<LogicalType>, ConvertedType),
+}
+
+impl StoredBound {
+    /// The least (`greatest == false`) or greatest value of the top-level `field` over the row
+    /// groups of the file of `metadata`, from their statistics; `None` unless every row group
+    /// with values states it exactly, for a column of signed integers. With `no_nulls`, also
+    /// `None` when a row group has NULLs or does not say (a NULL orders before every value).
+    fn of_file(metadata: &ParquetMetaData, field: &str, greatest: bool, no_nulls: bool) -> Option<StoredBound> {
+        let schema = metadata.file_metadata().schema_descr();
+        let leaf = (0..schema.num_columns()).find(|&c| schema.column(c).path().parts() == [field])?;
+        let column = schema.column(leaf);
+        let stored_as = (column.physical_type(), column.logical_type_ref().cloned(), column.converted_type());
+        let signed = ColumnOrder::sort_order_for_type(stored_as.1.as_ref(), stored_as.2, stored_as.0) == SortOrder::SIGNED;
+        if column.max_rep_level() > 0 || !signed {
+            return None;
+        }
+        let mut bound: Option<i64> = None;
+        for group in metadata.row_groups() {
+            let statistics = group.column(leaf).statistics()?;
+            let nulls = statistics.null_count_opt();
+            if no_nulls && nulls != Some(0) {
+                return None;
+            }
+            if group.num_rows() == 0 || nulls == Some(group.num_rows() as u64) {
+                continue;
+            }
+            if !(statistics.min_is_exact() && statistics.max_is_exact()) {
+                return None;
+            }
+            let value = match (statistics, greatest) {
+                (Statistics::Int32(s), false) => i64::from(*s.min_opt()?),
+                (Statistics::Int32(s), true) => i64::from(*s.max_opt()?),
+                (Statistics::Int64(s), false) => *s.min_opt()?,
+                (Statistics::Int64(s), true) => *s.max_opt()?,
+                _ => return None,
+            };
+            bound = Some(bound.map_or(value, |b| if greatest { b.max(value) } else { b.min(value) }));
+        }
+        Some(StoredBound { value: bound?, stored_as })
+    }
+
+    /// The least value of `field` among the versions of the visible data `blocks`: `None`
+    /// unless each is a Parquet data block whose statistics state it without NULLs (a delete
+    /// block's ordering values are in its records, and a NULL is less than any value).
+    pub(crate) fn least_in_blocks(blocks: &[(String, String, LogBlock)], field: &str) -> Option<StoredBound> {
+        let mut least: Option<StoredBound> = None;
+        for (_, _, block) in blocks {
+            if block.block_type != BlockType::ParquetData {
+                return None;
+            }
+            let metadata = ParquetMetaDataReader::new().parse_and_finish(&block.content).ok()?;
+            let Some(bound) = StoredBound::of_file(&metadata, field, false, true) else { return None };
+            match &least {
+                Some(l) if l.stored_as != bound.stored_as => return None,
+                Some(l) if l.value <= bound.value => {}
+                _ => least = Some(bound),
+            }
+        }
+        least
+    }
+
+    /// [`BaseOrdering::AtMost`] for a base file (of `metadata`) whose greatest value of `field`
+    /// is no greater than `self`, the least of the later versions' values.
+    pub(crate) fn base_at_most(&self, metadata: &ParquetMetaData, field: &str) -> Option<BaseOrdering> {
+        let greatest = StoredBound::of_file(metadata, field, true, false)?;
+        (greatest.stored_as == self.stored_as && greatest.value <= self.value).then_some(BaseOrdering::AtMost(greatest.value))
+    }
+}
 
 /// Where a base file stores the ordering field: what to fetch for [`OrderingChunks`].
 pub(crate) struct OrderingPlan {
@@ -387,5 +489,49 @@ mod tests {
         let file = file(column, true, properties(WriterVersion::PARQUET_1_0, Compression::UNCOMPRESSED, PLAIN));
         let error = chunks(&file).unwrap().values_at(&[5, 100]).unwrap_err();
         assert_eq!(error.kind(), ErrorKind::Internal, "{error}");
+    }
+
+    fn block(file: Bytes) -> (String, String, LogBlock) {
+        let block = crate::log::data::block_from(BlockType::ParquetData, Default::default(), file.to_vec());
+        ("log".into(), "1".into(), block)
+    }
+
+    fn footer(file: &Bytes) -> ParquetMetaData {
+        ParquetMetaDataReader::new().parse_and_finish(file).unwrap()
+    }
+
+    /// The bound stands in for the base rows' values exactly when the base file's greatest
+    /// value is at most the log versions' least (ties included: the later version wins them),
+    /// the blocks have no NULLs, and both store the field alike.
+    #[test]
+    fn base_values_are_bounded_by_statistics_only_when_no_base_row_can_win() {
+        let plain = || properties(WriterVersion::PARQUET_2_0, Compression::UNCOMPRESSED, Some(Encoding::PLAIN));
+        let longs = |values: Vec<Option<i64>>| file(Arc::new(Int64Array::from(values)), true, plain());
+        // Base values 0..=999 (and a NULL, which orders before every value) over two row groups.
+        let base = footer(&longs((0..1000).map(Some).chain([None]).collect()));
+        let logs = |values: &[Vec<i64>]| -> Vec<(String, String, LogBlock)> {
+            values.iter().map(|v| block(longs(v.iter().copied().map(Some).collect()))).collect()
+        };
+        let bound = |blocks: &[(String, String, LogBlock)]| StoredBound::least_in_blocks(blocks, "o");
+        let at_most = |blocks: &[(String, String, LogBlock)]| bound(blocks).and_then(|b| b.base_at_most(&base, "o"));
+
+        assert_eq!(bound(&logs(&[vec![1500, 999, 2000], vec![1200]])).map(|b| b.value), Some(999));
+        assert!(matches!(at_most(&logs(&[vec![1500, 999, 2000], vec![1200]])), Some(BaseOrdering::AtMost(999))));
+        // One version below the base file's greatest value: the base rows' own values decide.
+        assert!(at_most(&logs(&[vec![1500], vec![998, 2000]])).is_none());
+        // A NULL among the versions: a base row's value would beat it.
+        assert!(bound(&[block(longs(vec![Some(2000), None]))]).is_none());
+        // Stored otherwise (32-bit integers): not compared.
+        let ints = file(Arc::new(Int32Array::from(vec![5000, 6000])), false, plain());
+        assert!(at_most(&[block(ints)]).is_none());
+        // A delete block's ordering values are in its records.
+        let delete = crate::log::data::block_from(BlockType::Delete, Default::default(), Vec::new());
+        assert!(bound(&[logs(&[vec![2000]]).remove(0), ("log".into(), "1".into(), delete)]).is_none());
+        // Without statistics nothing is known.
+        let bare = WriterProperties::builder().set_statistics_enabled(parquet::file::properties::EnabledStatistics::None).build();
+        assert!(bound(&[block(file(Arc::new(Int64Array::from(vec![2000])), false, bare))]).is_none());
+        // The bound reads as the values of the rows asked for.
+        let values = BaseOrdering::AtMost(999).values_at(&[3, 7, 9]).unwrap();
+        assert_eq!(values.as_ref(), &Int64Array::from(vec![999, 999, 999]) as &dyn Array);
     }
 }

@@ -12,7 +12,7 @@ use arrow::record_batch::RecordBatch;
 use crate::error::{Error, ErrorKind, Result};
 use crate::log::DeleteRecord;
 use crate::ordering::{OrderingColumn, OrderingRef};
-use crate::read::base_ordering::OrderingChunks;
+use crate::read::base_ordering::BaseOrdering;
 use crate::read::schema::{NullColumns, COMMIT_TIME_COLUMN, RECORD_KEY_COLUMN};
 use crate::table::MergeMode;
 use crate::timeline::WritesInRange;
@@ -23,10 +23,10 @@ pub enum MergeSource {
     /// The rows of the slice's base file, aligned to the table schema. Only the first source
     /// may be a base file; its rows are not merged with each other (as in Java's reader).
     Base(RecordBatch),
-    /// A base file read without its ordering values (NULL in `rows`), with the chunks that
-    /// hold them: the merge reads the values of the base rows that the later sources name by
-    /// position. The later sources must all carry positions.
-    BaseAtPositions { rows: RecordBatch, ordering: Arc<OrderingChunks> },
+    /// A base file read without its ordering values (NULL in `rows`), with what gives them
+    /// ([`BaseOrdering`]): the merge reads the values of the base rows that the later sources
+    /// name by position. The later sources must all carry positions.
+    BaseAtPositions { rows: RecordBatch, ordering: Arc<BaseOrdering> },
     /// Rows of a log data block, aligned to the table schema; with the base-file position of
     /// each row when the block carries positions for the base file
     /// ([`crate::log::positions`]).

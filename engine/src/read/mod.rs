@@ -32,7 +32,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::log::{read_blocks, BlockType, LogBlock};
-use crate::read::base_ordering::OrderingChunks;
+use crate::read::base_ordering::{BaseOrdering, OrderingChunks, StoredBound};
 use crate::read::filter::{RecordKeys, ScanFilter};
 use crate::read::merge::MergeRule;
 pub use crate::read::slice::SliceRead;
@@ -685,6 +685,7 @@ impl TableReader {
             }
             _ => None,
         };
+        let ordering_in_place = ordering_in_place.map(|field| (field, StoredBound::least_in_blocks(&blocks, field.name())));
         // Reading the keys first costs a request more: on an object store that is more than
         // decoding the other columns of the page's rows too (which the slice read then selects).
         let keys_first = self.storage.uri().scheme() == crate::storage::Scheme::File;
@@ -823,7 +824,7 @@ impl TableReader {
         pruning: Option<&ScanFilter>,
         record_keys: Option<(&RecordKeys, bool)>,
         needed: Option<&HashSet<String>>,
-        ordering_in_place: Option<&Field>,
+        ordering_in_place: Option<(&Field, Option<StoredBound>)>,
         stats: &mut ScanStats,
     ) -> Result<Option<FetchedBase>> {
         let page_index = pruning.is_some() || part.is_split();
@@ -896,19 +897,30 @@ impl TableReader {
             }
         }
         // (Not when it is the only column: an empty projection would leave the rows uncounted.)
-        let in_place = ordering_in_place
-            .filter(|_| pruning.is_none() && record_keys.is_none())
-            .and_then(|field| Some((field, OrderingChunks::plan(&metadata, field.name())?)))
-            .filter(|(_, plan)| roots.as_ref().is_some_and(|roots| roots.iter().any(|&r| r != plan.root)));
+        let in_place = ordering_in_place.filter(|_| pruning.is_none() && record_keys.is_none()).and_then(|(field, least)| {
+            let root = file_schema.index_of(field.name()).ok()?;
+            roots.as_ref().is_some_and(|roots| roots.iter().any(|&r| r != root)).then_some((field, least, root))
+        });
+        // Statistics that put every base row's value at or below the later versions' spare
+        // fetching the values at all; otherwise they are read from their chunks.
+        let at_most = in_place.as_ref().and_then(|(field, least, root)| {
+            let integers = matches!(field.data_type(), DataType::Int32 | DataType::Int64 | DataType::Date32 | DataType::Timestamp(..));
+            let stored_as_read = file_schema.field(*root).data_type() == field.data_type();
+            least.as_ref().filter(|_| integers && stored_as_read)?.base_at_most(metadata.metadata(), field.name())
+        });
+        let plan = in_place.as_ref().filter(|_| at_most.is_none()).and_then(|(field, _, _)| Some((*field, OrderingChunks::plan(&metadata, field.name())?)));
         let mut ordering_ranges = Vec::new();
-        if let (Some((_, plan)), Some(roots)) = (&in_place, &mut roots) {
-            roots.retain(|&r| r != plan.root);
+        if let (Some((_, _, root)), Some(roots), true) = (&in_place, &mut roots, at_most.is_some() || plan.is_some()) {
+            roots.retain(|r| r != root);
+        }
+        if let Some((_, plan)) = &plan {
             ordering_ranges = plan.ranges.clone();
         }
         // The ordering chunks are fetched with the other columns' first ranges: one round trip.
         let read = BaseFileRead { groups: &groups, selection, roots };
         let (row_groups, ordering_bytes) = read.fetch_with(ordering_ranges, &location, &mut reader, &metadata).await?;
-        let ordering = in_place.map(|(field, plan)| OrderingChunks::of_fetched(&location, &metadata, plan, field.data_type(), ordering_bytes));
+        let chunks = plan.map(|(field, plan)| BaseOrdering::Chunks(OrderingChunks::of_fetched(&location, &metadata, plan, field.data_type(), ordering_bytes)));
+        let ordering = at_most.or(chunks);
         Ok(Some(FetchedBase { location, row_groups, rows, keys_matched, ordering }))
     }
 }

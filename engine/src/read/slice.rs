@@ -15,7 +15,7 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReader;
 
 use crate::error::{Error, ErrorKind, Result, ResultExt};
 use crate::log::{decode_block, BlockContent, LogBlock};
-use crate::read::base_ordering::OrderingChunks;
+use crate::read::base_ordering::BaseOrdering;
 use crate::read::filter::RecordKeys;
 use crate::read::merge::{merge, DeletedKey, Merged, MergeOutput, MergeRule, MergeSource};
 use crate::read::schema::{self, NullColumns};
@@ -136,9 +136,10 @@ pub(crate) struct FetchedBase {
     pub rows: Vec<Range<u64>>,
     /// Whether the rows are those of the read's record keys already.
     pub keys_matched: bool,
-    /// The ordering field's chunks, when its values are read in place for the rows the logs
-    /// name by position rather than decoded with the other columns (then NULL in the rows).
-    pub ordering: Option<OrderingChunks>,
+    /// The ordering values of the rows the logs name by position, when they are not decoded
+    /// with the other columns (then NULL in the rows): read in place from the field's chunks,
+    /// or known from statistics not to matter.
+    pub ordering: Option<BaseOrdering>,
 }
 
 impl FetchedBase {
@@ -254,7 +255,7 @@ impl SliceRead {
 
     /// Merges the decoded base rows with the log blocks (consuming them); with the base's
     /// `ordering` chunks, the base rows' ordering values are read for the rows the blocks name.
-    fn merge_with_logs(&mut self, base: Option<RecordBatch>, ordering: Option<OrderingChunks>) -> Result<Merged> {
+    fn merge_with_logs(&mut self, base: Option<RecordBatch>, ordering: Option<BaseOrdering>) -> Result<Merged> {
         let base = base.map(|rows| match ordering {
             Some(ordering) => MergeSource::BaseAtPositions { rows, ordering: Arc::new(ordering) },
             None => MergeSource::Base(rows),

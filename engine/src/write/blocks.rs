@@ -65,6 +65,8 @@ pub(crate) struct BlockEncoder {
     /// Meta fields and data columns: the rows of log blocks.
     pub record_schema: SchemaRef,
     pub avro_with_meta: String,
+    /// The ordering fields, whose least value each block states (see [`ParquetFile::LogBlock`]).
+    pub ordering_fields: Vec<String>,
     pub buckets: u32,
     pub instant: String,
 }
@@ -206,7 +208,7 @@ impl BlockEncoder {
             ];
             let columns: Vec<ArrayRef> = meta.into_iter().chain(part.columns().iter().cloned()).collect();
             let records = RecordBatch::try_new(self.record_schema.clone(), columns).map_err(internal("cannot assemble records"))?;
-            let parquet = crate::write::parquet_bytes(&records, crate::write::ParquetFile::LogBlock)?;
+            let parquet = crate::write::parquet_bytes(&records, crate::write::ParquetFile::LogBlock(&self.ordering_fields))?;
             let bytes = encode_block(BlockType::ParquetData, &block_header, &parquet);
             blocks.push(EncodedBlock { partition: partition.to_owned(), file_id, bytes, upserts: n as i64, deletes: 0 });
         }

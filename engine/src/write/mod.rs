@@ -27,13 +27,15 @@ use parquet::schema::types::ColumnPath;
 use crate::error::{Error, ErrorKind, Result};
 
 /// What a Parquet file written by this engine is for.
-pub(crate) enum ParquetFile {
+pub(crate) enum ParquetFile<'a> {
     /// The content of a PARQUET_DATA log block: never pruned by statistics, rewritten by
     /// compaction; written without dictionaries or statistics, whose per-value string
     /// interning and comparisons were a third of the write path in profiles (Snappy still
     /// shrinks repeated values), and, as base files, with the columns Snappy barely shrinks
-    /// uncompressed: every merge of the slice decompresses them again.
-    LogBlock,
+    /// uncompressed: every merge of the slice decompresses them again. The exception: the
+    /// chunk statistics of the ordering fields named, by which a read may see that no base
+    /// row can win over the block's versions ([`crate::read::base_ordering::BaseOrdering`]).
+    LogBlock(&'a [String]),
     /// A base file, with the footer's key/value metadata: dictionaries and statistics help
     /// every later scan.
     BaseFile(Vec<KeyValue>),
@@ -44,8 +46,11 @@ pub(crate) fn parquet_bytes(batch: &RecordBatch, purpose: ParquetFile) -> Result
     // Snappy: cheap to write and to read, and what Spark and Java readers expect to handle.
     let builder = WriterProperties::builder().set_compression(Compression::SNAPPY);
     let properties = match purpose {
-        ParquetFile::LogBlock => {
-            uncompressed_where_snappy_fails(batch, builder.set_dictionary_enabled(false).set_statistics_enabled(EnabledStatistics::None))
+        ParquetFile::LogBlock(ordering_fields) => {
+            let builder = ordering_fields.iter().fold(builder.set_statistics_enabled(EnabledStatistics::None), |builder, field| {
+                builder.set_column_statistics_enabled(ColumnPath::from(field.as_str()), EnabledStatistics::Chunk)
+            });
+            uncompressed_where_snappy_fails(batch, builder.set_dictionary_enabled(false))
         }
         ParquetFile::BaseFile(metadata) => {
             base_file_columns(batch, builder.set_key_value_metadata((!metadata.is_empty()).then_some(metadata)))
@@ -168,7 +173,7 @@ mod tests {
         assert!(!ts.encodings().any(|e| e == Encoding::RLE_DICTIONARY) && ts.dictionary_page_offset().is_none());
         assert!(kind.encodings().any(|e| e == Encoding::RLE_DICTIONARY));
         // Log blocks: no dictionaries, and the same choice of compression.
-        let bytes = parquet_bytes(&batch, ParquetFile::LogBlock).unwrap();
+        let bytes = parquet_bytes(&batch, ParquetFile::LogBlock(&[])).unwrap();
         let reader = SerializedFileReader::new(bytes::Bytes::from(bytes)).unwrap();
         let group = reader.metadata().row_group(0);
         assert_eq!(group.column(1).compression(), Compression::UNCOMPRESSED);

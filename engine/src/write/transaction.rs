@@ -136,6 +136,7 @@ impl Transaction {
             data_schema,
             record_schema,
             avro_with_meta: with_meta_fields(&avro_schema)?,
+            ordering_fields: config.ordering_fields.clone(),
             buckets,
             instant,
         });
