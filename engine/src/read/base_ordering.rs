@@ -63,6 +63,12 @@ pub(crate) struct StoredBound {
 }
 
 impl StoredBound {
+    /// Whether ordering values of the table type `data_type` may be bounded: integers, dates
+    /// and timestamps, which a merge compares as the integers stored.
+    pub(crate) fn applies_to(data_type: &DataType) -> bool {
+        matches!(data_type, DataType::Int32 | DataType::Int64 | DataType::Date32 | DataType::Timestamp(..))
+    }
+
     /// The least (`greatest == false`) or greatest value of the top-level `field` over the row
     /// groups of the file of `metadata`, from their statistics; `None` unless every row group
     /// with values states it exactly, for a column of signed integers. With `no_nulls`, also

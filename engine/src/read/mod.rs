@@ -904,9 +904,8 @@ impl TableReader {
         // Statistics that put every base row's value at or below the later versions' spare
         // fetching the values at all; otherwise they are read from their chunks.
         let at_most = in_place.as_ref().and_then(|(field, least, root)| {
-            let integers = matches!(field.data_type(), DataType::Int32 | DataType::Int64 | DataType::Date32 | DataType::Timestamp(..));
             let stored_as_read = file_schema.field(*root).data_type() == field.data_type();
-            least.as_ref().filter(|_| integers && stored_as_read)?.base_at_most(metadata.metadata(), field.name())
+            least.as_ref().filter(|_| StoredBound::applies_to(field.data_type()) && stored_as_read)?.base_at_most(metadata.metadata(), field.name())
         });
         let plan = in_place.as_ref().filter(|_| at_most.is_none()).and_then(|(field, _, _)| Some((*field, OrderingChunks::plan(&metadata, field.name())?)));
         let mut ordering_ranges = Vec::new();

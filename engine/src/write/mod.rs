@@ -33,8 +33,8 @@ pub(crate) enum ParquetFile<'a> {
     /// interning and comparisons were a third of the write path in profiles (Snappy still
     /// shrinks repeated values), and, as base files, with the columns Snappy barely shrinks
     /// uncompressed: every merge of the slice decompresses them again. The exception: the
-    /// chunk statistics of the ordering fields named, by which a read may see that no base
-    /// row can win over the block's versions ([`crate::read::base_ordering::BaseOrdering`]).
+    /// chunk statistics of the integer ordering fields named, by which a read may see that no
+    /// base row can win over the block's versions ([`crate::read::base_ordering::BaseOrdering`]).
     LogBlock(&'a [String]),
     /// A base file, with the footer's key/value metadata: dictionaries and statistics help
     /// every later scan.
@@ -47,7 +47,11 @@ pub(crate) fn parquet_bytes(batch: &RecordBatch, purpose: ParquetFile) -> Result
     let builder = WriterProperties::builder().set_compression(Compression::SNAPPY);
     let properties = match purpose {
         ParquetFile::LogBlock(ordering_fields) => {
-            let builder = ordering_fields.iter().fold(builder.set_statistics_enabled(EnabledStatistics::None), |builder, field| {
+            // (Of integers only: a read compares no other bounds.)
+            let integers = ordering_fields.iter().filter(|field| {
+                batch.schema_ref().field_with_name(field).is_ok_and(|f| crate::read::base_ordering::StoredBound::applies_to(f.data_type()))
+            });
+            let builder = integers.fold(builder.set_statistics_enabled(EnabledStatistics::None), |builder, field| {
                 builder.set_column_statistics_enabled(ColumnPath::from(field.as_str()), EnabledStatistics::Chunk)
             });
             uncompressed_where_snappy_fails(batch, builder.set_dictionary_enabled(false))
