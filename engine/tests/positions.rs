@@ -195,6 +195,21 @@ async fn versions_by_position(storage: &Storage, model: &mut Versions, updates: 
     }
 }
 
+/// A compacted table of rows `i` (name `c<i>`, ordering value `1000 + 3i`), as many as it
+/// returns, with its model: enough rows per base file for the writer to judge the ordering
+/// values distinct (no dictionary).
+async fn distinct_ordering_table(storage: &Storage) -> (usize, Versions) {
+    let config = create_table(storage, &spec()).await.unwrap();
+    let n = 6000;
+    let names: Vec<String> = (0..n).map(|i| format!("c{i}")).collect();
+    let data: Vec<(i64, &str, &str, i64)> = (0..n).map(|i| (i as i64, names[i].as_str(), "nl", 1000 + 3 * i as i64)).collect();
+    let mut tx = Transaction::begin(storage.clone(), config, writer(1), LockOptions::default()).await.unwrap();
+    tx.upsert(&rows(&data)).await.unwrap();
+    tx.commit().await.unwrap();
+    compact(storage, &writer(9), &LockOptions::default(), Duration::from_secs(60)).await.unwrap().unwrap();
+    (n, data.iter().map(|r| (r.0, (r.1.to_owned(), r.3, true))).collect())
+}
+
 /// Versions by position with ordering values lower than, equal to and greater than their base
 /// rows' (each base row's own: no two alike), in two commits. Read with the ordering field
 /// decoded, with its values read in place for the rows the logs name only (a read without the
@@ -203,16 +218,7 @@ async fn versions_by_position(storage: &Storage, model: &mut Versions, updates: 
 async fn versions_by_position_win_by_ordering_value_however_it_is_read() {
     let dir = tempfile::tempdir().unwrap();
     let storage = local(dir.path());
-    let config = create_table(&storage, &spec()).await.unwrap();
-    // Enough rows per base file for the writer to judge the ordering values distinct.
-    let n = 6000;
-    let names: Vec<String> = (0..n).map(|i| format!("c{i}")).collect();
-    let data: Vec<(i64, &str, &str, i64)> = (0..n).map(|i| (i as i64, names[i].as_str(), "nl", 1000 + 3 * i as i64)).collect();
-    let mut tx = Transaction::begin(storage.clone(), config, writer(1), LockOptions::default()).await.unwrap();
-    tx.upsert(&rows(&data)).await.unwrap();
-    tx.commit().await.unwrap();
-    compact(&storage, &writer(9), &LockOptions::default(), Duration::from_secs(60)).await.unwrap().unwrap();
-    let mut model: Versions = data.iter().map(|r| (r.0, (r.1.to_owned(), r.3, true))).collect();
+    let (n, mut model) = distinct_ordering_table(&storage).await;
 
     // The ordering field's chunks are not dictionary-encoded: its values can be read in place.
     let bases: Vec<String> = storage.list_recursive("").await.unwrap().into_iter().map(|(p, _)| p).filter(|p| p.ends_with(".parquet")).collect();
@@ -250,16 +256,8 @@ async fn versions_by_position_win_by_ordering_value_however_it_is_read() {
 async fn versions_later_than_every_base_row_read_as_the_model() {
     let dir = tempfile::tempdir().unwrap();
     let storage = local(dir.path());
-    let config = create_table(&storage, &spec()).await.unwrap();
-    let n = 6000;
-    let names: Vec<String> = (0..n).map(|i| format!("c{i}")).collect();
-    let data: Vec<(i64, &str, &str, i64)> = (0..n).map(|i| (i as i64, names[i].as_str(), "nl", 1000 + 3 * i as i64)).collect();
-    let mut tx = Transaction::begin(storage.clone(), config, writer(1), LockOptions::default()).await.unwrap();
-    tx.upsert(&rows(&data)).await.unwrap();
-    tx.commit().await.unwrap();
-    compact(&storage, &writer(9), &LockOptions::default(), Duration::from_secs(60)).await.unwrap().unwrap();
-    let mut model: Versions = data.iter().map(|r| (r.0, (r.1.to_owned(), r.3, true))).collect();
-    let greatest = data.iter().map(|r| r.3).max().unwrap();
+    let (n, mut model) = distinct_ordering_table(&storage).await;
+    let greatest = model.values().map(|v| v.1).max().unwrap();
 
     let read = read_with_positions(&storage, None).await;
     let at = |id: i64| read.iter().find(|r| r.id == id).unwrap();
