@@ -131,8 +131,8 @@ mod tests {
         names
     }
 
-    /// A contender that listed long ago creates a number that was used and deleted since: no
-    /// claim, and its object is removed again.
+    /// A contender that listed long ago would create a number that was used and deleted since:
+    /// the epoch it saw as the latest is gone, so it does not.
     #[tokio::test]
     async fn a_stale_contender_does_not_take_a_reused_number() {
         let storage = storage();
@@ -141,14 +141,16 @@ mod tests {
         for content in ["b", "c", "d"] {
             take_and_release(&storage, content).await;
         }
-        // Epoch 2 was deleted when 4 was created: the stale contender's create succeeds.
+        // Epochs 1 and 2 were deleted when 3 and 4 were created.
         assert_eq!(EPOCHS.create_next(&storage, &stale, None, Bytes::from_static(b"late")).await.unwrap(), None);
         assert_eq!(numbers(&EPOCHS.list(&storage).await.unwrap()), ["3", "3.released", "4", "4.released"]);
     }
 
-    /// The same when its listing after the create misses the newer epochs (as one that runs
-    /// while they are created and the latest two deleted can): here they are gone for good.
-    /// The epoch it saw as the latest is gone, so the number is not its.
+    /// The same for a contender that read the latest epoch before it was deleted, when its
+    /// listing after the create misses the newer epochs (as one that runs while they are
+    /// created and the latest two deleted can; here they are gone for good): the create
+    /// succeeds, but the epoch it saw is gone, so the number is not its, and its object is
+    /// removed again.
     #[tokio::test]
     async fn a_stale_contender_that_sees_no_newer_epoch_still_does_not_take_it() {
         let storage = storage();
