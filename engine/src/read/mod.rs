@@ -685,7 +685,11 @@ impl TableReader {
             }
             _ => None,
         };
-        let ordering_in_place = ordering_in_place.map(|field| (field, StoredBound::least_in_blocks(&blocks, field.name())));
+        // The least ordering value of the blocks' versions, where statistics may bound it.
+        let ordering_in_place = ordering_in_place.map(|field| {
+            let least = StoredBound::applies_to(field.data_type()).then(|| StoredBound::least_in_blocks(&blocks, field.name()));
+            (field, least.flatten())
+        });
         // Reading the keys first costs a request more: on an object store that is more than
         // decoding the other columns of the page's rows too (which the slice read then selects).
         let keys_first = self.storage.uri().scheme() == crate::storage::Scheme::File;
@@ -815,7 +819,9 @@ impl TableReader {
     /// With `record_keys`, the record keys of those rows are read first, and then the other
     /// columns of the rows with one of the keys only (and not the record keys again when
     /// `(keys, true)`). The field `ordering_in_place`, of a read of the whole file, is fetched
-    /// with them but not decoded ([`OrderingChunks`]), when the file allows.
+    /// with them but not decoded ([`OrderingChunks`]), when the file allows, or not fetched at
+    /// all when the file's statistics put it at or below the later versions' least value (the
+    /// [`StoredBound`] given with it).
     #[allow(clippy::too_many_arguments)]
     async fn fetch_base_file(
         &self,
@@ -905,16 +911,15 @@ impl TableReader {
         // fetching the values at all; otherwise they are read from their chunks.
         let at_most = in_place.as_ref().and_then(|(field, least, root)| {
             let stored_as_read = file_schema.field(*root).data_type() == field.data_type();
-            least.as_ref().filter(|_| StoredBound::applies_to(field.data_type()) && stored_as_read)?.base_at_most(metadata.metadata(), field.name())
+            least.as_ref().filter(|_| stored_as_read)?.base_at_most(metadata.metadata(), field.name())
         });
         let plan = in_place.as_ref().filter(|_| at_most.is_none()).and_then(|(field, _, _)| Some((*field, OrderingChunks::plan(&metadata, field.name())?)));
-        let mut ordering_ranges = Vec::new();
-        if let (Some((_, _, root)), Some(roots), true) = (&in_place, &mut roots, at_most.is_some() || plan.is_some()) {
-            roots.retain(|r| r != root);
+        if let (Some((_, _, root)), Some(roots)) = (&in_place, &mut roots) {
+            if at_most.is_some() || plan.is_some() {
+                roots.retain(|r| r != root);
+            }
         }
-        if let Some((_, plan)) = &plan {
-            ordering_ranges = plan.ranges.clone();
-        }
+        let ordering_ranges = plan.as_ref().map(|(_, plan)| plan.ranges.clone()).unwrap_or_default();
         // The ordering chunks are fetched with the other columns' first ranges: one round trip.
         let read = BaseFileRead { groups: &groups, selection, roots };
         let (row_groups, ordering_bytes) = read.fetch_with(ordering_ranges, &location, &mut reader, &metadata).await?;

@@ -254,7 +254,7 @@ impl SliceRead {
     }
 
     /// Merges the decoded base rows with the log blocks (consuming them); with the base's
-    /// `ordering` chunks, the base rows' ordering values are read for the rows the blocks name.
+    /// `ordering`, the base rows' ordering values are read for the rows the blocks name.
     fn merge_with_logs(&mut self, base: Option<RecordBatch>, ordering: Option<BaseOrdering>) -> Result<Merged> {
         let base = base.map(|rows| match ordering {
             Some(ordering) => MergeSource::BaseAtPositions { rows, ordering: Arc::new(ordering) },
