@@ -90,6 +90,16 @@ pub static AGGREGATE_PUSHDOWN: GucSetting<bool> = GucSetting::<bool>::new(true);
 /// files for every statement (for files placed by hand, outside any Hudi instant).
 pub static CACHE_TABLE_STATE: GucSetting<bool> = GucSetting::<bool>::new(true);
 
+/// `hudi.merge_cache_size`: kilobytes of merge outcomes a process keeps, so that a repeated
+/// read of a file slice with logs assembles its rows without merging it again
+/// (`engine::read::merge_cache`; 0: none).
+pub static MERGE_CACHE_SIZE: GucSetting<i32> = GucSetting::<i32>::new((engine::read::merge_cache::DEFAULT_CAPACITY >> 10) as i32);
+
+/// `hudi.merge_cache_size` in bytes.
+pub fn merge_cache_bytes() -> usize {
+    (MERGE_CACHE_SIZE.get().max(0) as usize) << 10
+}
+
 /// `hudi.read_ahead_slices` as a count.
 pub fn read_ahead_slices() -> usize {
     READ_AHEAD_SLICES.get().max(0) as usize
@@ -162,6 +172,16 @@ pub fn register() {
         &CACHE_TABLE_STATE,
         GucContext::Userset,
         GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"hudi.merge_cache_size",
+        c"Memory a backend keeps for the merge outcomes of Hudi file slices with logs.",
+        c"A repeated read of an unchanged file slice then assembles its rows without merging it again (0: none are kept).",
+        &MERGE_CACHE_SIZE,
+        0,
+        i32::MAX,
+        GucContext::Userset,
+        GucFlags::UNIT_KB,
     );
     GucRegistry::define_int_guc(
         c"hudi.max_clock_skew",

@@ -2,6 +2,7 @@
 that name those rows (RECORD_POSITIONS and BASE_FILE_INSTANT_TIME_OF_RECORD_POSITIONS headers),
 INSERTs do not; pg_hudi and the reference reader `hudi` 0.5.0 read the same rows as a model."""
 
+import re
 import struct
 
 from conftest import our_rows, reference_rows
@@ -102,3 +103,56 @@ def test_updates_and_deletes_name_base_rows_and_every_reader_agrees(lake):
     conn.execute("SELECT hudi.compact('customers')")
     assert [(i, n, c) for i, n, c, _ in our_rows(conn)] == expected()
     assert [(i, n, c) for i, n, c, _ in reference_rows(path)] == expected()
+
+
+def test_repeated_reads_reuse_merges_and_agree_with_a_heap_copy(lake):
+    """A read of slices with logs keeps what their merges decided; the next statements over the
+    same versions (a scan of other columns, a pushed aggregate, the scan under an UPDATE)
+    assemble their rows by it (EXPLAIN ANALYZE: Hudi Merges Reused) and agree with a heap copy
+    and with reads that keep nothing (hudi.merge_cache_size = 0). A write makes new versions:
+    those slices merge again, and the transaction reads its own rows."""
+    conn, _ = lake
+    conn.execute("CREATE TABLE heap (id bigint PRIMARY KEY, name text, country text, balance numeric(12, 2), ts timestamptz)")
+    for table in ("customers", "heap"):
+        conn.execute(f"INSERT INTO {table} SELECT g, 'c' || g, (ARRAY['nl','be','fr'])[g % 3 + 1], g / 7.0, "
+                     "'2026-01-01'::timestamptz + g * interval '1 minute' FROM generate_series(1, 2000) g")
+    conn.execute("SELECT hudi.compact('customers')")
+    for table in ("customers", "heap"):
+        # Some versions lose to their base rows (an earlier ts); some rows are deleted.
+        conn.execute(f"UPDATE {table} SET name = name || '-u', balance = balance + 1, "
+                     "ts = ts + CASE WHEN id % 5 = 0 THEN interval '-1 day' ELSE interval '1 day' END WHERE id % 3 = 0")
+        conn.execute(f"DELETE FROM {table} WHERE id % 11 = 0")
+    conn.execute("UPDATE heap SET name = substr(name, 1, length(name) - 2), balance = balance - 1, "
+                 "ts = ts + interval '1 day' WHERE id % 3 = 0 AND id % 5 = 0")
+
+    queries = ["SELECT id, name, country, balance FROM {} ORDER BY id",
+               "SELECT name FROM {} WHERE id % 2 = 0 ORDER BY 1",
+               "SELECT count(*), sum(balance), min(name), max(id) FROM {}",
+               "SELECT country, count(*), sum(id) FROM {} GROUP BY country ORDER BY 1"]
+
+    def reused(sql):
+        plan = "\n".join(r[0] for r in conn.execute("EXPLAIN (ANALYZE, VERBOSE) " + sql).fetchall())
+        found = re.search(r"Hudi Merges Reused: (\d+)|merges reused: (\d+)", plan)
+        return int(next(g for g in found.groups() if g)) if found else 0
+
+    def agree(expect_reuse):
+        for query in queries:
+            ours, heap = conn.execute(query.format("customers")).fetchall(), conn.execute(query.format("heap")).fetchall()
+            assert ours == heap, query
+            assert (reused(query.format("customers")) > 0) == expect_reuse, query
+
+    agree(expect_reuse=True)
+    conn.execute("SET hudi.merge_cache_size = 0")
+    agree(expect_reuse=False)
+    conn.execute("RESET hudi.merge_cache_size")
+
+    # An UPDATE targets rows found through a reused merge; then the touched slices merge
+    # again, inside the transaction and after it.
+    first = "SELECT id, name, country, balance FROM {} ORDER BY id"
+    conn.execute(first.format("customers"))
+    assert reused(first.format("customers")) > 0
+    with conn.transaction():
+        for table in ("customers", "heap"):
+            conn.execute(f"UPDATE {table} SET name = name || '+', ts = ts + interval '2 days' WHERE id % 4 = 0")
+        assert conn.execute(first.format("customers")).fetchall() == conn.execute(first.format("heap")).fetchall()
+    agree(expect_reuse=True)

@@ -7,7 +7,7 @@ mod common;
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
-use arrow::array::{AsArray, RecordBatch};
+use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::datatypes::{Int64Type, UInt64Type};
 use common::customers::{local, read_with_positions, rows, spec, writer, ReadRow};
 use engine::log::block::header;
@@ -386,4 +386,86 @@ async fn a_block_with_a_wrong_number_of_positions_is_corrupt() {
     assert_eq!(errors.len(), 1, "{errors:?}");
     assert_eq!(errors[0].kind(), engine::error::ErrorKind::Corrupt);
     assert!(errors[0].to_string().contains(&path), "{}", errors[0]);
+}
+
+/// The whole snapshot as of `bound`, as (id, name, base position), sorted, with what the
+/// reads of its slices did.
+async fn snapshot_as_of(storage: &Storage, bound: &ReadBound, columns: Option<&[&str]>) -> (Vec<(i64, String, Option<u64>)>, ScanStats) {
+    let reader = TableReader::open(storage.clone()).await.unwrap();
+    let columns = columns.map(|c| c.iter().map(|s| s.to_string()).collect());
+    let options = ScanOptions { columns, row_positions: true, ..Default::default() };
+    let (mut rows, mut stats) = (Vec::new(), ScanStats::default());
+    for slice in reader.slices(bound).await.unwrap() {
+        if let Some(batch) = reader.read_slice(&slice, bound, &options, &mut stats).await.unwrap() {
+            let ids = batch.column_by_name("id").unwrap().as_primitive::<Int64Type>();
+            let names = batch.column_by_name("name").unwrap().as_string::<i32>();
+            let positions = batch.column_by_name(ROW_POSITION_COLUMN).unwrap().as_primitive::<UInt64Type>();
+            rows.extend((0..batch.num_rows()).map(|i| (ids.value(i), names.value(i).to_owned(), positions.is_valid(i).then(|| positions.value(i)))));
+        }
+    }
+    rows.sort();
+    (rows, stats)
+}
+
+/// A read of slices with logs keeps what their merge decided; a read of the same versions
+/// again, of any columns, assembles its rows by it without merging (counted in
+/// `merges_reused`) and returns the model's rows at the same base positions. A new commit's
+/// blocks are new versions: those slices merge again, while a read as of the earlier
+/// instant still reuses the earlier outcome. Aggregates reuse outcomes too.
+#[tokio::test]
+async fn repeated_reads_reuse_the_merge_of_the_same_versions() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = local(dir.path());
+    let (n, mut model) = distinct_ordering_table(&storage).await;
+    let read = read_with_positions(&storage, None).await;
+    let at = |id: i64| read.iter().find(|r| r.id == id).unwrap();
+    let updates: Vec<(&ReadRow, String, i64)> =
+        read.iter().filter(|r| r.id % 4 != 3).map(|r| (r, format!("{}-u1", r.name), r.ts + r.id % 4 - 1)).collect();
+    let deletes: Vec<&ReadRow> = read.iter().filter(|r| r.id % 4 == 3 && r.id % 9 == 0).collect();
+    versions_by_position(&storage, &mut model, &updates, &deletes).await;
+    let first = TableReader::open(storage.clone()).await.unwrap().latest_instant().unwrap().to_owned();
+    let live = |model: &Versions| -> Vec<(i64, String)> { model.iter().filter(|(_, v)| v.2).map(|(id, v)| (*id, v.0.clone())).collect() };
+    let names = |rows: &[(i64, String, Option<u64>)]| -> Vec<(i64, String)> { rows.iter().map(|r| (r.0, r.1.clone())).collect() };
+
+    let (merged, stats) = snapshot_as_of(&storage, &ReadBound::Latest, Some(&["id", "name"])).await;
+    assert_eq!(names(&merged), live(&model));
+    assert_eq!(stats.merges_reused, 0, "the first read merges every slice");
+    let slices = TableReader::open(storage.clone()).await.unwrap().slices(&ReadBound::Latest).await.unwrap().len();
+    for columns in [Some(&["id", "name"][..]), Some(&["id", "name", "ts"][..]), None] {
+        let (again, stats) = snapshot_as_of(&storage, &ReadBound::Latest, columns).await;
+        assert_eq!(again, merged, "reading {columns:?} again: the same rows at the same positions");
+        assert_eq!(stats.merges_reused, slices, "reading {columns:?} again");
+    }
+    // Merged by key, the versions are matched otherwise: merged once more, to the same rows.
+    assert_eq!(snapshot_by_key(&storage, Some(&["id", "name"])).await, live(&model));
+
+    // Aggregates over the merged rows, merged afresh (a new table reader shares the outcomes,
+    // so the first is forced by a new commit's blocks) and then reused, give the model's.
+    let sum_ids = || async {
+        use engine::read::aggregate::{Aggregate, AggregateQuery, Column, Reading};
+        let reader = TableReader::open(storage.clone()).await.unwrap();
+        let query = AggregateQuery {
+            aggregates: vec![Aggregate::CountRows, Aggregate::Sum(Column { field: "id".into(), reading: Reading::Int })],
+            ..Default::default()
+        };
+        let bound = TableReader::snapshot_bound(None);
+        let options = ScanOptions { columns: Some(query.fields()), ..Default::default() };
+        let (slices, stats) = reader.pruned_slices(&bound, &options).await.unwrap();
+        let (result, stats) = reader.aggregate(&query, engine::read::SliceQuery::Snapshot(bound), options, slices, stats, 2).await.unwrap();
+        let count = result.column(0).as_primitive::<Int64Type>().value(0);
+        let sum = arrow::util::display::array_value_to_string(result.column(1), 0).unwrap();
+        (count, sum, stats.scan.merges_reused)
+    };
+    let again: Vec<(&ReadRow, String, i64)> = (0..n as i64).step_by(5).map(|id| (at(id), format!("c{id}-u2"), at(id).ts + id % 3 - 1)).collect();
+    versions_by_position(&storage, &mut model, &again, &[]).await;
+    let expected = live(&model);
+    let (count, sum) = (expected.len() as i64, expected.iter().map(|r| r.0).sum::<i64>().to_string());
+    assert_eq!(sum_ids().await, (count, sum.clone(), 0), "aggregated after a new commit");
+    assert_eq!(sum_ids().await, (count, sum, slices), "aggregated again");
+    let (latest, stats) = snapshot_as_of(&storage, &ReadBound::Latest, Some(&["id", "name"])).await;
+    assert_eq!((names(&latest), stats.merges_reused), (expected, slices), "read after the aggregates");
+
+    // As of the first commit, the versions are those of the first read: its outcomes serve.
+    let (as_of, stats) = snapshot_as_of(&storage, &TableReader::snapshot_bound(Some(&first)), Some(&["id", "name"])).await;
+    assert_eq!((as_of, stats.merges_reused), (merged, slices), "read as of the first commit");
 }

@@ -568,6 +568,9 @@ pub unsafe fn explain(node: *mut pg_sys::ForeignScanState, es: *mut pg_sys::Expl
             }
         };
         pushed.push_str(&format!("; answered from statistics: {from_statistics} of {slices} file slices"));
+        if let Some(reused) = state.and_then(|s| s.stats).map(|s| s.scan.merges_reused).filter(|&n| n > 0) {
+            pushed.push_str(&format!("; merges reused: {reused}"));
+        }
     }
     scan::explain_text("Aggregate pushed", &pushed, es);
     if (*es).verbose {

@@ -140,6 +140,7 @@ pub unsafe extern "C-unwind" fn initialize_worker(node: *mut pg_sys::ForeignScan
     };
     let relid = (*(*node).ss.ss_currentRelation).rd_id;
     let table = ForeignHudiTable::of_relation(relid);
+    engine::read::merge_cache::set_capacity(crate::guc::merge_cache_bytes());
     let reader = block_on(TableReader::at_state(table.storage(), &plan.state)).or_report();
     let stats = ScanStats { slices_total: plan.slices.len(), slices_kept: plan.slices.len(), ..Default::default() };
     let mut state = scan::lake_scan(node, &table, scan::read_spec(&table), reader, plan.options, plan.slices, stats);

@@ -674,6 +674,10 @@ pub unsafe extern "C-unwind" fn explain_foreign_scan(node: *mut pg_sys::ForeignS
             // Data pages that the page index ruled out.
             explain_text("Hudi Base File Rows", &format!("{} of {} read", stats.base_rows_read, stats.base_rows_total), es);
         }
+        if stats.merges_reused > 0 {
+            // Slices with logs assembled by a kept merge outcome (hudi.merge_cache_size).
+            explain_text("Hudi Merges Reused", &stats.merges_reused.to_string(), es);
+        }
     }
 }
 

@@ -63,6 +63,7 @@ pub fn forget_all() {
 /// The state of `table` now, for a read that must see the files of the `committed` intents'
 /// instants: from the cache when it is still valid, else refreshed or loaded (and cached).
 pub fn reader(table: &ForeignHudiTable, committed: &[String]) -> TableReader {
+    engine::read::merge_cache::set_capacity(crate::guc::merge_cache_bytes());
     if !crate::guc::CACHE_TABLE_STATE.get() {
         forget_all();
         return table.load_reader();

@@ -5,6 +5,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, BooleanBufferBuilder, StringArray, UInt64Array};
+use arrow::buffer::BooleanBuffer;
 use arrow::compute::{concat, filter, interleave};
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
@@ -49,6 +50,12 @@ pub struct MergeOutput<'a> {
     pub columns: Option<(&'a HashSet<usize>, &'a NullColumns)>,
     /// Also [`Merged::base_positions`].
     pub base_positions: bool,
+    /// Also [`Merged::outcome`].
+    pub outcome: bool,
+    /// The base rows that stand as [`Merged::standing_base`] (not copied), and only the
+    /// winners as [`Merged::rows`]: for a consumer that can skip rows by a mask (an
+    /// aggregate). Not with `base_positions`.
+    pub unassembled: bool,
 }
 
 /// One version of a key, borrowing from the merged batches and delete records.
@@ -199,6 +206,12 @@ pub struct Merged {
     /// When asked for: per row of `rows`, its position in the base file (`None` for keys
     /// only the logs have).
     pub base_positions: Option<UInt64Array>,
+    /// When asked for, of a merge without a change range: what it decided, to assemble the
+    /// rows of the same versions again ([`assemble`]).
+    pub outcome: Option<Arc<MergeOutcome>>,
+    /// With [`MergeOutput::unassembled`]: the base file's rows (all columns the merge was
+    /// given) and the mask of those that stand, when some do.
+    pub standing_base: Option<(RecordBatch, BooleanArray)>,
 }
 
 /// A key removed by a delete inside a change range.
@@ -403,7 +416,7 @@ impl<'a> LogIndex<'a, &'a str> {
 /// The rows that won a merge against other versions, by `(batch, row)`, with the base-file
 /// row each replaced, if any; partial updates take some columns from other rows:
 /// `(position in rows, column, (batch, row))`.
-#[derive(Default)]
+#[derive(Debug, Default)]
 struct Winners {
     rows: Vec<(usize, usize)>,
     base_rows: Vec<Option<u64>>,
@@ -574,6 +587,25 @@ impl<'a> MergeInput<'_, 'a> {
     /// Folds the versions of each group, starting from its base row in `matches` (`(base
     /// row, group)`, in base order), and assembles the rows.
     fn finish<K: Ord + Copy>(&self, log: &LogIndex<'a, K>, matches: &[(usize, usize)]) -> Result<Merged> {
+        let (mut merged, kept, winners) = self.resolve(log, matches);
+        let kept = BooleanArray::new(kept, None);
+        if self.change_range.is_some() {
+            let mut alive = vec![false; kept.true_count()];
+            alive.append(&mut merged.alive_before_range);
+            merged.alive_before_range = alive;
+        }
+        assemble_into(&mut merged, self.schema, self.batches, &kept, &winners, self.output)?;
+        if self.output.outcome && self.change_range.is_none() {
+            let batch_rows = self.batches.iter().map(RecordBatch::num_rows).collect();
+            merged.outcome = Some(Arc::new(MergeOutcome { kept: kept.into_parts().0, winners, batch_rows }));
+        }
+        Ok(merged)
+    }
+
+    /// Decides each key's outcome: the base rows that stand (a bit per base row), the winning
+    /// rows of the other keys, and, in a change range, the keys' state before it and the keys
+    /// it deleted (in the returned `Merged`).
+    fn resolve<K: Ord + Copy>(&self, log: &LogIndex<'a, K>, matches: &[(usize, usize)]) -> (Merged, BooleanBuffer, Winners) {
         let (batches, columns, rule, change_range) = (self.batches, self.columns, self.rule, self.change_range);
         let tracking = change_range.is_some();
         let mut merged = Merged::default();
@@ -612,52 +644,7 @@ impl<'a> MergeInput<'_, 'a> {
             let state = rule.fold(log.entries(group).map(|e| e.version(columns, tracking)), batches, change_range);
             emit(&mut merged, &mut winners, None, state, change_range);
         }
-
-        let kept = BooleanArray::new(keep_base.finish(), None);
-        let kept_rows = kept.true_count();
-        if tracking {
-            let mut alive = vec![false; kept_rows];
-            alive.append(&mut merged.alive_before_range);
-            merged.alive_before_range = alive;
-        }
-        if self.output.base_positions {
-            let kept_positions = kept.values().set_indices().map(|r| Some(r as u64));
-            merged.base_positions = Some(kept_positions.chain(winners.base_rows.iter().copied()).collect());
-        }
-        let rows = kept_rows + winners.rows.len();
-        if rows > 0 {
-            let assemble = |e| Error::new(ErrorKind::Internal, "cannot assemble merged rows").with_source(e);
-            let columns = (0..self.schema.fields().len())
-                .map(|c| {
-                    if let Some((_, nulls)) = self.output.columns.filter(|(columns, _)| !columns.contains(&c)) {
-                        return Ok(nulls.get(self.schema.field(c).data_type(), rows));
-                    }
-                    let mut parts: Vec<ArrayRef> = Vec::with_capacity(2);
-                    if kept_rows > 0 {
-                        let base = batches[0].column(c);
-                        parts.push(if kept_rows == base.len() { base.clone() } else { filter(base, &kept).map_err(assemble)? });
-                    }
-                    if !winners.rows.is_empty() {
-                        let arrays: Vec<&dyn Array> = batches.iter().map(|b| b.column(c).as_ref()).collect();
-                        let mut overrides = winners.overrides.iter().filter(|o| o.1 == c).peekable();
-                        let indices = if overrides.peek().is_some() {
-                            let mut indices = winners.rows.clone();
-                            overrides.for_each(|&(position, _, source)| indices[position] = source);
-                            std::borrow::Cow::Owned(indices)
-                        } else {
-                            std::borrow::Cow::Borrowed(&winners.rows)
-                        };
-                        parts.push(interleave(&arrays, &indices).map_err(assemble)?);
-                    }
-                    match parts.len() {
-                        1 => Ok(parts.pop().expect("one part")),
-                        _ => concat(&parts.iter().map(|p| p.as_ref()).collect::<Vec<_>>()).map_err(assemble),
-                    }
-                })
-                .collect::<Result<Vec<ArrayRef>>>()?;
-            merged.rows = Some(RecordBatch::try_new(self.schema.clone(), columns).map_err(assemble)?);
-        }
-        Ok(merged)
+        (merged, keep_base.finish(), winners)
     }
 
     /// The row of a key that survives its base row `base_row` (of ordering value
@@ -675,6 +662,96 @@ impl<'a> MergeInput<'_, 'a> {
         }
         winner.0
     }
+}
+
+/// What a merge decided, row by row, without the values: the base rows that stand and the
+/// winning rows of the other keys (of a merge without a change range). It depends on the
+/// slice's versions and the merge rule only, not on the columns read, so that a later read
+/// of the same slice may assemble any of its columns by it without merging again
+/// ([`assemble`], kept per process by [`crate::read::merge_cache`]).
+#[derive(Debug)]
+pub struct MergeOutcome {
+    /// A bit per base row: whether it stands.
+    kept: BooleanBuffer,
+    winners: Winners,
+    /// The rows of each batch it was decided for: the base file's first, then the data blocks'.
+    batch_rows: Vec<usize>,
+}
+
+impl MergeOutcome {
+    /// The bytes it holds.
+    pub fn size(&self) -> usize {
+        let winners = &self.winners;
+        std::mem::size_of::<Self>()
+            + self.kept.inner().capacity()
+            + winners.rows.capacity() * std::mem::size_of::<(usize, usize)>()
+            + winners.base_rows.capacity() * std::mem::size_of::<Option<u64>>()
+            + winners.overrides.capacity() * std::mem::size_of::<(usize, usize, (usize, usize))>()
+            + self.batch_rows.capacity() * std::mem::size_of::<usize>()
+    }
+}
+
+/// The rows a merge decided (`outcome`) assembled from `batches`: the base file's rows first
+/// when the merge had a base file, then the rows of each data block, in the order the merge
+/// was given them (delete blocks have no rows). The batches may hold other columns than the
+/// merge read, but must have the same rows.
+pub fn assemble(schema: &SchemaRef, batches: &[RecordBatch], outcome: &MergeOutcome, output: MergeOutput) -> Result<Merged> {
+    if !batches.iter().map(RecordBatch::num_rows).eq(outcome.batch_rows.iter().copied()) {
+        return Err(Error::new(ErrorKind::Internal, "a merge outcome does not fit the rows it is applied to"));
+    }
+    let mut merged = Merged::default();
+    let kept = BooleanArray::new(outcome.kept.clone(), None);
+    assemble_into(&mut merged, schema, batches, &kept, &outcome.winners, output)?;
+    Ok(merged)
+}
+
+/// Sets `merged.rows` (and `base_positions`, when `output` asks) to the `kept` base rows of
+/// `batches[0]` followed by the winners.
+fn assemble_into(merged: &mut Merged, schema: &SchemaRef, batches: &[RecordBatch], kept: &BooleanArray, winners: &Winners, output: MergeOutput) -> Result<()> {
+    let mut kept_rows = kept.true_count();
+    if output.unassembled && !output.base_positions && kept_rows > 0 {
+        merged.standing_base = Some((batches[0].clone(), kept.clone()));
+        kept_rows = 0;
+    }
+    if output.base_positions {
+        let kept_positions = kept.values().set_indices().map(|r| Some(r as u64));
+        merged.base_positions = Some(kept_positions.chain(winners.base_rows.iter().copied()).collect());
+    }
+    let rows = kept_rows + winners.rows.len();
+    if rows == 0 {
+        return Ok(());
+    }
+    let assemble = |e| Error::new(ErrorKind::Internal, "cannot assemble merged rows").with_source(e);
+    let columns = (0..schema.fields().len())
+        .map(|c| {
+            if let Some((_, nulls)) = output.columns.filter(|(columns, _)| !columns.contains(&c)) {
+                return Ok(nulls.get(schema.field(c).data_type(), rows));
+            }
+            let mut parts: Vec<ArrayRef> = Vec::with_capacity(2);
+            if kept_rows > 0 {
+                let base = batches[0].column(c);
+                parts.push(if kept_rows == base.len() { base.clone() } else { filter(base, kept).map_err(assemble)? });
+            }
+            if !winners.rows.is_empty() {
+                let arrays: Vec<&dyn Array> = batches.iter().map(|b| b.column(c).as_ref()).collect();
+                let mut overrides = winners.overrides.iter().filter(|o| o.1 == c).peekable();
+                let indices = if overrides.peek().is_some() {
+                    let mut indices = winners.rows.clone();
+                    overrides.for_each(|&(position, _, source)| indices[position] = source);
+                    std::borrow::Cow::Owned(indices)
+                } else {
+                    std::borrow::Cow::Borrowed(&winners.rows)
+                };
+                parts.push(interleave(&arrays, &indices).map_err(assemble)?);
+            }
+            match parts.len() {
+                1 => Ok(parts.pop().expect("one part")),
+                _ => concat(&parts.iter().map(|p| p.as_ref()).collect::<Vec<_>>()).map_err(assemble),
+            }
+        })
+        .collect::<Result<Vec<ArrayRef>>>()?;
+    merged.rows = Some(RecordBatch::try_new(schema.clone(), columns).map_err(assemble)?);
+    Ok(())
 }
 
 #[cfg(test)]
@@ -919,7 +996,7 @@ mod tests {
                     positioned.push(MergeSource::Data { rows: block_rows, positions: Some(positions) });
                 }
             }
-            let with_positions = MergeOutput { columns: None, base_positions: true };
+            let with_positions = MergeOutput { base_positions: true, ..Default::default() };
             let by_key = merge(&s, keyed, EVENT, None, with_positions).unwrap();
             let by_position = merge(&s, positioned, EVENT, None, with_positions).unwrap();
             let positions_of = |merged: &Merged| -> Vec<Option<u64>> { merged.base_positions.as_ref().unwrap().iter().collect() };

@@ -11,6 +11,7 @@ pub mod aggregate;
 pub mod base_ordering;
 pub mod filter;
 pub mod merge;
+pub mod merge_cache;
 pub mod prefetch;
 pub mod schema;
 pub mod slice;
@@ -35,10 +36,11 @@ use crate::log::{read_blocks, BlockType, LogBlock};
 use crate::read::base_ordering::{BaseOrdering, OrderingChunks, StoredBound};
 use crate::read::filter::{RecordKeys, ScanFilter};
 use crate::read::merge::MergeRule;
+use crate::read::merge_cache::MergeKey;
 pub use crate::read::slice::SliceRead;
-use crate::read::slice::{FetchedBase, RangeStart, SliceOutput};
+use crate::read::slice::{FetchedBase, KeptMerge, RangeStart, SliceOutput};
 use crate::storage::Storage;
-use crate::table::{self, TableConfig};
+use crate::table::{self, MergeMode, TableConfig};
 use crate::timeline::history::History;
 use crate::timeline::{metadata, ReadBound, Timeline, WritesInRange};
 use crate::view::{FileSlice, FileSystemView};
@@ -119,6 +121,9 @@ pub struct ScanStats {
     /// that the page index did not rule out.
     pub base_rows_total: u64,
     pub base_rows_read: u64,
+    /// Slices with logs whose rows were assembled by a kept merge outcome
+    /// ([`merge_cache`]), without merging them again.
+    pub merges_reused: usize,
 }
 
 /// What [`TableReader::state`] returns: a reader's timeline listing, data files and decided
@@ -656,6 +661,24 @@ impl TableReader {
             true => None,
         };
         let positions_of = positions_of.filter(|_| record_keys.is_none());
+        // A snapshot of a whole slice, not narrowed to record keys, decides each key's winner
+        // the same way whatever columns it reads: what the last merge of the same versions
+        // decided is kept and reused. (Partial updates take each column from its own version,
+        // decided by the columns read.)
+        let kept_merge = match merging && !changes && !part.is_split() && record_keys.is_none() && self.config.merge_mode != MergeMode::PartialUpdate {
+            false => KeptMerge::No,
+            true => {
+                let key = self.merge_key(slice, &blocks, positions_of.is_some());
+                match merge_cache::get(&key) {
+                    Some(outcome) => KeptMerge::Reuse(outcome),
+                    None => KeptMerge::Keep(key),
+                }
+            }
+        };
+        if let KeptMerge::Reuse(_) = kept_merge {
+            stats.merges_reused += 1;
+        }
+        let reusing = matches!(kept_merge, KeptMerge::Reuse(_));
         // What may skip base-file rows: the whole filter where the slice has no logs (each
         // key's one version is the result); with logs only the keys, as a log version that
         // fails the filter may still win over a base version that passes it.
@@ -667,7 +690,9 @@ impl TableReader {
             (None, true) if !options.filter.is_empty() => Some(options.filter.clone()),
             (None, _) => None,
         };
-        let mut needed = self.needed_columns(options, merging, positions_of.is_none(), changes);
+        // Reusing a merge's outcome reads only the columns asked for, and no positions.
+        let mut needed = self.needed_columns(options, merging && !reusing, positions_of.is_none(), changes);
+        let positions_of = positions_of.filter(|_| !reusing);
         let key_column = schema::META_FIELDS[schema::RECORD_KEY_COLUMN];
         // Record keys read only to select rows: the base rows' keys need not be read again
         // with the other columns, unless a merge matches them.
@@ -703,6 +728,7 @@ impl TableReader {
         Ok(SliceRead {
             base,
             merging,
+            kept_merge,
             blocks,
             positions_of,
             record_keys,
@@ -714,6 +740,18 @@ impl TableReader {
             rule: self.merge_rule(),
             kind,
         })
+    }
+
+    /// What identifies the merge of `slice`'s base file with its visible `blocks`, matched
+    /// `by_position` or by key ([`merge_cache`]).
+    fn merge_key(&self, slice: &FileSlice, blocks: &[(String, String, LogBlock)], by_position: bool) -> MergeKey {
+        MergeKey {
+            table: self.storage.uri().to_string(),
+            base: slice.base_path().zip(slice.base_file.as_ref().map(|b| b.size)),
+            blocks: blocks.iter().map(|(path, instant, block)| (path.clone(), block.offset, block.content.len(), instant.clone())).collect(),
+            by_position,
+            rule: MergeKey::rule(&self.merge_rule()),
+        }
     }
 
     /// The blocks of the slice's log files, in the order written: `(file path, block)`.

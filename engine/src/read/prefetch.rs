@@ -12,14 +12,16 @@ use std::collections::VecDeque;
 use arrow::record_batch::RecordBatch;
 
 use crate::error::Result;
+use crate::read::slice::RowParts;
 use crate::read::{ScanOptions, ScanStats, SlicePart, SliceQuery, SliceRead, TableReader};
 use crate::view::FileSlice;
 
 type SliceRows = Result<Option<RecordBatch>>;
 
-/// What a scan makes of each slice's rows on the thread that merged them (an aggregate's
-/// partial, say); its output is what [`SliceScan::next`] returns.
-pub type Transform = std::sync::Arc<dyn Fn(Option<RecordBatch>) -> SliceRows + Send + Sync>;
+/// What a scan makes of each slice's rows, given in parts ([`SliceRead::run_parts`]), on the
+/// thread that merged them (an aggregate's partial, say); its output is what
+/// [`SliceScan::next`] returns.
+pub type Transform = std::sync::Arc<dyn Fn(RowParts) -> SliceRows + Send + Sync>;
 
 /// Hands out the units of a scan shared by processes (a parallel scan): the index of the
 /// next unit this scan reads, or `None` when every unit is taken.
@@ -67,10 +69,9 @@ impl Pending {
 }
 
 fn run(read: SliceRead, transform: Option<&Transform>) -> SliceRows {
-    let rows = read.run()?;
     match transform {
-        Some(transform) => transform(rows),
-        None => Ok(rows),
+        Some(transform) => transform(read.run_parts()?),
+        None => read.run(),
     }
 }
 

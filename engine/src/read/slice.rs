@@ -17,7 +17,8 @@ use crate::error::{Error, ErrorKind, Result, ResultExt};
 use crate::log::{decode_block, BlockContent, LogBlock};
 use crate::read::base_ordering::BaseOrdering;
 use crate::read::filter::RecordKeys;
-use crate::read::merge::{merge, DeletedKey, Merged, MergeOutput, MergeRule, MergeSource};
+use crate::read::merge::{assemble, merge, DeletedKey, Merged, MergeOutcome, MergeOutput, MergeRule, MergeSource};
+use crate::read::merge_cache::{self, MergeKey};
 use crate::read::schema::{self, NullColumns};
 use crate::read::{OPERATION_COLUMN, ROW_POSITION_COLUMN};
 use crate::timeline::WritesInRange;
@@ -158,6 +159,21 @@ impl FetchedBase {
     }
 }
 
+/// What a slice's merge does with the kept merge outcomes ([`crate::read::merge_cache`]).
+#[derive(Debug)]
+pub(crate) enum KeptMerge {
+    /// Neither reuses nor keeps one (a change read, a read of some record keys).
+    No,
+    /// Assembles the rows by this outcome instead of merging.
+    Reuse(Arc<MergeOutcome>),
+    /// Merges, and keeps the outcome under this key.
+    Keep(MergeKey),
+}
+
+/// A slice's rows in parts ([`SliceRead::run_parts`]): batches, each with the mask of its rows
+/// that belong (`None`: all).
+pub type RowParts = Vec<(RecordBatch, Option<BooleanArray>)>;
+
 /// One file slice's read with everything it needs in memory. Memory: the fetched column
 /// chunks and blocks, then the decoded slice, then its merged rows.
 pub struct SliceRead {
@@ -165,6 +181,7 @@ pub struct SliceRead {
     /// Whether the rows need merging (log blocks, or a change read); otherwise the base
     /// file's rows are the result.
     pub(crate) merging: bool,
+    pub(crate) kept_merge: KeptMerge,
     /// Visible data and delete blocks, in the order written: `(file path, instant, block)`.
     pub(crate) blocks: Vec<(String, String, LogBlock)>,
     /// The base file's instant when every block carries record positions for it: then the
@@ -202,7 +219,7 @@ impl SliceRead {
             SliceOutput::Changes { start, .. } => start.take().map(RangeStart::run).transpose()?,
             SliceOutput::Snapshot => None,
         };
-        let merged = self.merge()?;
+        let merged = self.merge(false)?;
         match &self.kind {
             SliceOutput::Snapshot if self.row_positions => merged.rows.map(|rows| with_positions(rows, merged.base_positions)).transpose(),
             SliceOutput::Snapshot => Ok(merged.rows),
@@ -212,8 +229,21 @@ impl SliceRead {
         }
     }
 
-    /// Decodes the fetched base file and blocks (consuming them) and merges them.
-    fn merge(&mut self) -> Result<Merged> {
+    /// [`Self::run`] as parts: batches, each with the mask of its rows that belong to the
+    /// result (`None`: all), so that a consumer that can skip rows by a mask (an aggregate) is
+    /// spared copying the base rows that stand. Their order is not the rows' order.
+    pub fn run_parts(mut self) -> Result<RowParts> {
+        if !matches!(self.kind, SliceOutput::Snapshot) || self.row_positions {
+            return Ok(self.run()?.into_iter().map(|rows| (rows, None)).collect());
+        }
+        let merged = self.merge(true)?;
+        let base = merged.standing_base.map(|(rows, standing)| (rows, Some(standing)));
+        Ok(base.into_iter().chain(merged.rows.map(|rows| (rows, None))).collect())
+    }
+
+    /// Decodes the fetched base file and blocks (consuming them) and merges them; `unassembled`
+    /// as [`MergeOutput::unassembled`].
+    fn merge(&mut self, unassembled: bool) -> Result<Merged> {
         // The base rows' file positions, when rows are asked for with them and a row's index
         // in the decoded base is not its position.
         let mut base_positions = None;
@@ -233,7 +263,7 @@ impl SliceRead {
         if !self.merging {
             return Ok(Merged { rows: base.filter(|b| b.num_rows() > 0), base_positions, ..Default::default() });
         }
-        let mut merged = self.merge_with_logs(base, base_ordering)?;
+        let mut merged = self.merge_with_logs(base, base_ordering, unassembled)?;
         // The merge names base rows by their index in the decoded base.
         if let (Some(file_positions), Some(indices)) = (base_positions, &merged.base_positions) {
             let positions = arrow::compute::take(&file_positions, indices, None)
@@ -255,7 +285,25 @@ impl SliceRead {
 
     /// Merges the decoded base rows with the log blocks (consuming them); with the base's
     /// `ordering`, the base rows' ordering values are read for the rows the blocks name.
-    fn merge_with_logs(&mut self, base: Option<RecordBatch>, ordering: Option<BaseOrdering>) -> Result<Merged> {
+    fn merge_with_logs(&mut self, base: Option<RecordBatch>, ordering: Option<BaseOrdering>, unassembled: bool) -> Result<Merged> {
+        let output = MergeOutput {
+            columns: self.output.as_ref().map(|o| (o, &self.nulls)),
+            base_positions: self.row_positions,
+            outcome: matches!(self.kept_merge, KeptMerge::Keep(_)),
+            unassembled,
+        };
+        if let KeptMerge::Reuse(outcome) = &self.kept_merge {
+            let mut batches: Vec<RecordBatch> = base.into_iter().collect();
+            for (path, _, block) in std::mem::take(&mut self.blocks) {
+                let context = || format!("reading block at {} of {path}", block.offset);
+                if let Some(BlockContent::Data(decoded)) = decode_block(&block, self.needed.as_ref(), None).context(context)? {
+                    for batch in decoded {
+                        batches.push(schema::align_batch_with(&batch, &self.schema, &self.nulls)?);
+                    }
+                }
+            }
+            return assemble(&self.schema, &batches, outcome, output);
+        }
         let base = base.map(|rows| match ordering {
             Some(ordering) => MergeSource::BaseAtPositions { rows, ordering: Arc::new(ordering) },
             None => MergeSource::Base(rows),
@@ -295,11 +343,11 @@ impl SliceRead {
             SliceOutput::Changes { instants, .. } => Some(instants),
             SliceOutput::Snapshot => None,
         };
-        let output = MergeOutput {
-            columns: self.output.as_ref().map(|o| (o, &self.nulls)),
-            base_positions: self.row_positions,
-        };
-        merge(&self.schema, sources, self.rule, change_range, output)
+        let mut merged = merge(&self.schema, sources, self.rule, change_range, output)?;
+        if let (KeptMerge::Keep(key), Some(outcome)) = (std::mem::replace(&mut self.kept_merge, KeptMerge::No), merged.outcome.take()) {
+            merge_cache::put(key, outcome);
+        }
+        Ok(merged)
     }
 }
 

@@ -17,8 +17,9 @@ mod statistics;
 
 use std::sync::Arc;
 
-use arrow::array::ArrayRef;
-use arrow::compute::filter_record_batch;
+use arrow::array::{make_array, Array, ArrayRef, BooleanArray};
+use arrow::buffer::NullBuffer;
+use arrow::compute::{and, filter_record_batch};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use serde::{Deserialize, Serialize};
@@ -29,6 +30,7 @@ use self::groups::{Groups, RowGroups};
 pub use self::reading::Reading;
 use crate::error::{Error, ErrorKind, Result};
 use crate::read::prefetch::SliceScan;
+use crate::read::slice::RowParts;
 use crate::read::{ScanOptions, ScanStats, SliceQuery, TableReader};
 use crate::view::FileSlice;
 
@@ -214,28 +216,49 @@ impl Aggregation {
     }
 
     /// Adds the rows of a read (the columns of [`AggregateQuery::fields`], as stored) that
-    /// satisfy the condition.
-    fn add_rows(&mut self, rows: &RecordBatch) -> Result<()> {
-        let rows = match &self.query.condition {
-            Some(condition) => filter_record_batch(rows, &condition.evaluate(rows)?).map_err(kernel)?,
-            None => rows.clone(),
+    /// satisfy the condition, of those `belonging` selects (all when `None`).
+    fn add_rows(&mut self, rows: &RecordBatch, belonging: Option<&BooleanArray>) -> Result<()> {
+        let selection = match (&self.query.condition, belonging) {
+            (Some(condition), Some(belonging)) => Some(and(&condition.evaluate(rows)?, belonging).map_err(kernel)?),
+            (Some(condition), None) => Some(condition.evaluate(rows)?),
+            (None, belonging) => belonging.cloned(),
+        };
+        // Without groups, rows not selected are masked as NULLs (which every aggregate skips)
+        // rather than copied out; count(*) counts the selection.
+        let (rows, mask) = match selection {
+            Some(selection) if self.query.group_by.is_empty() => {
+                // (A NULL condition does not select its row.)
+                let selected = match selection.nulls() {
+                    Some(nulls) => selection.values() & nulls.inner(),
+                    None => selection.values().clone(),
+                };
+                (rows.clone(), Some(NullBuffer::new(selected)))
+            }
+            Some(selection) => (filter_record_batch(rows, &selection).map_err(kernel)?, None),
+            None => (rows.clone(), None),
         };
         let query = self.query.clone();
         let keys = query.group_by.iter().map(|c| c.read(&rows)).collect::<Result<Vec<_>>>()?;
+        let masked = |input: ArrayRef| -> Result<ArrayRef> {
+            let Some(mask) = &mask else { return Ok(input) };
+            let nulls = NullBuffer::union(input.nulls(), Some(mask));
+            Ok(make_array(input.to_data().into_builder().nulls(nulls).build().map_err(kernel)?))
+        };
         let inputs = query
             .aggregates
             .iter()
             .map(|a| match (a, a.input()) {
-                (Aggregate::Sum(_) | Aggregate::Avg(_), Some(c)) => c.reading.read_to_add(c.raw(&rows)?).map(Some),
-                (_, Some(c)) => c.read(&rows).map(Some),
+                (Aggregate::Sum(_) | Aggregate::Avg(_), Some(c)) => c.reading.read_to_add(c.raw(&rows)?).and_then(masked).map(Some),
+                (_, Some(c)) => c.read(&rows).and_then(masked).map(Some),
                 (_, None) => Ok(None),
             })
             .collect::<Result<Vec<Option<ArrayRef>>>>()?;
         let ids = self.groups.assign(&keys)?;
         let groups = RowGroups { ids: ids.as_deref(), count: self.groups.len() };
         let types: Vec<Option<DataType>> = inputs.iter().map(|i| i.as_ref().map(|i| i.data_type().clone())).collect();
+        let row_count = mask.as_ref().map_or(rows.num_rows(), |m| m.len() - m.null_count());
         for (accumulator, input) in self.accumulators(&types)?.iter_mut().zip(&inputs) {
-            accumulator.update(input.as_ref(), rows.num_rows(), groups)?;
+            accumulator.update(input.as_ref(), row_count, groups)?;
         }
         Ok(())
     }
@@ -386,10 +409,10 @@ impl TableReader {
         let options = ScanOptions { columns: Some(query.fields()), row_positions: false, ..options };
         let per_slice = {
             let (query, schema) = (query.clone(), schema.clone());
-            move |rows: Option<RecordBatch>| -> Result<Option<RecordBatch>> {
+            move |parts: RowParts| -> Result<Option<RecordBatch>> {
                 let mut partial = Aggregation::new(query.clone(), key_types.clone())?;
-                if let Some(rows) = rows {
-                    partial.add_rows(&rows)?;
+                for (rows, belonging) in &parts {
+                    partial.add_rows(rows, belonging.as_ref())?;
                 }
                 partial.partial(&schema).map(Some)
             }
@@ -454,7 +477,7 @@ mod tests {
         let mut total = Aggregation::new(query.clone(), vec![DataType::Utf8]).unwrap();
         for part in [&a, &b] {
             let mut partial = Aggregation::new(query.clone(), vec![DataType::Utf8]).unwrap();
-            partial.add_rows(part).unwrap();
+            partial.add_rows(part, None).unwrap();
             total.add_partial(&partial.partial(&schema).unwrap()).unwrap();
         }
         let result = total.finish(&schema).unwrap();
@@ -474,6 +497,41 @@ mod tests {
         assert_eq!(max.value(0), 4.0);
     }
 
+    /// Rows added with a mask of those that belong aggregate as the selected rows alone, with
+    /// and without a condition and groups.
+    #[test]
+    fn rows_masked_aggregate_as_the_rows_selected() {
+        let regions = vec![Some("x"), Some("y"), None, Some("x"), Some("y"), Some("x"), Some("z")];
+        let qty = vec![Some(1), None, Some(3), Some(-4), Some(5), Some(6), Some(7)];
+        let price = vec![Some(1.5), Some(2.0), None, Some(-1.0), Some(0.5), Some(9.0), Some(3.0)];
+        let batch = rows(regions, qty, price);
+        let belonging = BooleanArray::from(vec![true, true, false, true, false, true, true]);
+        let aggregates = vec![
+            Aggregate::CountRows,
+            Aggregate::Count(column("qty", Reading::Int)),
+            Aggregate::Sum(column("qty", Reading::Int)),
+            Aggregate::Avg(column("price", Reading::Float8)),
+            Aggregate::Min(column("region", Reading::Text)),
+            Aggregate::Max(column("qty", Reading::Int)),
+        ];
+        let condition = Condition::Compare { column: column("qty", Reading::Int), op: Op::Lt, operand: Operand::Value(Scalar::Int(6)) };
+        for (group_by, condition) in [(vec![], None), (vec![], Some(condition.clone())), (vec![column("region", Reading::Text)], None), (vec![column("region", Reading::Text)], Some(condition))] {
+            let query = Arc::new(AggregateQuery { group_by, aggregates: aggregates.clone(), condition });
+            let key_types = vec![DataType::Utf8; query.group_by.len()];
+            let finish = |aggregation: Aggregation| {
+                let result = aggregation.finish(&batch.schema()).unwrap();
+                (0..result.num_columns())
+                    .map(|c| (0..result.num_rows()).map(|r| arrow::util::display::array_value_to_string(result.column(c), r).unwrap()).collect::<Vec<_>>())
+                    .collect::<Vec<_>>()
+            };
+            let mut masked = Aggregation::new(query.clone(), key_types.clone()).unwrap();
+            masked.add_rows(&batch, Some(&belonging)).unwrap();
+            let mut selected = Aggregation::new(query.clone(), key_types).unwrap();
+            selected.add_rows(&filter_record_batch(&batch, &belonging).unwrap(), None).unwrap();
+            assert_eq!(finish(masked), finish(selected), "{query}");
+        }
+    }
+
     #[test]
     fn no_groups_and_no_rows_is_one_row() {
         let query = Arc::new(AggregateQuery {
@@ -482,7 +540,7 @@ mod tests {
         });
         let empty = rows(vec![], vec![], vec![]);
         let mut aggregation = Aggregation::new(query.clone(), vec![]).unwrap();
-        aggregation.add_rows(&empty).unwrap();
+        aggregation.add_rows(&empty, None).unwrap();
         // A slice that had no rows at all adds a partial of no values.
         aggregation.add_partial(&Aggregation::new(query, vec![]).unwrap().partial(&empty.schema()).unwrap()).unwrap();
         let result = aggregation.finish(&empty.schema()).unwrap();
