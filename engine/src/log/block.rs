@@ -68,6 +68,8 @@ pub struct LogBlock {
     pub content: Bytes,
     /// Offset of the block in its file.
     pub offset: usize,
+    /// Offset of the content in its file.
+    pub content_offset: usize,
 }
 
 impl LogBlock {
@@ -163,7 +165,7 @@ fn parse_block(file: &Bytes, start: usize) -> Option<(LogBlock, usize)> {
     body.take(content_length)?;
     let _footer = body.metadata()?;
     let content = file.slice(content_start..content_start + content_length);
-    Some((LogBlock { block_type, header, content, offset: start }, end))
+    Some((LogBlock { block_type, header, content, offset: start, content_offset: content_start }, end))
 }
 
 /// All blocks of a log file, in order. A damaged region is reported once as a `Corrupt` block
@@ -183,6 +185,7 @@ pub fn read_blocks(file: &Bytes) -> Vec<LogBlock> {
                     header: BTreeMap::new(),
                     content: Bytes::new(),
                     offset: pos,
+                    content_offset: pos,
                 });
                 pos = next_magic(file, pos + 1).unwrap_or(file.len());
             }

@@ -10,13 +10,15 @@ use arrow::record_batch::RecordBatch;
 use arrow_avro::reader::ReaderBuilder;
 use arrow_avro::schema::{AvroSchema, Fingerprint, FingerprintAlgorithm, SchemaStore};
 use bytes::Bytes;
-use parquet::arrow::arrow_reader::{ArrowPredicateFn, ArrowReaderOptions, ParquetRecordBatchReaderBuilder, RowFilter};
+use parquet::arrow::arrow_reader::{ArrowPredicateFn, ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder, RowFilter};
+use parquet::file::reader::ChunkReader;
 use parquet::arrow::ProjectionMask;
 use parquet::file::metadata::PageIndexPolicy;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::log::block::{BlockType, LogBlock};
 use crate::ordering::OrderingValue;
+use crate::read::chunk_bytes::ChunkBytes;
 use crate::read::filter::RecordKeys;
 use crate::read::schema::{META_FIELDS, RECORD_KEY_COLUMN};
 
@@ -92,26 +94,57 @@ pub fn decode_avro_data(block: &LogBlock) -> Result<Vec<RecordBatch>> {
 /// hold them, where the block has an offset index).
 pub fn decode_parquet_data(block: &LogBlock, columns: Option<&HashSet<String>>, keys: Option<&Arc<RecordKeys>>) -> Result<Vec<RecordBatch>> {
     let options = ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional);
-    let reader = ParquetRecordBatchReaderBuilder::try_new_with_options(block.content.clone(), options)
-        .and_then(|mut builder| {
-            let key_column = builder.schema().index_of(META_FIELDS[RECORD_KEY_COLUMN]).ok();
-            if let (Some(keys), Some(key_column)) = (keys, key_column) {
-                let keys = keys.clone();
-                let mask = ProjectionMask::roots(builder.parquet_schema(), [key_column]);
-                let predicate = ArrowPredicateFn::new(mask, move |batch: RecordBatch| {
-                    let record_keys = batch.column(0).as_string_opt::<i32>().ok_or_else(|| {
-                        arrow::error::ArrowError::InvalidArgumentError("record keys are not strings".into())
-                    })?;
-                    Ok(keys.mask(record_keys))
-                });
-                builder = builder.with_row_filter(RowFilter::new(vec![Box::new(predicate)]));
-            }
-            let Some(columns) = columns else { return builder.build() };
-            let roots = builder.schema().fields().iter().enumerate().filter(|(_, f)| columns.contains(f.name())).map(|(i, _)| i);
-            let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
-            builder.with_projection(mask).build()
-        })
-        .map_err(|e| corrupt("invalid Parquet in data block").with_source(e))?;
+    let builder = ParquetRecordBatchReaderBuilder::try_new_with_options(block.content.clone(), options);
+    let builder = builder.map_err(|e| corrupt("invalid Parquet in data block").with_source(e))?;
+    read_parquet_data(builder, columns, keys)
+}
+
+/// [`decode_parquet_data`] of a block whose footer (`metadata`) is known and of whose content
+/// the column chunks of `columns` were fetched (`chunks`, at their offsets in the content).
+pub fn decode_parquet_columns(metadata: ArrowReaderMetadata, chunks: ChunkBytes, columns: Option<&HashSet<String>>) -> Result<Vec<RecordBatch>> {
+    read_parquet_data(ParquetRecordBatchReaderBuilder::new_with_metadata(chunks, metadata), columns, None)
+}
+
+/// The byte ranges in a data block's content of the column chunks that
+/// [`decode_parquet_columns`] reads for `columns` (`None`: the whole content).
+pub fn parquet_column_ranges(metadata: &ArrowReaderMetadata, columns: Option<&HashSet<String>>, content_length: u64) -> Vec<std::ops::Range<u64>> {
+    let Some(columns) = columns else { return vec![0..content_length] };
+    let parquet = metadata.metadata();
+    let schema = parquet.file_metadata().schema_descr();
+    let leaves: Vec<usize> = (0..schema.num_columns()).filter(|&leaf| columns.contains(schema.get_column_root(leaf).name())).collect();
+    let mut ranges = Vec::new();
+    for group in parquet.row_groups() {
+        for &leaf in &leaves {
+            let (start, length) = group.column(leaf).byte_range();
+            ranges.push(start..start + length);
+        }
+    }
+    ranges
+}
+
+fn read_parquet_data<T: ChunkReader + 'static>(
+    mut builder: ParquetRecordBatchReaderBuilder<T>,
+    columns: Option<&HashSet<String>>,
+    keys: Option<&Arc<RecordKeys>>,
+) -> Result<Vec<RecordBatch>> {
+    let key_column = builder.schema().index_of(META_FIELDS[RECORD_KEY_COLUMN]).ok();
+    if let (Some(keys), Some(key_column)) = (keys, key_column) {
+        let keys = keys.clone();
+        let mask = ProjectionMask::roots(builder.parquet_schema(), [key_column]);
+        let predicate = ArrowPredicateFn::new(mask, move |batch: RecordBatch| {
+            let record_keys = batch.column(0).as_string_opt::<i32>().ok_or_else(|| {
+                arrow::error::ArrowError::InvalidArgumentError("record keys are not strings".into())
+            })?;
+            Ok(keys.mask(record_keys))
+        });
+        builder = builder.with_row_filter(RowFilter::new(vec![Box::new(predicate)]));
+    }
+    if let Some(columns) = columns {
+        let roots = builder.schema().fields().iter().enumerate().filter(|(_, f)| columns.contains(f.name())).map(|(i, _)| i);
+        let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
+        builder = builder.with_projection(mask);
+    }
+    let reader = builder.build().map_err(|e| corrupt("invalid Parquet in data block").with_source(e))?;
     reader
         .collect::<std::result::Result<Vec<_>, _>>()
         .map_err(|e| corrupt("invalid Parquet in data block").with_source(e))
@@ -304,7 +337,7 @@ pub fn decode_block(block: &LogBlock, columns: Option<&HashSet<String>>, keys: O
 
 /// Convenience for tests and writers: a block with content built from `bytes`.
 pub fn block_from(block_type: BlockType, header: std::collections::BTreeMap<i32, String>, bytes: Vec<u8>) -> LogBlock {
-    LogBlock { block_type, header, content: Bytes::from(bytes), offset: 0 }
+    LogBlock { block_type, header, content: Bytes::from(bytes), offset: 0, content_offset: 0 }
 }
 
 #[cfg(test)]

@@ -1,19 +1,26 @@
-//! The merge outcomes of file slices, kept per process: a repeated read of a slice with logs
-//! (a dashboard's query, the scan under an UPDATE, the next statement of a session) assembles
-//! its rows by what the last merge of the same versions decided ([`MergeOutcome`]) instead of
-//! merging again. It then reads neither the ordering values nor the record keys or positions
-//! that the merge compared, only the columns asked for.
+//! What the merges of file slices read and decided, kept per process: a repeated read of a
+//! slice with logs (a dashboard's query, the scan under an UPDATE, the next statement of a
+//! session) assembles its rows by what the last merge of the same versions decided
+//! ([`MergeOutcome`]) instead of merging again. It then reads neither the ordering values nor
+//! the record keys or positions that the merge compared, only the columns asked for: of each
+//! Parquet data block, only their column chunks, found by the block's footer kept with the
+//! log file's other blocks (their headers, without content).
 //!
 //! A slice's files never change once written, so an outcome is keyed by what the merge read:
-//! the base file (path and size) and each visible block (file, offset, length and the instant
-//! that wrote it: a block rolled back and written again has another instant), with the merge
-//! rule. A new block, a rolled-back one or a compacted slice is another key; the entries of
-//! slices no longer read age out. Memory is bounded by [`set_capacity`] (least recently used
-//! entries go first).
+//! the base file (path and size) and each visible block (file, offset and the instant that
+//! wrote it: a block rolled back and written again has another instant), with the merge rule;
+//! a log file by its path and size. A new block, a rolled-back one or a compacted slice is
+//! another key; the entries of slices no longer read age out. Memory is bounded by
+//! [`set_capacity`] (least recently used entries go first).
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
 
+use bytes::Bytes;
+use parquet::arrow::arrow_reader::ArrowReaderMetadata;
+
+use crate::log::block::header;
+use crate::log::{BlockType, LogBlock};
 use crate::read::merge::{MergeOutcome, MergeRule};
 
 /// The default bound of the kept outcomes' memory (see [`set_capacity`]).
@@ -26,8 +33,8 @@ pub(crate) struct MergeKey {
     pub table: String,
     /// The base file's path in the table and its size.
     pub base: Option<(String, u64)>,
-    /// Each visible block, in merge order: `(path of its file, offset, content length, instant)`.
-    pub blocks: Vec<(String, usize, usize, String)>,
+    /// Each visible block, in merge order: `(path of its file, offset, instant)`.
+    pub blocks: Vec<(String, usize, String)>,
     /// Whether the versions were matched by record position (else by record key).
     pub by_position: bool,
     /// The merge mode (by name) and the ordering field's column.
@@ -41,34 +48,70 @@ impl MergeKey {
 
     fn size(&self) -> usize {
         let base = self.base.as_ref().map_or(0, |(path, _)| path.len());
-        let blocks: usize = self.blocks.iter().map(|(path, _, _, instant)| path.len() + instant.len() + 32).sum();
+        let blocks: usize = self.blocks.iter().map(|(path, _, instant)| path.len() + instant.len() + 32).sum();
         std::mem::size_of::<Self>() + self.table.len() + base + blocks + self.rule.0.len()
     }
 }
 
-struct Entry {
-    outcome: Arc<MergeOutcome>,
+/// A log file as kept: by table, path and size (log files are written once).
+pub(crate) type LogFileKey = (String, String, u64);
+
+/// A block of a log file as kept, without its content (or the schema and positions of its
+/// header, which a reused merge does not read): with, for a Parquet data block, its footer, so
+/// that a reused merge fetches only the column chunks it needs.
+#[derive(Debug, Clone)]
+pub(crate) struct KnownBlock {
+    pub block: LogBlock,
+    /// The length of the block's content.
+    pub content_length: u64,
+    pub footer: Option<ArrowReaderMetadata>,
+}
+
+impl KnownBlock {
+    /// `block` as kept.
+    pub(crate) fn of(block: &LogBlock) -> KnownBlock {
+        let mut header = block.header.clone();
+        header.remove(&header::SCHEMA);
+        if let Some(positions) = header.get_mut(&header::RECORD_POSITIONS) {
+            // Whether the block has positions is part of the merge's key; their value is not.
+            positions.clear();
+        }
+        let footer = match block.block_type {
+            BlockType::ParquetData => ArrowReaderMetadata::load(&block.content, Default::default()).ok(),
+            _ => None,
+        };
+        let kept = LogBlock { header, content: Bytes::new(), ..block.clone() };
+        KnownBlock { block: kept, content_length: block.content.len() as u64, footer }
+    }
+
+    fn size(&self) -> usize {
+        let header: usize = self.block.header.values().map(|v| v.len() + 32).sum();
+        std::mem::size_of::<Self>() + header + self.footer.as_ref().map_or(0, |f| f.metadata().memory_size())
+    }
+}
+
+struct Entry<V> {
+    value: Arc<V>,
     bytes: usize,
     last_used: u64,
 }
 
-#[derive(Default)]
-struct Cache {
-    entries: HashMap<MergeKey, Entry>,
+/// Values by key, their memory bounded: the least recently used go first.
+struct Cache<K, V> {
+    entries: HashMap<K, Entry<V>>,
     bytes: usize,
-    /// `None`: [`DEFAULT_CAPACITY`].
-    capacity: Option<usize>,
+    capacity: usize,
     clock: u64,
 }
 
-impl Cache {
-    fn capacity(&self) -> usize {
-        self.capacity.unwrap_or(DEFAULT_CAPACITY)
+impl<K: std::hash::Hash + Eq + Clone, V> Cache<K, V> {
+    fn new(capacity: usize) -> Cache<K, V> {
+        Cache { entries: HashMap::new(), bytes: 0, capacity, clock: 0 }
     }
 
     /// Drops least recently used entries until `more` bytes fit.
     fn make_room(&mut self, more: usize) {
-        while self.bytes + more > self.capacity() {
+        while self.bytes + more > self.capacity {
             let Some(oldest) = self.entries.iter().min_by_key(|(_, e)| e.last_used).map(|(k, _)| k.clone()) else { return };
             if let Some(entry) = self.entries.remove(&oldest) {
                 self.bytes -= entry.bytes;
@@ -76,17 +119,22 @@ impl Cache {
         }
     }
 
-    fn get(&mut self, key: &MergeKey) -> Option<Arc<MergeOutcome>> {
+    fn set_capacity(&mut self, capacity: usize) {
+        self.capacity = capacity;
+        self.make_room(0);
+    }
+
+    fn get(&mut self, key: &K) -> Option<Arc<V>> {
         self.clock += 1;
         let now = self.clock;
         let entry = self.entries.get_mut(key)?;
         entry.last_used = now;
-        Some(entry.outcome.clone())
+        Some(entry.value.clone())
     }
 
-    fn put(&mut self, key: MergeKey, outcome: Arc<MergeOutcome>) {
-        let bytes = key.size() + outcome.size();
-        if bytes > self.capacity() {
+    /// Keeps `value` (of `bytes`), unless it alone exceeds the capacity.
+    fn put(&mut self, key: K, value: Arc<V>, bytes: usize) {
+        if bytes > self.capacity {
             return;
         }
         if let Some(old) = self.entries.remove(&key) {
@@ -95,37 +143,61 @@ impl Cache {
         self.make_room(bytes);
         self.clock += 1;
         self.bytes += bytes;
-        self.entries.insert(key, Entry { outcome, bytes, last_used: self.clock });
+        self.entries.insert(key, Entry { value, bytes, last_used: self.clock });
     }
 }
 
-static CACHE: LazyLock<Mutex<Cache>> = LazyLock::new(Default::default);
+/// The log files' share of the capacity: their blocks' headers and footers are small beside
+/// the outcomes.
+const LOG_FILES_SHARE: usize = 8;
 
-fn cache() -> std::sync::MutexGuard<'static, Cache> {
-    // An outcome is either in or not: a panic elsewhere cannot leave an entry half made.
-    CACHE.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+static OUTCOMES: LazyLock<Mutex<Cache<MergeKey, MergeOutcome>>> = LazyLock::new(|| Mutex::new(Cache::new(DEFAULT_CAPACITY)));
+static LOG_FILES: LazyLock<Mutex<Cache<LogFileKey, Vec<KnownBlock>>>> =
+    LazyLock::new(|| Mutex::new(Cache::new(DEFAULT_CAPACITY / LOG_FILES_SHARE)));
+
+fn lock<T>(cache: &'static Mutex<T>) -> std::sync::MutexGuard<'static, T> {
+    // An entry is either in or not: a panic elsewhere cannot leave one half made.
+    cache.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// Bounds the memory of the outcomes this process keeps to `bytes` (0: none are kept).
+/// Bounds the memory this process keeps for merges to `bytes` (0: nothing is kept).
 pub fn set_capacity(bytes: usize) {
-    let mut cache = cache();
-    cache.capacity = Some(bytes);
-    cache.make_room(0);
+    lock(&OUTCOMES).set_capacity(bytes - bytes / LOG_FILES_SHARE);
+    lock(&LOG_FILES).set_capacity(bytes / LOG_FILES_SHARE);
 }
 
 /// The kept outcome of the merge `key` names.
 pub(crate) fn get(key: &MergeKey) -> Option<Arc<MergeOutcome>> {
-    cache().get(key)
+    lock(&OUTCOMES).get(key)
 }
 
 /// Keeps `outcome` for `key`, unless it alone exceeds the capacity.
 pub(crate) fn put(key: MergeKey, outcome: Arc<MergeOutcome>) {
-    cache().put(key, outcome)
+    let bytes = key.size() + outcome.size();
+    lock(&OUTCOMES).put(key, outcome, bytes)
 }
 
-/// The bytes the kept outcomes hold now.
+/// The kept blocks of a log file.
+pub(crate) fn log_file(key: &LogFileKey) -> Option<Arc<Vec<KnownBlock>>> {
+    lock(&LOG_FILES).get(key)
+}
+
+/// Keeps the `blocks` of a log file, read whole.
+pub(crate) fn keep_log_file(key: LogFileKey, blocks: &[LogBlock]) {
+    {
+        let files = lock(&LOG_FILES);
+        if files.capacity == 0 || files.entries.contains_key(&key) {
+            return;
+        }
+    }
+    let known: Vec<KnownBlock> = blocks.iter().map(KnownBlock::of).collect();
+    let bytes = known.iter().map(KnownBlock::size).sum::<usize>() + key.0.len() + key.1.len();
+    lock(&LOG_FILES).put(key, Arc::new(known), bytes)
+}
+
+/// The bytes kept now.
 pub fn bytes() -> usize {
-    cache().bytes
+    lock(&OUTCOMES).bytes + lock(&LOG_FILES).bytes
 }
 
 #[cfg(test)]
@@ -160,26 +232,29 @@ mod tests {
     #[test]
     fn the_least_recently_used_outcomes_go_first_and_the_bytes_stay_bounded() {
         let one = key("a").size() + outcome(1000).size();
-        let mut cache = Cache { capacity: Some(3 * one), ..Default::default() };
+        let mut cache = Cache::new(3 * one);
+        let put = |cache: &mut Cache<MergeKey, MergeOutcome>, name: &str, rows: usize| {
+            let (key, outcome) = (key(name), outcome(rows));
+            let bytes = key.size() + outcome.size();
+            cache.put(key, outcome, bytes);
+        };
         for name in ["a", "b", "c"] {
-            cache.put(key(name), outcome(1000));
+            put(&mut cache, name, 1000);
         }
         assert!(cache.get(&key("a")).is_some());
-        cache.put(key("d"), outcome(1000));
+        put(&mut cache, "d", 1000);
         // "b" was used least recently.
         assert!(cache.get(&key("b")).is_none());
         assert!(["a", "c", "d"].iter().all(|k| cache.get(&key(k)).is_some()));
         assert_eq!(cache.bytes, 3 * one);
         // An outcome larger than the whole capacity is not kept, and displaces nothing.
-        cache.put(key("e"), outcome(100_000));
+        put(&mut cache, "e", 100_000);
         assert!(cache.get(&key("e")).is_none() && cache.entries.len() == 3);
         // A smaller capacity drops entries until the rest fits; 0 keeps none.
-        cache.capacity = Some(one);
-        cache.make_room(0);
+        cache.set_capacity(one);
         assert_eq!((cache.entries.len(), cache.bytes), (1, one));
-        cache.capacity = Some(0);
-        cache.put(key("f"), outcome(1000));
-        cache.make_room(0);
+        cache.set_capacity(0);
+        put(&mut cache, "f", 1000);
         assert_eq!((cache.entries.len(), cache.bytes), (0, 0));
     }
 }

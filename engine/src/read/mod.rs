@@ -9,6 +9,7 @@
 
 pub mod aggregate;
 pub mod base_ordering;
+pub mod chunk_bytes;
 pub mod filter;
 pub mod merge;
 pub mod merge_cache;
@@ -35,10 +36,11 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::log::{read_blocks, BlockType, LogBlock};
 use crate::read::base_ordering::{BaseOrdering, OrderingChunks, StoredBound};
 use crate::read::filter::{RecordKeys, ScanFilter};
-use crate::read::merge::MergeRule;
+use crate::read::merge::{MergeOutcome, MergeRule};
+use crate::read::chunk_bytes::ChunkBytes;
 use crate::read::merge_cache::MergeKey;
 pub use crate::read::slice::SliceRead;
-use crate::read::slice::{FetchedBase, KeptMerge, RangeStart, SliceOutput};
+use crate::read::slice::{FetchedBase, FetchedColumns, KeptMerge, RangeStart, SliceOutput};
 use crate::storage::Storage;
 use crate::table::{self, MergeMode, TableConfig};
 use crate::timeline::history::History;
@@ -107,6 +109,11 @@ impl SlicePart {
         at(self.index)..at(self.index + 1)
     }
 }
+
+/// What [`TableReader::reusable_merge`] returns: the visible blocks (without their content),
+/// the kept outcome of their merge, and per block the footer and needed column chunks of a
+/// Parquet data block.
+type ReusedMerge = (Vec<(String, String, LogBlock)>, Arc<MergeOutcome>, FetchedColumns);
 
 /// How much of the table a scan kept, for EXPLAIN.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -640,19 +647,6 @@ impl TableReader {
                 "log files of a table without meta fields cannot be merged (no record keys)",
             ));
         }
-        let blocks = match (merging, logs) {
-            (false, _) => Vec::new(),
-            (true, Some(logs)) => self.visible_blocks(logs, &bound),
-            (true, None) => self.visible_blocks(self.read_log_blocks(slice).await?, &bound),
-        };
-        // When every block names its records' rows in the base file, the merge matches them by
-        // position, and record keys are read only when asked for.
-        let positions_of = slice
-            .base_file
-            .as_ref()
-            .map(|base| base.instant.clone())
-            .filter(|_| !options.ignore_record_positions && !blocks.is_empty())
-            .filter(|instant| blocks.iter().all(|(_, _, b)| b.has_positions_for(instant)));
         // A snapshot whose filter fixes the record keys reads only rows and versions of those
         // keys, in slices with logs too. They are matched by key: positions would name base
         // rows that are not read.
@@ -660,25 +654,42 @@ impl TableReader {
             false => options.filter.record_keys(&self.config, &self.schema),
             true => None,
         };
-        let positions_of = positions_of.filter(|_| record_keys.is_none());
         // A snapshot of a whole slice, not narrowed to record keys, decides each key's winner
         // the same way whatever columns it reads: what the last merge of the same versions
         // decided is kept and reused. (Partial updates take each column from its own version,
         // decided by the columns read.)
-        let kept_merge = match merging && !changes && !part.is_split() && record_keys.is_none() && self.config.merge_mode != MergeMode::PartialUpdate {
-            false => KeptMerge::No,
-            true => {
-                let key = self.merge_key(slice, &blocks, positions_of.is_some());
-                match merge_cache::get(&key) {
-                    Some(outcome) => KeptMerge::Reuse(outcome),
-                    None => KeptMerge::Keep(key),
-                }
+        let keeps_merge = merging && !changes && !part.is_split() && record_keys.is_none() && self.config.merge_mode != MergeMode::PartialUpdate;
+        // Of a slice whose merge is known, only the needed columns of the blocks are fetched.
+        let reused = match (keeps_merge, &logs) {
+            (true, None) => self.reusable_merge(slice, &bound, options).await?,
+            _ => None,
+        };
+        let (blocks, kept_merge) = match reused {
+            Some((blocks, outcome, columns)) => (blocks, KeptMerge::Reuse(outcome, Some(columns))),
+            None => {
+                let blocks = match (merging, logs) {
+                    (false, _) => Vec::new(),
+                    (true, Some(logs)) => self.visible_blocks(logs, &bound),
+                    (true, None) => self.visible_blocks(self.read_log_blocks(slice).await?, &bound),
+                };
+                let kept_merge = match keeps_merge {
+                    false => KeptMerge::No,
+                    true => {
+                        let key = self.merge_key(slice, &blocks, self.positions_of(slice, &blocks, options).is_some());
+                        match merge_cache::get(&key) {
+                            Some(outcome) => KeptMerge::Reuse(outcome, None),
+                            None => KeptMerge::Keep(key),
+                        }
+                    }
+                };
+                (blocks, kept_merge)
             }
         };
-        if let KeptMerge::Reuse(_) = kept_merge {
+        let reusing = matches!(kept_merge, KeptMerge::Reuse(..));
+        if reusing {
             stats.merges_reused += 1;
         }
-        let reusing = matches!(kept_merge, KeptMerge::Reuse(_));
+        let positions_of = self.positions_of(slice, &blocks, options).filter(|_| record_keys.is_none());
         // What may skip base-file rows: the whole filter where the slice has no logs (each
         // key's one version is the result); with logs only the keys, as a log version that
         // fails the filter may still win over a base version that passes it.
@@ -742,13 +753,63 @@ impl TableReader {
         })
     }
 
+    /// The base file's instant when every one of the slice's visible `blocks` names its
+    /// records' rows in the base file: then the merge matches them by position, and record
+    /// keys are read only when asked for.
+    fn positions_of(&self, slice: &FileSlice, blocks: &[(String, String, LogBlock)], options: &ScanOptions) -> Option<String> {
+        slice
+            .base_file
+            .as_ref()
+            .map(|base| base.instant.clone())
+            .filter(|_| !options.ignore_record_positions && !blocks.is_empty())
+            .filter(|instant| blocks.iter().all(|(_, _, b)| b.has_positions_for(instant)))
+    }
+
+    /// For a slice whose log files were read before, when what the merge of its versions
+    /// visible within `bound` decided is kept: those blocks (without their content), the
+    /// outcome, and for each block, the column chunks of a Parquet data block that `options`
+    /// need, fetched with its footer. `None` when a log file is not known, the outcome not
+    /// kept, or a data block is not in Parquet.
+    async fn reusable_merge(&self, slice: &FileSlice, bound: &ReadBound, options: &ScanOptions) -> Result<Option<ReusedMerge>> {
+        let table = self.storage.uri().to_string();
+        let mut known = Vec::new();
+        for log in &slice.log_files {
+            let path = slice.log_path(log);
+            let Some(blocks) = merge_cache::log_file(&(table.clone(), path.clone(), log.size)) else { return Ok(None) };
+            known.extend(blocks.iter().map(|b| (path.clone(), b.clone())));
+        }
+        let blocks = self.visible_blocks(known.iter().map(|(path, b)| (path.clone(), b.block.clone())).collect(), bound);
+        let key = self.merge_key(slice, &blocks, self.positions_of(slice, &blocks, options).is_some());
+        let Some(outcome) = merge_cache::get(&key) else { return Ok(None) };
+        let needed = self.needed_columns(options, false, false, false);
+        let mut columns = Vec::with_capacity(blocks.len());
+        for (path, _, block) in &blocks {
+            let fetched = match block.block_type {
+                BlockType::Delete => None,
+                BlockType::ParquetData => {
+                    let footer = known.iter().find(|(p, b)| p == path && b.block.offset == block.offset).and_then(|(_, b)| Some((b.footer.clone()?, b.content_length)));
+                    let Some((footer, content_length)) = footer else { return Ok(None) };
+                    let ranges = crate::log::data::parquet_column_ranges(&footer, needed.as_ref(), content_length);
+                    let at = block.content_offset as u64;
+                    let mut reader = self.storage.parquet_reader(path, None);
+                    let in_file = ranges.iter().map(|r| r.start + at..r.end + at).collect();
+                    let bytes = reader.get_byte_ranges(in_file).await.map_err(|e| parquet_error(&format!("{}/{path}", self.storage.uri()), e))?;
+                    Some((footer, ChunkBytes(ranges.iter().map(|r| r.start).zip(bytes).collect())))
+                }
+                _ => return Ok(None),
+            };
+            columns.push(fetched);
+        }
+        Ok(Some((blocks, outcome, columns)))
+    }
+
     /// What identifies the merge of `slice`'s base file with its visible `blocks`, matched
     /// `by_position` or by key ([`merge_cache`]).
     fn merge_key(&self, slice: &FileSlice, blocks: &[(String, String, LogBlock)], by_position: bool) -> MergeKey {
         MergeKey {
             table: self.storage.uri().to_string(),
             base: slice.base_path().zip(slice.base_file.as_ref().map(|b| b.size)),
-            blocks: blocks.iter().map(|(path, instant, block)| (path.clone(), block.offset, block.content.len(), instant.clone())).collect(),
+            blocks: blocks.iter().map(|(path, instant, block)| (path.clone(), block.offset, instant.clone())).collect(),
             by_position,
             rule: MergeKey::rule(&self.merge_rule()),
         }
@@ -763,10 +824,13 @@ impl TableReader {
         Ok(blocks)
     }
 
-    /// The blocks of the log file at `path`.
+    /// The blocks of the log file at `path` (kept without their content for later reads of
+    /// the same slice: [`Self::reusable_merge`]).
     async fn read_log_file(&self, path: String) -> Result<Vec<(String, LogBlock)>> {
         let bytes = self.storage.get(&path).await?;
-        Ok(read_blocks(&bytes).into_iter().map(|b| (path.clone(), b)).collect())
+        let blocks = read_blocks(&bytes);
+        merge_cache::keep_log_file((self.storage.uri().to_string(), path.clone(), bytes.len() as u64), &blocks);
+        Ok(blocks.into_iter().map(|b| (path.clone(), b)).collect())
     }
 
     /// Of a slice's log `blocks`, the data and delete blocks that instants visible within

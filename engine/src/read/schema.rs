@@ -78,14 +78,40 @@ pub fn table_schema(data: &Schema, with_meta_fields: bool) -> SchemaRef {
 /// a wide schema then allocates and zeroes nothing per batch.
 #[derive(Debug, Default, Clone)]
 pub struct NullColumns {
-    cache: Arc<Mutex<HashMap<DataType, ArrayRef>>>,
+    cache: Arc<Mutex<NullArrays>>,
 }
+
+#[derive(Debug, Default)]
+struct NullArrays {
+    /// The longest made of each type.
+    longest: HashMap<DataType, ArrayRef>,
+    /// Those handed out, by type and length: the slices of a table's files, read again, ask
+    /// for the same lengths.
+    made: HashMap<(DataType, usize), ArrayRef>,
+}
+
+/// How many handed-out NULL columns are kept for the next ask (each shares the longest's
+/// buffers).
+const KEPT_NULL_COLUMNS: usize = 1024;
 
 impl NullColumns {
     /// A column of `len` NULLs of `data_type`.
     pub fn get(&self, data_type: &DataType, len: usize) -> ArrayRef {
         let mut cache = self.cache.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let nulls = cache.entry(data_type.clone()).or_insert_with(|| new_null_array(data_type, 0));
+        let key = (data_type.clone(), len);
+        if let Some(made) = cache.made.get(&key) {
+            return made.clone();
+        }
+        let made = Self::make(&mut cache.longest, data_type, len);
+        if cache.made.len() >= KEPT_NULL_COLUMNS {
+            cache.made.clear();
+        }
+        cache.made.insert(key, made.clone());
+        made
+    }
+
+    fn make(longest: &mut HashMap<DataType, ArrayRef>, data_type: &DataType, len: usize) -> ArrayRef {
+        let nulls = longest.entry(data_type.clone()).or_insert_with(|| new_null_array(data_type, 0));
         if nulls.len() < len {
             *nulls = new_null_array(data_type, len);
         }

@@ -11,13 +11,15 @@ use arrow::array::{new_null_array, Array, ArrayRef, AsArray, BooleanArray, Strin
 use arrow::compute::{concat_batches, filter_record_batch};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
-use parquet::arrow::arrow_reader::ParquetRecordBatchReader;
+use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ParquetRecordBatchReader};
 
 use crate::error::{Error, ErrorKind, Result, ResultExt};
+use crate::log::data::decode_parquet_columns;
 use crate::log::{decode_block, BlockContent, LogBlock};
 use crate::read::base_ordering::BaseOrdering;
 use crate::read::filter::RecordKeys;
 use crate::read::merge::{assemble, merge, DeletedKey, Merged, MergeOutcome, MergeOutput, MergeRule, MergeSource};
+use crate::read::chunk_bytes::ChunkBytes;
 use crate::read::merge_cache::{self, MergeKey};
 use crate::read::schema::{self, NullColumns};
 use crate::read::{OPERATION_COLUMN, ROW_POSITION_COLUMN};
@@ -159,13 +161,18 @@ impl FetchedBase {
     }
 }
 
+/// Per log block, the footer and fetched column chunks of a Parquet data block (`None`: a
+/// delete block).
+pub(crate) type FetchedColumns = Vec<Option<(ArrowReaderMetadata, ChunkBytes)>>;
+
 /// What a slice's merge does with the kept merge outcomes ([`crate::read::merge_cache`]).
 #[derive(Debug)]
 pub(crate) enum KeptMerge {
     /// Neither reuses nor keeps one (a change read, a read of some record keys).
     No,
-    /// Assembles the rows by this outcome instead of merging.
-    Reuse(Arc<MergeOutcome>),
+    /// Assembles the rows by this outcome instead of merging; with, per block, the footer and
+    /// needed column chunks of a Parquet data block when the blocks came without content.
+    Reuse(Arc<MergeOutcome>, Option<FetchedColumns>),
     /// Merges, and keeps the outcome under this key.
     Keep(MergeKey),
 }
@@ -286,30 +293,25 @@ impl SliceRead {
     /// Merges the decoded base rows with the log blocks (consuming them); with the base's
     /// `ordering`, the base rows' ordering values are read for the rows the blocks name.
     fn merge_with_logs(&mut self, base: Option<RecordBatch>, ordering: Option<BaseOrdering>, unassembled: bool) -> Result<Merged> {
+        let kept_merge = std::mem::replace(&mut self.kept_merge, KeptMerge::No);
+        let blocks = std::mem::take(&mut self.blocks);
         let output = MergeOutput {
             columns: self.output.as_ref().map(|o| (o, &self.nulls)),
             base_positions: self.row_positions,
-            outcome: matches!(self.kept_merge, KeptMerge::Keep(_)),
+            outcome: matches!(kept_merge, KeptMerge::Keep(_)),
             unassembled,
         };
-        if let KeptMerge::Reuse(outcome) = &self.kept_merge {
-            let mut batches: Vec<RecordBatch> = base.into_iter().collect();
-            for (path, _, block) in std::mem::take(&mut self.blocks) {
-                let context = || format!("reading block at {} of {path}", block.offset);
-                if let Some(BlockContent::Data(decoded)) = decode_block(&block, self.needed.as_ref(), None).context(context)? {
-                    for batch in decoded {
-                        batches.push(schema::align_batch_with(&batch, &self.schema, &self.nulls)?);
-                    }
-                }
-            }
-            return assemble(&self.schema, &batches, outcome, output);
-        }
+        let keep_as = match kept_merge {
+            KeptMerge::Reuse(outcome, fetched) => return self.reassemble(base, blocks, &outcome, fetched, output),
+            KeptMerge::Keep(key) => Some(key),
+            KeptMerge::No => None,
+        };
         let base = base.map(|rows| match ordering {
             Some(ordering) => MergeSource::BaseAtPositions { rows, ordering: Arc::new(ordering) },
             None => MergeSource::Base(rows),
         });
         let mut sources: Vec<MergeSource> = base.into_iter().collect();
-        for (path, instant, block) in std::mem::take(&mut self.blocks) {
+        for (path, instant, block) in blocks {
             let context = || format!("reading block at {} of {path}", block.offset);
             let mut positions = match &self.positions_of {
                 Some(base_instant) => block.record_positions(base_instant).context(context)?,
@@ -344,10 +346,40 @@ impl SliceRead {
             SliceOutput::Snapshot => None,
         };
         let mut merged = merge(&self.schema, sources, self.rule, change_range, output)?;
-        if let (KeptMerge::Keep(key), Some(outcome)) = (std::mem::replace(&mut self.kept_merge, KeptMerge::No), merged.outcome.take()) {
+        if let (Some(key), Some(outcome)) = (keep_as, merged.outcome.take()) {
             merge_cache::put(key, outcome);
         }
         Ok(merged)
+    }
+
+    /// The rows of the base rows and the `blocks`' versions assembled by a kept `outcome` of
+    /// their merge; `fetched`, when the blocks came without content: per
+    /// block, the footer and needed column chunks of a Parquet data block.
+    fn reassemble(
+        &self,
+        base: Option<RecordBatch>,
+        blocks: Vec<(String, String, LogBlock)>,
+        outcome: &MergeOutcome,
+        fetched: Option<FetchedColumns>,
+        output: MergeOutput,
+    ) -> Result<Merged> {
+        let mut batches: Vec<RecordBatch> = base.into_iter().collect();
+        let mut fetched = fetched.map(Vec::into_iter);
+        for (path, _, block) in blocks {
+            let context = || format!("reading block at {} of {path}", block.offset);
+            let decoded = match fetched.as_mut().and_then(Iterator::next) {
+                Some(Some((footer, chunks))) => Some(decode_parquet_columns(footer, chunks, self.needed.as_ref()).context(context)?),
+                Some(None) => None,
+                None => match decode_block(&block, self.needed.as_ref(), None).context(context)? {
+                    Some(BlockContent::Data(decoded)) => Some(decoded),
+                    _ => None,
+                },
+            };
+            for batch in decoded.into_iter().flatten() {
+                batches.push(schema::align_batch_with(&batch, &self.schema, &self.nulls)?);
+            }
+        }
+        assemble(&self.schema, &batches, outcome, output)
     }
 }
 
