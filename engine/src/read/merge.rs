@@ -52,9 +52,9 @@ pub struct MergeOutput<'a> {
     pub base_positions: bool,
     /// Also [`Merged::outcome`].
     pub outcome: bool,
-    /// The base rows that stand as [`Merged::standing_base`] (not copied), and only the
-    /// winners as [`Merged::rows`]: for a consumer that can skip rows by a mask (an
-    /// aggregate). Not with `base_positions`.
+    /// The rows as [`Merged::standing`] (not copied) instead of [`Merged::rows`]: for a
+    /// consumer that can skip rows by a mask (an aggregate). Not with `base_positions`, nor
+    /// for partial updates (which take columns from several rows).
     pub unassembled: bool,
 }
 
@@ -209,9 +209,9 @@ pub struct Merged {
     /// When asked for, of a merge without a change range: what it decided, to assemble the
     /// rows of the same versions again ([`assemble`]).
     pub outcome: Option<Arc<MergeOutcome>>,
-    /// With [`MergeOutput::unassembled`]: the base file's rows (all columns the merge was
-    /// given) and the mask of those that stand, when some do.
-    pub standing_base: Option<(RecordBatch, BooleanArray)>,
+    /// With [`MergeOutput::unassembled`]: each batch the merge was given (all its columns)
+    /// that has rows in the result, with the mask of those rows.
+    pub standing: Vec<(RecordBatch, BooleanArray)>,
 }
 
 /// A key removed by a delete inside a change range.
@@ -691,6 +691,29 @@ impl MergeOutcome {
     }
 }
 
+/// Each of `batches` that has rows in the result, with the mask of those rows: the `kept`
+/// base rows of the first (when it is the base file's) and the winners.
+fn standing(batches: &[RecordBatch], kept: &BooleanArray, winners: &Winners) -> Vec<(RecordBatch, BooleanArray)> {
+    let mut masks: Vec<Option<BooleanBufferBuilder>> = batches.iter().map(|_| None).collect();
+    if kept.true_count() > 0 {
+        let mut base = BooleanBufferBuilder::new(kept.len());
+        base.append_buffer(kept.values());
+        masks[0] = Some(base);
+    }
+    for &(batch, row) in &winners.rows {
+        let rows = batches[batch].num_rows();
+        masks[batch]
+            .get_or_insert_with(|| {
+                let mut none = BooleanBufferBuilder::new(rows);
+                none.append_n(rows, false);
+                none
+            })
+            .set_bit(row, true);
+    }
+    let masked = batches.iter().zip(masks).filter_map(|(batch, mask)| Some((batch.clone(), BooleanArray::new(mask?.finish(), None))));
+    masked.collect()
+}
+
 /// The rows a merge decided (`outcome`) assembled from `batches`: the base file's rows first
 /// when the merge had a base file, then the rows of each data block, in the order the merge
 /// was given them (delete blocks have no rows). The batches may hold other columns than the
@@ -706,13 +729,13 @@ pub fn assemble(schema: &SchemaRef, batches: &[RecordBatch], outcome: &MergeOutc
 }
 
 /// Sets `merged.rows` (and `base_positions`, when `output` asks) to the `kept` base rows of
-/// `batches[0]` followed by the winners.
+/// `batches[0]` followed by the winners; or, [`MergeOutput::unassembled`], `merged.standing`.
 fn assemble_into(merged: &mut Merged, schema: &SchemaRef, batches: &[RecordBatch], kept: &BooleanArray, winners: &Winners, output: MergeOutput) -> Result<()> {
-    let mut kept_rows = kept.true_count();
-    if output.unassembled && !output.base_positions && kept_rows > 0 {
-        merged.standing_base = Some((batches[0].clone(), kept.clone()));
-        kept_rows = 0;
+    if output.unassembled && !output.base_positions && winners.overrides.is_empty() {
+        merged.standing = standing(batches, kept, winners);
+        return Ok(());
     }
+    let kept_rows = kept.true_count();
     if output.base_positions {
         let kept_positions = kept.values().set_indices().map(|r| Some(r as u64));
         merged.base_positions = Some(kept_positions.chain(winners.base_rows.iter().copied()).collect());

@@ -244,8 +244,8 @@ impl SliceRead {
             return Ok(self.run()?.into_iter().map(|rows| (rows, None)).collect());
         }
         let merged = self.merge(true)?;
-        let base = merged.standing_base.map(|(rows, standing)| (rows, Some(standing)));
-        Ok(base.into_iter().chain(merged.rows.map(|rows| (rows, None))).collect())
+        let standing = merged.standing.into_iter().map(|(rows, mask)| (rows, Some(mask)));
+        Ok(standing.chain(merged.rows.map(|rows| (rows, None))).collect())
     }
 
     /// Decodes the fetched base file and blocks (consuming them) and merges them; `unassembled`
