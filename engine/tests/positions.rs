@@ -210,6 +210,16 @@ async fn distinct_ordering_table(storage: &Storage) -> (usize, Versions) {
     (n, data.iter().map(|r| (r.0, (r.1.to_owned(), r.3, true))).collect())
 }
 
+/// Writes by position, in one commit, updates of the `read` rows 1 lower than, equal to and 1
+/// greater than their base rows' ordering values (by id % 4), and deletes of some rows not
+/// updated: one version per base row.
+async fn one_version_per_base_row(storage: &Storage, model: &mut Versions, read: &[ReadRow]) {
+    let updates: Vec<(&ReadRow, String, i64)> =
+        read.iter().filter(|r| r.id % 4 != 3).map(|r| (r, format!("{}-u1", r.name), r.ts + r.id % 4 - 1)).collect();
+    let deletes: Vec<&ReadRow> = read.iter().filter(|r| r.id % 4 == 3 && r.id % 9 == 0).collect();
+    versions_by_position(storage, model, &updates, &deletes).await;
+}
+
 /// Versions by position with ordering values lower than, equal to and greater than their base
 /// rows' (each base row's own: no two alike), in two commits. Read with the ordering field
 /// decoded, with its values read in place for the rows the logs name only (a read without the
@@ -232,12 +242,7 @@ async fn versions_by_position_win_by_ordering_value_however_it_is_read() {
 
     let read = read_with_positions(&storage, None).await;
     let at = |id: i64| read.iter().find(|r| r.id == id).unwrap();
-    // Updates 1 lower, equal and 1 greater than the base row's value, by id % 4, and deletes
-    // of rows not updated: one version per base row.
-    let updates: Vec<(&ReadRow, String, i64)> =
-        read.iter().filter(|r| r.id % 4 != 3).map(|r| (r, format!("{}-u1", r.name), r.ts + r.id % 4 - 1)).collect();
-    let deletes: Vec<&ReadRow> = read.iter().filter(|r| r.id % 4 == 3 && r.id % 9 == 0).collect();
-    versions_by_position(&storage, &mut model, &updates, &deletes).await;
+    one_version_per_base_row(&storage, &mut model, &read).await;
     assert_reads_as(&storage, &model, "one version per base row").await;
     // Again, every fifth row by versions 1 lower, equal and 1 greater than the base row's
     // value, by id % 3: some over a delete, some over the first update.
@@ -419,10 +424,7 @@ async fn repeated_reads_reuse_the_merge_of_the_same_versions() {
     let (n, mut model) = distinct_ordering_table(&storage).await;
     let read = read_with_positions(&storage, None).await;
     let at = |id: i64| read.iter().find(|r| r.id == id).unwrap();
-    let updates: Vec<(&ReadRow, String, i64)> =
-        read.iter().filter(|r| r.id % 4 != 3).map(|r| (r, format!("{}-u1", r.name), r.ts + r.id % 4 - 1)).collect();
-    let deletes: Vec<&ReadRow> = read.iter().filter(|r| r.id % 4 == 3 && r.id % 9 == 0).collect();
-    versions_by_position(&storage, &mut model, &updates, &deletes).await;
+    one_version_per_base_row(&storage, &mut model, &read).await;
     let first = TableReader::open(storage.clone()).await.unwrap().latest_instant().unwrap().to_owned();
     let live = |model: &Versions| -> Vec<(i64, String)> { model.iter().filter(|(_, v)| v.2).map(|(id, v)| (*id, v.0.clone())).collect() };
     let names = |rows: &[(i64, String, Option<u64>)]| -> Vec<(i64, String)> { rows.iter().map(|r| (r.0, r.1.clone())).collect() };

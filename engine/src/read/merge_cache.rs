@@ -21,7 +21,8 @@ use parquet::arrow::arrow_reader::ArrowReaderMetadata;
 
 use crate::log::block::header;
 use crate::log::{BlockType, LogBlock};
-use crate::read::merge::{MergeOutcome, MergeRule};
+use crate::read::merge::MergeOutcome;
+use crate::table::MergeMode;
 
 /// The default bound of the kept outcomes' memory (see [`set_capacity`]).
 pub const DEFAULT_CAPACITY: usize = 64 << 20;
@@ -37,19 +38,15 @@ pub(crate) struct MergeKey {
     pub blocks: Vec<(String, usize, String)>,
     /// Whether the versions were matched by record position (else by record key).
     pub by_position: bool,
-    /// The merge mode (by name) and the ordering field's column.
-    pub rule: (String, Option<usize>),
+    /// The merge mode and the ordering field's column.
+    pub rule: (MergeMode, Option<usize>),
 }
 
 impl MergeKey {
-    pub(crate) fn rule(rule: &MergeRule) -> (String, Option<usize>) {
-        (format!("{:?}", rule.mode), rule.ordering_column)
-    }
-
     fn size(&self) -> usize {
         let base = self.base.as_ref().map_or(0, |(path, _)| path.len());
         let blocks: usize = self.blocks.iter().map(|(path, _, instant)| path.len() + instant.len() + 32).sum();
-        std::mem::size_of::<Self>() + self.table.len() + base + blocks + self.rule.0.len()
+        std::mem::size_of::<Self>() + self.table.len() + base + blocks
     }
 }
 
@@ -195,17 +192,11 @@ pub(crate) fn keep_log_file(key: LogFileKey, blocks: &[LogBlock]) {
     lock(&LOG_FILES).put(key, Arc::new(known), bytes)
 }
 
-/// The bytes kept now.
-pub fn bytes() -> usize {
-    lock(&OUTCOMES).bytes + lock(&LOG_FILES).bytes
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::read::merge::{merge, MergeOutput, MergeSource};
+    use crate::read::merge::{merge, MergeOutput, MergeRule, MergeSource};
     use crate::read::schema::table_schema;
-    use crate::table::MergeMode;
     use arrow::array::{ArrayRef, Int64Array, StringArray};
     use arrow::datatypes::{DataType, Field, Schema};
     use arrow::record_batch::RecordBatch;
@@ -226,7 +217,7 @@ mod tests {
     }
 
     fn key(base: &str) -> MergeKey {
-        MergeKey { table: "file:///t".into(), base: Some((base.into(), 1)), blocks: vec![], by_position: false, rule: ("EventTimeOrdering".into(), Some(5)) }
+        MergeKey { table: "file:///t".into(), base: Some((base.into(), 1)), blocks: vec![], by_position: false, rule: (MergeMode::EventTimeOrdering, Some(5)) }
     }
 
     #[test]

@@ -36,8 +36,8 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::log::{read_blocks, BlockType, LogBlock};
 use crate::read::base_ordering::{BaseOrdering, OrderingChunks, StoredBound};
 use crate::read::filter::{RecordKeys, ScanFilter};
-use crate::read::merge::{MergeOutcome, MergeRule};
 use crate::read::chunk_bytes::ChunkBytes;
+use crate::read::merge::{MergeOutcome, MergeRule};
 use crate::read::merge_cache::MergeKey;
 pub use crate::read::slice::SliceRead;
 use crate::read::slice::{FetchedBase, FetchedColumns, KeptMerge, RangeStart, SliceOutput};
@@ -675,7 +675,7 @@ impl TableReader {
                 let kept_merge = match keeps_merge {
                     false => KeptMerge::No,
                     true => {
-                        let key = self.merge_key(slice, &blocks, self.positions_of(slice, &blocks, options).is_some());
+                        let key = self.merge_key(slice, &blocks, options);
                         match merge_cache::get(&key) {
                             Some(outcome) => KeptMerge::Reuse(outcome, None),
                             None => KeptMerge::Keep(key),
@@ -772,22 +772,22 @@ impl TableReader {
     /// kept, or a data block is not in Parquet.
     async fn reusable_merge(&self, slice: &FileSlice, bound: &ReadBound, options: &ScanOptions) -> Result<Option<ReusedMerge>> {
         let table = self.storage.uri().to_string();
-        let mut known = Vec::new();
+        let mut files = Vec::with_capacity(slice.log_files.len());
         for log in &slice.log_files {
             let path = slice.log_path(log);
             let Some(blocks) = merge_cache::log_file(&(table.clone(), path.clone(), log.size)) else { return Ok(None) };
-            known.extend(blocks.iter().map(|b| (path.clone(), b.clone())));
+            files.push((path, blocks));
         }
-        let blocks = self.visible_blocks(known.iter().map(|(path, b)| (path.clone(), b.block.clone())).collect(), bound);
-        let key = self.merge_key(slice, &blocks, self.positions_of(slice, &blocks, options).is_some());
-        let Some(outcome) = merge_cache::get(&key) else { return Ok(None) };
+        let known = || files.iter().flat_map(|(path, blocks)| blocks.iter().map(move |b| (path, b)));
+        let blocks = self.visible_blocks(known().map(|(path, b)| (path.clone(), b.block.clone())).collect(), bound);
+        let Some(outcome) = merge_cache::get(&self.merge_key(slice, &blocks, options)) else { return Ok(None) };
         let needed = self.needed_columns(options, false, false, false);
         let mut columns = Vec::with_capacity(blocks.len());
         for (path, _, block) in &blocks {
             let fetched = match block.block_type {
                 BlockType::Delete => None,
                 BlockType::ParquetData => {
-                    let footer = known.iter().find(|(p, b)| p == path && b.block.offset == block.offset).and_then(|(_, b)| Some((b.footer.clone()?, b.content_length)));
+                    let footer = known().find(|(p, b)| *p == path && b.block.offset == block.offset).and_then(|(_, b)| Some((b.footer.clone()?, b.content_length)));
                     let Some((footer, content_length)) = footer else { return Ok(None) };
                     let ranges = crate::log::data::parquet_column_ranges(&footer, needed.as_ref(), content_length);
                     let at = block.content_offset as u64;
@@ -803,15 +803,16 @@ impl TableReader {
         Ok(Some((blocks, outcome, columns)))
     }
 
-    /// What identifies the merge of `slice`'s base file with its visible `blocks`, matched
-    /// `by_position` or by key ([`merge_cache`]).
-    fn merge_key(&self, slice: &FileSlice, blocks: &[(String, String, LogBlock)], by_position: bool) -> MergeKey {
+    /// What identifies the merge of `slice`'s base file with its visible `blocks`, read with
+    /// `options` ([`merge_cache`]).
+    fn merge_key(&self, slice: &FileSlice, blocks: &[(String, String, LogBlock)], options: &ScanOptions) -> MergeKey {
+        let rule = self.merge_rule();
         MergeKey {
             table: self.storage.uri().to_string(),
             base: slice.base_path().zip(slice.base_file.as_ref().map(|b| b.size)),
             blocks: blocks.iter().map(|(path, instant, block)| (path.clone(), block.offset, instant.clone())).collect(),
-            by_position,
-            rule: MergeKey::rule(&self.merge_rule()),
+            by_position: self.positions_of(slice, blocks, options).is_some(),
+            rule: (rule.mode, rule.ordering_column),
         }
     }
 

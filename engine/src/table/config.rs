@@ -41,7 +41,7 @@ pub enum TableType {
 }
 
 /// How records of one key are merged (`hoodie.record.merge.mode`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum MergeMode {
     /// The record with the greatest ordering value wins (ties: the later write).
     EventTimeOrdering,
