@@ -180,7 +180,43 @@ pub enum ColumnReader {
     Int8(arrow::array::Int64Array),
     Float8(arrow::array::Float64Array),
     Bool(arrow::array::BooleanArray),
+    /// `text` from UTF-8: each value is written as a varlena into the reader's own buffer, which
+    /// the next value reuses, rather than into a `String` and then a palloc'd copy (two copies,
+    /// an allocation, a free and a call into PostgreSQL per value).
+    Text(arrow::array::StringArray, TextBuffer),
     Any(ColumnType, ArrayRef),
+}
+
+/// The one varlena a [`ColumnReader::Text`] hands out at a time, in 4-byte words so that its
+/// 4-byte header is aligned as PostgreSQL reads it.
+///
+/// A datum pointing into it lives until the reader's next value: as long as one palloc'd in
+/// the per-tuple memory that the executor resets before it asks a scan for the next row, and
+/// no consumer keeps a slot's values past that without copying them (materializing).
+#[derive(Default)]
+pub struct TextBuffer(Vec<u32>);
+
+impl TextBuffer {
+    /// `bytes` as a `text` datum in this buffer, replacing the previous one.
+    fn text(&mut self, bytes: &[u8]) -> Result<pg_sys::Datum, ConversionError> {
+        const MAX_VARLENA: usize = 0x3FFF_FFFF;
+        let size = bytes.len() + pg_sys::VARHDRSZ;
+        if size > MAX_VARLENA {
+            return Err(format!("a string of {} bytes is longer than a text value can be", bytes.len()));
+        }
+        // Grown, never cleared: the bytes past the value are not read.
+        if self.0.len() < size.div_ceil(4) {
+            self.0.resize(size.div_ceil(4), 0);
+        }
+        let start = self.0.as_mut_ptr() as *mut u8;
+        // SAFETY: the buffer holds `size` bytes, from a 4-byte aligned start: the header, then
+        // the value's bytes.
+        unsafe {
+            pgrx::set_varsize_4b(start as *mut pg_sys::varlena, size as i32);
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), start.add(pg_sys::VARHDRSZ), bytes.len());
+        }
+        Ok(pg_sys::Datum::from(start))
+    }
 }
 
 impl ColumnReader {
@@ -190,13 +226,15 @@ impl ColumnReader {
             (PgKind::Int8, None, DataType::Int64) => ColumnReader::Int8(array.as_primitive::<types::Int64Type>().clone()),
             (PgKind::Float8, None, DataType::Float64) => ColumnReader::Float8(array.as_primitive::<types::Float64Type>().clone()),
             (PgKind::Bool, None, DataType::Boolean) => ColumnReader::Bool(array.as_boolean().clone()),
+            (PgKind::Text, None, DataType::Utf8) => ColumnReader::Text(array.as_string::<i32>().clone(), TextBuffer::default()),
             _ => ColumnReader::Any(column_type, array.clone()),
         }
     }
 
-    /// The value at `row` (`None` for NULL).
+    /// The value at `row` (`None` for NULL). A `text` value is valid until the next call
+    /// ([`TextBuffer`]).
     #[inline]
-    pub fn datum(&self, row: usize) -> Result<Option<pg_sys::Datum>, ConversionError> {
+    pub fn datum(&mut self, row: usize) -> Result<Option<pg_sys::Datum>, ConversionError> {
         fn get<A: Array, T: IntoDatum>(array: &A, row: usize, value: impl FnOnce(&A) -> T) -> Option<pg_sys::Datum> {
             if array.is_null(row) {
                 None
@@ -209,6 +247,10 @@ impl ColumnReader {
             ColumnReader::Int8(a) => get(a, row, |a| a.value(row)),
             ColumnReader::Float8(a) => get(a, row, |a| a.value(row)),
             ColumnReader::Bool(a) => get(a, row, |a| a.value(row)),
+            ColumnReader::Text(a, buffer) => match a.is_null(row) {
+                true => None,
+                false => Some(buffer.text(a.value(row).as_bytes())?),
+            },
             ColumnReader::Any(column_type, array) => return column_type.to_datum(array.as_ref(), row),
         })
     }
@@ -481,6 +523,29 @@ mod tests {
         let values = unsafe { Vec::<Option<i32>>::from_datum(datum, false) }.unwrap();
         assert_eq!(values, [Some(1), None, Some(3)]);
         assert_eq!(column.to_datum(&list, 1).unwrap(), None);
+    }
+
+    #[pg_test]
+    fn text_read_in_place_equals_text_made_by_postgresql() {
+        let long = "ü7".repeat(5000);
+        let values = [Some(""), None, Some("a"), Some(long.as_str()), Some("%7% mit Umlaut: äöü"), Some("x")];
+        let strings = arrow::array::StringArray::from(values.to_vec());
+        let array: ArrayRef = std::sync::Arc::new(strings);
+        let mut reader = ColumnReader::new(ColumnType { kind: PgKind::Text, element: None }, &array);
+        assert!(matches!(reader, ColumnReader::Text(..)));
+        for (row, expected) in values.iter().enumerate() {
+            let datum = reader.datum(row).unwrap();
+            // Compared by PostgreSQL's texteq with the text it makes itself, and read back.
+            let made = expected.map(|e| e.into_datum().unwrap());
+            match (datum, made) {
+                (Some(datum), Some(made)) => {
+                    let equal = unsafe { pgrx::direct_function_call::<bool>(pg_sys::texteq, &[Some(datum), Some(made)]) };
+                    assert_eq!(equal, Some(true), "row {row}");
+                    assert_eq!(unsafe { String::from_datum(datum, false) }.as_deref(), *expected);
+                }
+                (datum, made) => assert_eq!(datum.is_none(), made.is_none(), "row {row}"),
+            }
+        }
     }
 
     #[pg_test]

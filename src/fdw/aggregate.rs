@@ -488,7 +488,7 @@ unsafe fn outputs(query: &AggregateQuery, result: &RecordBatch, tupdesc: pg_sys:
     outputs
 }
 
-unsafe fn datum_of(output: &Output, row: usize) -> Option<pg_sys::Datum> {
+unsafe fn datum_of(output: &mut Output, row: usize) -> Option<pg_sys::Datum> {
     use pgrx::IntoDatum;
     let unreadable = |why: String| raise(PgSqlErrorCode::ERRCODE_FDW_INVALID_DATA_TYPE, format!("cannot return an aggregate: {why}"), None);
     match output {
@@ -529,7 +529,7 @@ pub unsafe fn iterate(node: *mut pg_sys::ForeignScanState) -> *mut pg_sys::Tuple
     let natts = (*(*slot).tts_tupleDescriptor).natts as usize;
     let values = std::slice::from_raw_parts_mut((*slot).tts_values, natts);
     let nulls = std::slice::from_raw_parts_mut((*slot).tts_isnull, natts);
-    for (i, output) in state.outputs.iter().enumerate().take(natts) {
+    for (i, output) in state.outputs.iter_mut().enumerate().take(natts) {
         match datum_of(output, row) {
             Some(datum) => (values[i], nulls[i]) = (datum, false),
             None => nulls[i] = true,

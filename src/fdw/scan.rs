@@ -513,7 +513,7 @@ pub unsafe extern "C-unwind" fn iterate_foreign_scan(node: *mut pg_sys::ForeignS
         if state.batch.as_ref().is_some_and(|b| state.next_row < b.num_rows()) {
             let row = state.next_row;
             state.next_row += 1;
-            store_row(slot, &state.readers, row);
+            store_row(slot, &mut state.readers, row);
             if let Some(positions) = &state.row_positions {
                 (*slot).tts_tid = positions.tid(row);
             }
@@ -544,7 +544,7 @@ pub unsafe extern "C-unwind" fn iterate_foreign_scan(node: *mut pg_sys::ForeignS
 /// instead of going through ExecClearTuple and ExecStoreVirtualTuple, two calls across the FFI
 /// boundary per row: what they do is set below, except freeing a tuple that a consumer
 /// materialized in the slot, which happens through ExecClearTuple as before.
-unsafe fn store_row(slot: *mut pg_sys::TupleTableSlot, readers: &[(usize, ColumnReader)], row: usize) {
+unsafe fn store_row(slot: *mut pg_sys::TupleTableSlot, readers: &mut [(usize, ColumnReader)], row: usize) {
     if (*slot).tts_flags & pg_sys::TTS_FLAG_SHOULDFREE as u16 != 0 {
         pg_sys::ExecClearTuple(slot);
     }
@@ -583,15 +583,16 @@ fn column_readers(columns: &[(usize, ColumnBinding)], batch: &RecordBatch) -> Ve
 
 /// Converts row `row` of the `readers`' batch into the `values`/`nulls` of a tuple: the used
 /// columns, NULL elsewhere.
-fn fill_row(readers: &[(usize, ColumnReader)], row: usize, values: &mut [pg_sys::Datum], nulls: &mut [bool]) {
+fn fill_row(readers: &mut [(usize, ColumnReader)], row: usize, values: &mut [pg_sys::Datum], nulls: &mut [bool]) {
     nulls.fill(true);
-    for (i, reader) in readers {
+    for (i, reader) in readers.iter_mut() {
+        let i = *i;
         let datum = reader.datum(row).unwrap_or_else(|why| {
             raise(PgSqlErrorCode::ERRCODE_FDW_INVALID_DATA_TYPE, format!("cannot read column {}: {why}", i + 1), None)
         });
-        if let (Some(value), Some(slot)) = (datum, values.get_mut(*i)) {
+        if let (Some(value), Some(slot)) = (datum, values.get_mut(i)) {
             *slot = value;
-            nulls[*i] = false;
+            nulls[i] = false;
         }
     }
 }
@@ -809,7 +810,7 @@ unsafe extern "C-unwind" fn acquire_sample_rows(
     let mut scratch = pgrx::PgMemoryContexts::new("pg_hudi analyze row");
     while let Some(batch) = block_on(scan.next()) {
         let Some(batch) = batch.or_report() else { continue };
-        let readers = column_readers(&columns, &batch);
+        let mut readers = column_readers(&columns, &batch);
         for row in 0..batch.num_rows() {
             seen += 1;
             let slot = if sampled < target {
@@ -821,7 +822,7 @@ unsafe extern "C-unwind" fn acquire_sample_rows(
             };
             let Some(slot) = slot else { continue };
             let tuple = scratch.switch_to(|_| {
-                fill_row(&readers, row, &mut values, &mut nulls);
+                fill_row(&mut readers, row, &mut values, &mut nulls);
                 // heap_form_tuple copies into the caller's context below.
                 (values.clone(), nulls.clone())
             });

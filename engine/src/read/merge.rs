@@ -2,7 +2,7 @@
 //! compaction: record versions of one file slice, oldest first, reduced to one per key.
 
 use std::collections::HashSet;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, BooleanBufferBuilder, StringArray, UInt64Array};
 use arrow::buffer::BooleanBuffer;
@@ -56,6 +56,14 @@ pub struct MergeOutput<'a> {
     /// consumer that can skip rows by a mask (an aggregate). Not with `base_positions`, nor
     /// for partial updates (which take columns from several rows).
     pub unassembled: bool,
+}
+
+impl MergeOutput<'_> {
+    /// Whether the rows go out as [`Merged::standing`] for these `winners`: asked, and no
+    /// winner takes columns from other rows.
+    fn takes_standing(&self, winners: &Winners) -> bool {
+        self.unassembled && !self.base_positions && winners.overrides.is_empty()
+    }
 }
 
 /// One version of a key, borrowing from the merged batches and delete records.
@@ -597,7 +605,7 @@ impl<'a> MergeInput<'_, 'a> {
         assemble_into(&mut merged, self.schema, self.batches, &kept, &winners, self.output)?;
         if self.output.outcome && self.change_range.is_none() {
             let batch_rows = self.batches.iter().map(RecordBatch::num_rows).collect();
-            merged.outcome = Some(Arc::new(MergeOutcome { kept: kept.into_parts().0, winners, batch_rows }));
+            merged.outcome = Some(Arc::new(MergeOutcome { kept: kept.into_parts().0, winners, batch_rows, masks: OnceLock::new() }));
         }
         Ok(merged)
     }
@@ -676,6 +684,9 @@ pub struct MergeOutcome {
     winners: Winners,
     /// The rows of each batch it was decided for: the base file's first, then the data blocks'.
     batch_rows: Vec<usize>,
+    /// Each batch's mask of the rows that stand (`None` for a batch without any), made once,
+    /// when a reuse first takes the rows by masks ([`MergeOutput::unassembled`]).
+    masks: OnceLock<Vec<Option<BooleanArray>>>,
 }
 
 impl MergeOutcome {
@@ -688,20 +699,23 @@ impl MergeOutcome {
             + winners.base_rows.capacity() * std::mem::size_of::<Option<u64>>()
             + winners.overrides.capacity() * std::mem::size_of::<(usize, usize, (usize, usize))>()
             + self.batch_rows.capacity() * std::mem::size_of::<usize>()
+            // The masks, once made: a bit per row.
+            + self.batch_rows.iter().map(|rows| rows.div_ceil(8)).sum::<usize>()
     }
 }
 
-/// Each of `batches` that has rows in the result, with the mask of those rows: the `kept`
-/// base rows of the first (when it is the base file's) and the winners.
-fn standing(batches: &[RecordBatch], kept: &BooleanArray, winners: &Winners) -> Vec<(RecordBatch, BooleanArray)> {
-    let mut masks: Vec<Option<BooleanBufferBuilder>> = batches.iter().map(|_| None).collect();
-    if kept.true_count() > 0 {
+/// For each of the merged batches (of `batch_rows` rows), the mask of its rows in the result
+/// (`None` when it has none): the `kept` base rows of the first (when it is the base file's)
+/// and the winners.
+fn standing_masks(batch_rows: &[usize], kept: &BooleanBuffer, winners: &Winners) -> Vec<Option<BooleanArray>> {
+    let mut masks: Vec<Option<BooleanBufferBuilder>> = batch_rows.iter().map(|_| None).collect();
+    if kept.count_set_bits() > 0 {
         let mut base = BooleanBufferBuilder::new(kept.len());
-        base.append_buffer(kept.values());
+        base.append_buffer(kept);
         masks[0] = Some(base);
     }
     for &(batch, row) in &winners.rows {
-        let rows = batches[batch].num_rows();
+        let rows = batch_rows[batch];
         masks[batch]
             .get_or_insert_with(|| {
                 let mut none = BooleanBufferBuilder::new(rows);
@@ -710,8 +724,12 @@ fn standing(batches: &[RecordBatch], kept: &BooleanArray, winners: &Winners) -> 
             })
             .set_bit(row, true);
     }
-    let masked = batches.iter().zip(masks).filter_map(|(batch, mask)| Some((batch.clone(), BooleanArray::new(mask?.finish(), None))));
-    masked.collect()
+    masks.into_iter().map(|mask| Some(BooleanArray::new(mask?.finish(), None))).collect()
+}
+
+/// Each of `batches` that has rows in the result, with the mask of those rows.
+fn standing(batches: &[RecordBatch], masks: &[Option<BooleanArray>]) -> Vec<(RecordBatch, BooleanArray)> {
+    batches.iter().zip(masks).filter_map(|(batch, mask)| Some((batch.clone(), mask.clone()?))).collect()
 }
 
 /// The rows a merge decided (`outcome`) assembled from `batches`: the base file's rows first
@@ -723,6 +741,12 @@ pub fn assemble(schema: &SchemaRef, batches: &[RecordBatch], outcome: &MergeOutc
         return Err(Error::new(ErrorKind::Internal, "a merge outcome does not fit the rows it is applied to"));
     }
     let mut merged = Merged::default();
+    if output.takes_standing(&outcome.winners) {
+        // The masks depend on the outcome alone: made at the first reuse, then only paired.
+        let masks = outcome.masks.get_or_init(|| standing_masks(&outcome.batch_rows, &outcome.kept, &outcome.winners));
+        merged.standing = standing(batches, masks);
+        return Ok(merged);
+    }
     let kept = BooleanArray::new(outcome.kept.clone(), None);
     assemble_into(&mut merged, schema, batches, &kept, &outcome.winners, output)?;
     Ok(merged)
@@ -731,8 +755,9 @@ pub fn assemble(schema: &SchemaRef, batches: &[RecordBatch], outcome: &MergeOutc
 /// Sets `merged.rows` (and `base_positions`, when `output` asks) to the `kept` base rows of
 /// `batches[0]` followed by the winners; or, [`MergeOutput::unassembled`], `merged.standing`.
 fn assemble_into(merged: &mut Merged, schema: &SchemaRef, batches: &[RecordBatch], kept: &BooleanArray, winners: &Winners, output: MergeOutput) -> Result<()> {
-    if output.unassembled && !output.base_positions && winners.overrides.is_empty() {
-        merged.standing = standing(batches, kept, winners);
+    if output.takes_standing(winners) {
+        let batch_rows: Vec<usize> = batches.iter().map(RecordBatch::num_rows).collect();
+        merged.standing = standing(batches, &standing_masks(&batch_rows, kept.values(), winners));
         return Ok(());
     }
     let kept_rows = kept.true_count();

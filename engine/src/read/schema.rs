@@ -5,8 +5,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use arrow::array::{make_array, new_null_array, ArrayRef};
-use arrow::buffer::NullBuffer;
+use arrow::array::{make_array, new_null_array, ArrayDataBuilder, ArrayRef};
+use arrow::buffer::{BooleanBuffer, Buffer, MutableBuffer, NullBuffer};
 use arrow::compute::{cast_with_options, CastOptions};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::{RecordBatch, RecordBatchOptions};
@@ -74,8 +74,10 @@ pub fn table_schema(data: &Schema, with_meta_fields: bool) -> SchemaRef {
     Arc::new(Schema::new(fields))
 }
 
-/// NULL columns of any length, sliced from one allocation per type: aligning many batches to
-/// a wide schema then allocates and zeroes nothing per batch.
+/// NULL columns of any length. Those of flat types (numbers, times, booleans, strings and
+/// binaries) are views of zeroed bytes the whole process shares; the others are sliced from
+/// the longest made of their type. Aligning many batches to a wide schema then allocates and
+/// zeroes nothing per batch, nor per process that starts reading (a parallel worker).
 #[derive(Debug, Default, Clone)]
 pub struct NullColumns {
     cache: Arc<Mutex<NullArrays>>,
@@ -83,15 +85,15 @@ pub struct NullColumns {
 
 #[derive(Debug, Default)]
 struct NullArrays {
-    /// The longest made of each type.
+    /// The longest made of each type that is not flat.
     longest: HashMap<DataType, ArrayRef>,
-    /// Those handed out, by type and length: the slices of a table's files, read again, ask
-    /// for the same lengths.
+    /// Those handed out, by type and length: the slices of a table's files (and their log
+    /// blocks), read again, ask for the same lengths.
     made: HashMap<(DataType, usize), ArrayRef>,
 }
 
-/// How many handed-out NULL columns are kept for the next ask (each shares the longest's
-/// buffers).
+/// How many handed-out NULL columns are kept for the next ask (each shares the zeroed bytes,
+/// or the longest's buffers).
 const KEPT_NULL_COLUMNS: usize = 1024;
 
 impl NullColumns {
@@ -102,37 +104,97 @@ impl NullColumns {
         if let Some(made) = cache.made.get(&key) {
             return made.clone();
         }
-        let made = Self::make(&mut cache.longest, data_type, len);
+        let made = flat_nulls(data_type, len).unwrap_or_else(|| {
+            let nulls = cache.longest.entry(data_type.clone()).or_insert_with(|| new_null_array(data_type, 0));
+            if nulls.len() < len {
+                // Grown by at least half again: a table's slices come in many lengths.
+                *nulls = new_null_array(data_type, len.max(nulls.len() * 3 / 2));
+            }
+            nulls.slice(0, len)
+        });
         if cache.made.len() >= KEPT_NULL_COLUMNS {
             cache.made.clear();
         }
         cache.made.insert(key, made.clone());
         made
     }
+}
 
-    fn make(longest: &mut HashMap<DataType, ArrayRef>, data_type: &DataType, len: usize) -> ArrayRef {
-        let nulls = longest.entry(data_type.clone()).or_insert_with(|| new_null_array(data_type, 0));
-        if nulls.len() < len {
-            *nulls = new_null_array(data_type, len);
-        }
-        if nulls.len() == len {
-            return nulls.clone();
-        }
-        let flat = data_type.is_primitive() || matches!(data_type, DataType::Boolean | DataType::Utf8 | DataType::LargeUtf8 | DataType::Binary | DataType::LargeBinary);
-        let data = nulls.to_data();
-        match data.nulls() {
-            // A slice would count its NULLs again (a column's length in bits, per column and
-            // batch): every value is NULL.
-            Some(validity) if flat => {
-                // SAFETY: the first `len` bits of an all-NULL buffer are `len` NULLs.
-                let validity = unsafe { NullBuffer::new_unchecked(validity.inner().slice(0, len), len) };
-                let data = data.clone().into_builder().len(len).nulls(Some(validity));
-                // SAFETY: the buffers of a longer array of the same flat type, read to `len`.
-                make_array(unsafe { data.build_unchecked() })
+/// Zeroed bytes that NULL columns of flat types read: all their validity bits, offsets, views
+/// and values are zeros.
+static ZEROS: Mutex<Option<Buffer>> = Mutex::new(None);
+
+/// The first `len` bytes of [`ZEROS`], mapped again (twice as many) when they are fewer.
+fn zeros(len: usize) -> Buffer {
+    let mut zeros = ZEROS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let have = zeros.as_ref().map_or(0, Buffer::len);
+    if have < len {
+        let size = len.max(have * 2).max(ZERO_PAGES_FIRST);
+        *zeros = Some(ZeroPages::map(size).unwrap_or_else(|| MutableBuffer::from_len_zeroed(size).into()));
+    }
+    zeros.as_ref().map(|z| z.slice_with_length(0, len)).unwrap_or_default()
+}
+
+/// The first mapping of zero pages: room for the NULL columns of batches of millions of rows,
+/// in address space only.
+const ZERO_PAGES_FIRST: usize = 64 << 20;
+
+/// A read-only anonymous mapping: every page reads as zeros, the kernel's one zero page, so
+/// it takes no memory and is never written. (Zeroed heap memory is written, page after page,
+/// by each process that starts reading, such as every parallel worker.)
+struct ZeroPages {
+    address: usize,
+    len: usize,
+}
+
+impl ZeroPages {
+    /// `len` zero bytes as a buffer, `None` when the mapping fails.
+    fn map(len: usize) -> Option<Buffer> {
+        // SAFETY: a new private mapping, read-only, owned by the returned buffer.
+        unsafe {
+            let start = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            );
+            if start == libc::MAP_FAILED {
+                return None;
             }
-            _ => nulls.slice(0, len),
+            let owner = Arc::new(ZeroPages { address: start as usize, len });
+            Some(Buffer::from_custom_allocation(std::ptr::NonNull::new(start as *mut u8)?, len, owner))
         }
     }
+}
+
+impl Drop for ZeroPages {
+    fn drop(&mut self) {
+        // SAFETY: the mapping this owns, which no buffer reads any more.
+        unsafe { libc::munmap(self.address as *mut libc::c_void, self.len) };
+    }
+}
+
+/// `len` NULLs of `data_type` over [`ZEROS`], when the type is flat.
+fn flat_nulls(data_type: &DataType, len: usize) -> Option<ArrayRef> {
+    use DataType as D;
+    let empty = Buffer::from(MutableBuffer::new(0));
+    let buffers = match data_type {
+        D::Null => return Some(new_null_array(data_type, len)),
+        D::Boolean => vec![zeros(len.div_ceil(8))],
+        D::Utf8 | D::Binary => vec![zeros((len + 1) * 4), empty],
+        D::LargeUtf8 | D::LargeBinary => vec![zeros((len + 1) * 8), empty],
+        D::Utf8View | D::BinaryView => vec![zeros(len * 16)],
+        D::FixedSizeBinary(width) => vec![zeros(len * usize::try_from(*width).ok()?)],
+        d => vec![zeros(len * d.primitive_width()?)],
+    };
+    // SAFETY: `len` zero bits are `len` NULLs.
+    let validity = unsafe { NullBuffer::new_unchecked(BooleanBuffer::new(zeros(len.div_ceil(8)), 0, len), len) };
+    let data = ArrayDataBuilder::new(data_type.clone()).len(len).nulls(Some(validity)).buffers(buffers);
+    // SAFETY: the buffers have the lengths the type asks for `len` values, and zeros are valid
+    // offsets (every value empty), views (empty, inline) and values.
+    Some(make_array(unsafe { data.build_unchecked() }))
 }
 
 /// Re-shapes `batch` to `target`: columns by name, cast to the target type, missing ones null.
@@ -185,9 +247,14 @@ mod tests {
             DataType::Boolean,
             DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
             DataType::List(Arc::new(Field::new("item", DataType::Int64, true))),
+            DataType::LargeUtf8,
+            DataType::Utf8View,
+            DataType::FixedSizeBinary(3),
+            DataType::Decimal256(40, 3),
+            DataType::Date32,
         ];
         // Growing, equal and shorter lengths: shorter ones reuse the longest allocation.
-        for len in [100, 1000, 1000, 37, 0, 999] {
+        for len in [100, 1000, 1000, 37, 0, 999, 70_001] {
             for data_type in &types {
                 let column = nulls.get(data_type, len);
                 assert_eq!((column.len(), column.null_count(), column.data_type()), (len, len, data_type));

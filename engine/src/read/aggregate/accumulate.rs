@@ -139,16 +139,43 @@ impl ExactSum {
     }
 }
 
-/// The sum of the `values` whose bit in `valid` is set. A merged slice's base rows come
-/// masked with most bits set and the rest scattered: then all values are added (vectorised)
-/// and the few masked ones taken off.
-fn masked_sum<N: Copy + Into<i64>>(values: &[N], valid: &NullBuffer) -> i64 {
-    if valid.null_count() * 4 < values.len() {
-        let all: i64 = values.iter().map(|&v| v.into()).sum();
-        let masked: i64 = (!valid.inner()).set_indices().map(|row| values[row].into()).sum();
-        return all - masked;
+/// For each byte, a lane mask per bit: all ones where the bit is set.
+const BYTE_LANES: [[i64; 8]; 256] = {
+    let mut lanes = [[0i64; 8]; 256];
+    let mut byte = 0;
+    while byte < 256 {
+        let mut bit = 0;
+        while bit < 8 {
+            if (byte >> bit) & 1 == 1 {
+                lanes[byte][bit] = -1;
+            }
+            bit += 1;
+        }
+        byte += 1;
     }
-    valid.valid_indices().map(|row| values[row].into()).sum()
+    lanes
+};
+
+/// The sum of the `values` whose bit in `valid` is set (a merged slice's rows come masked,
+/// the replaced ones scattered): in one pass, each value widened and ANDed with its bit's lane
+/// mask, eight at a time, which vectorises as a plain sum does; nothing is allocated.
+fn masked_sum<N: Copy + Into<i64>>(values: &[N], valid: &NullBuffer) -> i64 {
+    let mut lanes = [0i64; 8];
+    let mut add = |values: &[N], bits: u64| {
+        for (byte, part) in values.chunks(8).enumerate() {
+            let mask = &BYTE_LANES[((bits >> (byte * 8)) & 0xff) as usize];
+            for (lane, (&value, &keep)) in lanes.iter_mut().zip(part.iter().zip(mask)) {
+                *lane += value.into() & keep;
+            }
+        }
+    };
+    let words = valid.inner().bit_chunks();
+    let mut blocks = values.chunks_exact(64);
+    for (bits, block) in words.iter().zip(&mut blocks) {
+        add(block, bits);
+    }
+    add(blocks.remainder(), words.remainder_bits());
+    lanes.iter().sum()
 }
 
 impl Accumulator for ExactSum {
