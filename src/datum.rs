@@ -539,8 +539,8 @@ mod tests {
             let made = expected.map(|e| e.into_datum().unwrap());
             match (datum, made) {
                 (Some(datum), Some(made)) => {
-                    let equal = unsafe { pgrx::direct_function_call::<bool>(pg_sys::texteq, &[Some(datum), Some(made)]) };
-                    assert_eq!(equal, Some(true), "row {row}");
+                    let equal = unsafe { pg_sys::DirectFunctionCall2Coll(Some(pg_sys::texteq), pg_sys::DEFAULT_COLLATION_OID, datum, made) };
+                    assert_eq!(equal.value(), 1, "row {row}");
                     assert_eq!(unsafe { String::from_datum(datum, false) }.as_deref(), *expected);
                 }
                 (datum, made) => assert_eq!(datum.is_none(), made.is_none(), "row {row}"),

@@ -253,11 +253,32 @@ pub struct Storage {
     uri: StorageUri,
     store: Arc<dyn ObjectStore>,
     prefix: ObjectPath,
+    resends: Resends,
 }
 
-/// How often the engine sends a request that the store's own retries gave up on after a
-/// transient failure, where sending it again is safe (see [`Storage::put_if_absent`]).
-const TRANSIENT_ATTEMPTS: usize = 3;
+/// How often the engine sends again a request that the store's own retries gave up on after a
+/// transient failure, where sending it again is safe (see [`Storage::put_if_absent`]): as the
+/// store retries, at most `max_retries` more times and not after `retry_timeout` from the first
+/// attempt, but at least [`Resends::LEAST`] times.
+#[derive(Debug, Clone, Copy)]
+struct Resends {
+    attempts: usize,
+    within: std::time::Duration,
+}
+
+impl Resends {
+    const LEAST: usize = 3;
+
+    fn of(retry: &access::RetrySettings) -> Resends {
+        Resends { attempts: (retry.max_retries + 1).max(Self::LEAST), within: retry.retry_timeout }
+    }
+
+    /// Whether attempt number `attempt` (from 1), begun `started`, which failed with `error`,
+    /// is sent again.
+    fn again(&self, attempt: usize, started: std::time::Instant, error: &object_store::Error) -> bool {
+        is_transient(error) && (attempt < Self::LEAST || (attempt < self.attempts && started.elapsed() < self.within))
+    }
+}
 
 /// Whether a failed request may succeed if sent again: not a refusal or a missing object, but
 /// what remains after the store's own retries (a server error, a timeout, a reset connection).
@@ -288,7 +309,7 @@ impl Storage {
                 (access::cloud_store(uri, settings)?, ObjectPath::from_url_path(uri.url.path()).map_err(invalid_path)?)
             }
         };
-        Ok(Storage { uri: uri.clone(), store, prefix })
+        Ok(Storage { uri: uri.clone(), store, prefix, resends: Resends::of(&settings.retry) })
     }
 
     pub fn uri(&self) -> &StorageUri {
@@ -298,7 +319,7 @@ impl Storage {
     /// The same location through `layer` wrapped around the store: for tests that inject
     /// delays or faults between the steps of what the engine does.
     pub fn layered(&self, layer: impl FnOnce(Arc<dyn ObjectStore>) -> Arc<dyn ObjectStore>) -> Storage {
-        Storage { uri: self.uri.clone(), store: layer(self.store.clone()), prefix: self.prefix.clone() }
+        Storage { uri: self.uri.clone(), store: layer(self.store.clone()), prefix: self.prefix.clone(), resends: self.resends }
     }
 
     /// The full object path of `relative` (slash-separated, relative to this location). Names
@@ -405,7 +426,7 @@ impl Storage {
     /// after the caller gave up (and, for a completion, after its lock passed on).
     pub async fn put_if_absent(&self, relative: &str, bytes: Bytes) -> Result<bool> {
         let path = self.path(relative);
-        let mut attempt = 1;
+        let (mut attempt, started) = (1, std::time::Instant::now());
         loop {
             let options = object_store::PutOptions { mode: object_store::PutMode::Create, ..Default::default() };
             match self.store.put_opts(&path, bytes.clone().into(), options).await {
@@ -428,7 +449,7 @@ impl Storage {
                     )
                     .with_hint("Remove aws_conditional_put from the user mapping (or set it to 'etag'): S3 and compatible servers take If-None-Match."))
                 }
-                Err(e) if attempt < TRANSIENT_ATTEMPTS && is_transient(&e) => attempt += 1,
+                Err(e) if self.resends.again(attempt, started, &e) => attempt += 1,
                 Err(e) => return Err(Error::from(e).context(format!("creating {}/{}", self.uri, relative))),
             }
         }
@@ -438,11 +459,11 @@ impl Storage {
     /// object_store does not retry one that timed out: it is sent again here.
     pub async fn delete(&self, relative: &str) -> Result<()> {
         let path = self.path(relative);
-        let mut attempt = 1;
+        let (mut attempt, started) = (1, std::time::Instant::now());
         loop {
             match self.store.delete(&path).await {
                 Ok(()) | Err(object_store::Error::NotFound { .. }) => return Ok(()),
-                Err(e) if attempt < TRANSIENT_ATTEMPTS && is_transient(&e) => attempt += 1,
+                Err(e) if self.resends.again(attempt, started, &e) => attempt += 1,
                 Err(e) => return Err(Error::from(e).context(format!("deleting {}/{}", self.uri, relative))),
             }
         }
