@@ -535,12 +535,16 @@ mod tests {
         assert!(matches!(reader, ColumnReader::Text(..)));
         for (row, expected) in values.iter().enumerate() {
             let datum = reader.datum(row).unwrap();
-            // Compared by PostgreSQL's texteq with the text it makes itself, and read back.
+            // Compared with the text PostgreSQL makes itself, and read back.
             let made = expected.map(|e| e.into_datum().unwrap());
             match (datum, made) {
                 (Some(datum), Some(made)) => {
-                    let equal = unsafe { pg_sys::DirectFunctionCall2Coll(Some(pg_sys::texteq), pg_sys::DEFAULT_COLLATION_OID, datum, made) };
-                    assert_eq!(equal.value(), 1, "row {row}");
+                    // Byte for byte, header included.
+                    let bytes = |d: pg_sys::Datum| unsafe {
+                        let varlena = d.cast_mut_ptr::<pg_sys::varlena>();
+                        std::slice::from_raw_parts(varlena as *const u8, pgrx::varlena::varsize_any(varlena)).to_vec()
+                    };
+                    assert_eq!(bytes(datum), bytes(made), "row {row}");
                     assert_eq!(unsafe { String::from_datum(datum, false) }.as_deref(), *expected);
                 }
                 (datum, made) => assert_eq!(datum.is_none(), made.is_none(), "row {row}"),
