@@ -15,9 +15,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from bench import LIKE_QUERY  # noqa: E402
 from benchlib import connect  # noqa: E402
-
-LIKE_QUERY = "SELECT count(*) FROM scan WHERE name LIKE '%7%'"
 
 
 def busy_and_idle():
@@ -34,19 +33,20 @@ def main():
     parser.add_argument("--alternations", type=int, default=3)
     args = parser.parse_args()
     hz = os.sysconf("SC_CLK_TCK")
+    query = LIKE_QUERY.format("scan")
     conn = connect(args.port)
     # Not prepared: a prepared statement would keep the plan of the first mode.
     conn.prepare_threshold = None
     for _ in range(args.alternations):
         for workers in (0, 2):
             conn.execute(f"SET max_parallel_workers_per_gather = {workers}")
-            conn.execute(LIKE_QUERY).fetchall()
+            conn.execute(query).fetchall()
             busy, idle = busy_and_idle()
             started = time.perf_counter()
             times = []
             for _ in range(args.runs):
                 began = time.perf_counter()
-                conn.execute(LIKE_QUERY).fetchall()
+                conn.execute(query).fetchall()
                 times.append(time.perf_counter() - began)
             elapsed = time.perf_counter() - started
             busy_after, _ = busy_and_idle()

@@ -596,16 +596,16 @@ impl<'a> MergeInput<'_, 'a> {
     /// row, group)`, in base order), and assembles the rows.
     fn finish<K: Ord + Copy>(&self, log: &LogIndex<'a, K>, matches: &[(usize, usize)]) -> Result<Merged> {
         let (mut merged, kept, winners) = self.resolve(log, matches);
-        let kept = BooleanArray::new(kept, None);
         if self.change_range.is_some() {
-            let mut alive = vec![false; kept.true_count()];
+            let mut alive = vec![false; kept.count_set_bits()];
             alive.append(&mut merged.alive_before_range);
             merged.alive_before_range = alive;
         }
-        assemble_into(&mut merged, self.schema, self.batches, &kept, &winners, self.output)?;
+        let batch_rows = self.batches.iter().map(RecordBatch::num_rows).collect();
+        let outcome = MergeOutcome { kept, winners, batch_rows, masks: OnceLock::new() };
+        outcome.assemble_into(&mut merged, self.schema, self.batches, self.output)?;
         if self.output.outcome && self.change_range.is_none() {
-            let batch_rows = self.batches.iter().map(RecordBatch::num_rows).collect();
-            merged.outcome = Some(Arc::new(MergeOutcome { kept: kept.into_parts().0, winners, batch_rows, masks: OnceLock::new() }));
+            merged.outcome = Some(Arc::new(outcome));
         }
         Ok(merged)
     }
@@ -685,7 +685,7 @@ pub struct MergeOutcome {
     /// The rows of each batch it was decided for: the base file's first, then the data blocks'.
     batch_rows: Vec<usize>,
     /// Each batch's mask of the rows that stand (`None` for a batch without any), made once,
-    /// when a reuse first takes the rows by masks ([`MergeOutput::unassembled`]).
+    /// when the rows are first taken by masks ([`MergeOutput::unassembled`]).
     masks: OnceLock<Vec<Option<BooleanArray>>>,
 }
 
@@ -741,25 +741,27 @@ pub fn assemble(schema: &SchemaRef, batches: &[RecordBatch], outcome: &MergeOutc
         return Err(Error::new(ErrorKind::Internal, "a merge outcome does not fit the rows it is applied to"));
     }
     let mut merged = Merged::default();
-    if output.takes_standing(&outcome.winners) {
-        // The masks depend on the outcome alone: made at the first reuse, then only paired.
-        let masks = outcome.masks.get_or_init(|| standing_masks(&outcome.batch_rows, &outcome.kept, &outcome.winners));
-        merged.standing = standing(batches, masks);
-        return Ok(merged);
-    }
-    let kept = BooleanArray::new(outcome.kept.clone(), None);
-    assemble_into(&mut merged, schema, batches, &kept, &outcome.winners, output)?;
+    outcome.assemble_into(&mut merged, schema, batches, output)?;
     Ok(merged)
 }
 
-/// Sets `merged.rows` (and `base_positions`, when `output` asks) to the `kept` base rows of
-/// `batches[0]` followed by the winners; or, [`MergeOutput::unassembled`], `merged.standing`.
-fn assemble_into(merged: &mut Merged, schema: &SchemaRef, batches: &[RecordBatch], kept: &BooleanArray, winners: &Winners, output: MergeOutput) -> Result<()> {
-    if output.takes_standing(winners) {
-        let batch_rows: Vec<usize> = batches.iter().map(RecordBatch::num_rows).collect();
-        merged.standing = standing(batches, &standing_masks(&batch_rows, kept.values(), winners));
-        return Ok(());
+impl MergeOutcome {
+    /// Sets `merged.rows` (and `base_positions`, when `output` asks) to the kept base rows of
+    /// `batches[0]` followed by the winners; or, [`MergeOutput::unassembled`], `merged.standing`.
+    fn assemble_into(&self, merged: &mut Merged, schema: &SchemaRef, batches: &[RecordBatch], output: MergeOutput) -> Result<()> {
+        if output.takes_standing(&self.winners) {
+            // The masks depend on the outcome alone: made once, then only paired.
+            let masks = self.masks.get_or_init(|| standing_masks(&self.batch_rows, &self.kept, &self.winners));
+            merged.standing = standing(batches, masks);
+            return Ok(());
+        }
+        assemble_rows(merged, schema, batches, &BooleanArray::new(self.kept.clone(), None), &self.winners, output)
     }
+}
+
+/// Sets `merged.rows` (and `base_positions`, when `output` asks) to the `kept` base rows of
+/// `batches[0]` followed by the winners, copied.
+fn assemble_rows(merged: &mut Merged, schema: &SchemaRef, batches: &[RecordBatch], kept: &BooleanArray, winners: &Winners, output: MergeOutput) -> Result<()> {
     let kept_rows = kept.true_count();
     if output.base_positions {
         let kept_positions = kept.values().set_indices().map(|r| Some(r as u64));
