@@ -1,6 +1,11 @@
 """How many cores the LIKE query of bench/scan keeps busy, serial and parallel, and its CPU per
 query, from /proc/stat around runs of each mode (the whole machine: run it on an idle one).
 
+Three modes: the serial scan (its helper threads decode the next slices on the other cores),
+the serial scan without read-ahead (the backend decodes each slice itself: one core), and the
+parallel scan with 2 workers. On a machine of `cores` cores the parallel time is at best the
+serial CPU over `cores`: the lower bound printed for the parallel over the serial time.
+
 After `bash bench/scan/run.sh`, with its cluster started again on the same lake:
 
     scripts/cluster.sh start build/bench-scan
@@ -37,9 +42,17 @@ def main():
     conn = connect(args.port)
     # Not prepared: a prepared statement would keep the plan of the first mode.
     conn.prepare_threshold = None
+    modes = {
+        "serial": (0, "DEFAULT"),
+        "serial, no read-ahead": (0, "0"),
+        "parallel, 2 workers": (2, "DEFAULT"),
+    }
+    cores_online = os.cpu_count()
     for _ in range(args.alternations):
-        for workers in (0, 2):
+        medians, cpus = {}, {}
+        for mode, (workers, read_ahead) in modes.items():
             conn.execute(f"SET max_parallel_workers_per_gather = {workers}")
+            conn.execute(f"SET hudi.read_ahead_slices = {read_ahead}")
             conn.execute(query).fetchall()
             busy, idle = busy_and_idle()
             started = time.perf_counter()
@@ -52,8 +65,12 @@ def main():
             busy_after, _ = busy_and_idle()
             cores = (busy_after - busy) / hz / elapsed
             cpu = (busy_after - busy) / hz / args.runs
-            print(f"workers {workers}: median {statistics.median(times):.3f} s, {cores:.2f} cores busy, "
-                  f"{cpu:.3f} s of CPU per query")
+            medians[mode], cpus[mode] = statistics.median(times), cpu
+            print(f"{mode}: median {medians[mode]:.3f} s, {cores:.2f} cores busy, {cpu:.3f} s of CPU per query")
+        bound = cpus["serial"] / cores_online / medians["serial"]
+        print(f"parallel / serial {medians['parallel, 2 workers'] / medians['serial']:.2f}x (at best {bound:.2f}x "
+              f"on {cores_online} cores); parallel / serial without read-ahead "
+              f"{medians['parallel, 2 workers'] / medians['serial, no read-ahead']:.2f}x")
 
 
 if __name__ == "__main__":
