@@ -20,16 +20,16 @@ pub fn in_worker() {
     IN_WORKER.with(|w| w.set(true));
 }
 
-/// Whether the worker was asked to stop (SIGTERM) or lost its postmaster: a wait in
-/// [`block_on`] that noticed it ended with an ERROR, and the worker should exit.
+/// In the worker: whether it was asked to stop (SIGTERM) or lost its postmaster, and should
+/// end its round and exit; a wait in [`block_on`] that notices it ends with an ERROR. Once
+/// true, true for good: pgrx clears its SIGTERM flag when it is read, so this is the only
+/// place that reads it, and later waits (giving up a lease) still know the worker is stopping.
 pub fn stopping() -> bool {
-    STOPPING.with(|s| s.get())
-}
-
-/// In the worker: notices SIGTERM and postmaster death during a wait.
-fn worker_should_stop() -> bool {
     if !IN_WORKER.with(|w| w.get()) {
         return false;
+    }
+    if STOPPING.with(|s| s.get()) {
+        return true;
     }
     // SAFETY: plain reads of a backend global and the worker's signal flag. A process whose
     // postmaster died has been reparented.
@@ -107,7 +107,7 @@ fn drive<F: Future>(future: F, give_up_on_terminate: bool) -> Option<F::Output> 
                                 return None;
                             }
                             pgrx::check_for_interrupts!();
-                            if worker_should_stop() {
+                            if stopping() {
                                 crate::error::raise(
                                     pgrx::PgSqlErrorCode::ERRCODE_ADMIN_SHUTDOWN,
                                     "the pg_hudi worker is stopping",

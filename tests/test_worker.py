@@ -340,7 +340,10 @@ def test_two_servers_never_run_a_tables_services_at_once(cluster, store):
             for c in connections:
                 c.close()
     finally:
+        # Both servers stop before their store does: a worker stopped while it holds a table
+        # lock lets that section finish, retrying a store that would be gone.
         second.stop()
+        cluster.stop()
         if s3:
             s3.stop()
 

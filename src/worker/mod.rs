@@ -313,10 +313,10 @@ pub extern "C-unwind" fn pg_hudi_database_worker_main(argument: pg_sys::Datum) {
     }
     finish_pending_commits();
     services::run_round();
-    if !crate::runtime::stopping() && !BackgroundWorker::sigterm_received() {
+    if !crate::runtime::stopping() {
         refresh_lookup_caches();
     }
-    if crate::runtime::stopping() || BackgroundWorker::sigterm_received() {
+    if crate::runtime::stopping() {
         log!("{WORKER_NAME} stopped before the end of its round");
     }
 }

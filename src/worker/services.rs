@@ -349,7 +349,7 @@ pub fn run_round() {
         let mut lease: Option<ServiceLease> = None;
         let mut stop = false;
         for service in Service::ALL {
-            stop = crate::runtime::stopping() || BackgroundWorker::sigterm_received();
+            stop = crate::runtime::stopping();
             if stop {
                 break;
             }
