@@ -1,7 +1,7 @@
 //! The one place where engine errors become PostgreSQL errors (`ereport` with a SQLSTATE).
 
 use engine::ErrorKind;
-use pgrx::pg_sys::panic::ErrorReport;
+use pgrx::pg_sys::panic::{CaughtError, ErrorReport, ErrorReportWithLevel};
 use pgrx::{PgLogLevel, PgSqlErrorCode};
 
 /// The SQLSTATE for each kind of engine error.
@@ -64,7 +64,10 @@ impl<T> OrReport<T> for engine::Result<T> {
 /// pgrx reports it) and its backtrace only the server log. pgrx attaches a captured backtrace
 /// to the error's DETAIL, whenever the server runs with `RUST_BACKTRACE` set; disabling
 /// library backtraces stops that capture, and the hook below writes a forced one to the
-/// server's stderr (its log) instead. Called once from `_PG_init`, before any thread starts.
+/// server's stderr (its log) instead. PostgreSQL's own ERRORs travel as panics too (pgrx
+/// unwinds them through Rust frames): they are no bug, the log has their ERROR line already,
+/// and a backtrace for each would cost its capture and dozens of log lines. Called once from
+/// `_PG_init`, before any thread starts.
 pub fn keep_panic_backtraces_in_the_server_log() {
     // SAFETY (of the environment change): `_PG_init` runs before this process starts any
     // thread, so nothing reads the environment concurrently.
@@ -73,7 +76,10 @@ pub fn keep_panic_backtraces_in_the_server_log() {
     std::panic::set_hook(Box::new(move |info| {
         // SAFETY: plain system calls. A backend's main thread is the one whose id is the pid;
         // other threads' panics are printed by the default hook that `report` calls.
-        if unsafe { libc::gettid() == libc::getpid() } {
+        let payload = info.payload();
+        let postgres_error =
+            payload.is::<ErrorReportWithLevel>() || payload.is::<ErrorReport>() || payload.is::<CaughtError>();
+        if !postgres_error && unsafe { libc::gettid() == libc::getpid() } {
             eprintln!("pg_hudi: {info}\n{}", std::backtrace::Backtrace::force_capture());
         }
         report(info);
