@@ -699,8 +699,21 @@ impl MergeOutcome {
             + winners.base_rows.capacity() * std::mem::size_of::<Option<u64>>()
             + winners.overrides.capacity() * std::mem::size_of::<(usize, usize, (usize, usize))>()
             + self.batch_rows.capacity() * std::mem::size_of::<usize>()
-            // The masks, once made: a bit per row.
+            // The masks, a bit per row: counted before they are made, at the first reuse.
             + self.batch_rows.iter().map(|rows| rows.div_ceil(8)).sum::<usize>()
+    }
+
+    /// Sets `merged.rows` (and `base_positions`, when `output` asks) to the kept base rows of
+    /// `batches[0]` followed by the winners; or, [`MergeOutput::unassembled`], `merged.standing`:
+    /// each batch with rows in the result, with its mask of them.
+    fn assemble_into(&self, merged: &mut Merged, schema: &SchemaRef, batches: &[RecordBatch], output: MergeOutput) -> Result<()> {
+        if output.takes_standing(&self.winners) {
+            // The masks depend on the outcome alone: made once, then only paired.
+            let masks = self.masks.get_or_init(|| standing_masks(&self.batch_rows, &self.kept, &self.winners));
+            merged.standing = batches.iter().zip(masks).filter_map(|(batch, mask)| Some((batch.clone(), mask.clone()?))).collect();
+            return Ok(());
+        }
+        assemble_rows(merged, schema, batches, &BooleanArray::new(self.kept.clone(), None), &self.winners, output)
     }
 }
 
@@ -727,11 +740,6 @@ fn standing_masks(batch_rows: &[usize], kept: &BooleanBuffer, winners: &Winners)
     masks.into_iter().map(|mask| Some(BooleanArray::new(mask?.finish(), None))).collect()
 }
 
-/// Each of `batches` that has rows in the result, with the mask of those rows.
-fn standing(batches: &[RecordBatch], masks: &[Option<BooleanArray>]) -> Vec<(RecordBatch, BooleanArray)> {
-    batches.iter().zip(masks).filter_map(|(batch, mask)| Some((batch.clone(), mask.clone()?))).collect()
-}
-
 /// The rows a merge decided (`outcome`) assembled from `batches`: the base file's rows first
 /// when the merge had a base file, then the rows of each data block, in the order the merge
 /// was given them (delete blocks have no rows). The batches may hold other columns than the
@@ -743,20 +751,6 @@ pub fn assemble(schema: &SchemaRef, batches: &[RecordBatch], outcome: &MergeOutc
     let mut merged = Merged::default();
     outcome.assemble_into(&mut merged, schema, batches, output)?;
     Ok(merged)
-}
-
-impl MergeOutcome {
-    /// Sets `merged.rows` (and `base_positions`, when `output` asks) to the kept base rows of
-    /// `batches[0]` followed by the winners; or, [`MergeOutput::unassembled`], `merged.standing`.
-    fn assemble_into(&self, merged: &mut Merged, schema: &SchemaRef, batches: &[RecordBatch], output: MergeOutput) -> Result<()> {
-        if output.takes_standing(&self.winners) {
-            // The masks depend on the outcome alone: made once, then only paired.
-            let masks = self.masks.get_or_init(|| standing_masks(&self.batch_rows, &self.kept, &self.winners));
-            merged.standing = standing(batches, masks);
-            return Ok(());
-        }
-        assemble_rows(merged, schema, batches, &BooleanArray::new(self.kept.clone(), None), &self.winners, output)
-    }
 }
 
 /// Sets `merged.rows` (and `base_positions`, when `output` asks) to the `kept` base rows of
