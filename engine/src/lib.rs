@@ -9,7 +9,7 @@ pub mod read;
 pub mod services;
 pub mod storage;
 pub mod table;
-mod threads;
+pub mod threads;
 pub mod timeline;
 pub mod view;
 pub mod write;

@@ -24,6 +24,7 @@
 //! unique per partition (a bucket index is per partition), so rows are keyed by both; a probe
 //! by record key reads the key's rows of every partition.
 
+use crate::threads::with_signals_blocked;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -46,6 +47,26 @@ const SECONDARY_TAG: u8 = b's';
 const LOAD_DIR: &str = "load";
 /// The file in the staging directory that says how far the load got.
 const PROGRESS_FILE: &str = "progress.json";
+/// The file beside a generation's database that says what it held at its last flush
+/// ([`Flushed`]): a refresh with nothing to apply finds out without opening the database,
+/// which would leave a new info log and write-ahead log behind each time.
+const FLUSHED_FILE: &str = "flushed.json";
+
+/// What a cache's database held when it was last flushed, written after the flush (so it is
+/// never ahead of the database).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Flushed {
+    definition: CacheDefinition,
+    position: Option<String>,
+    rows: u64,
+    format: u32,
+}
+
+impl Flushed {
+    fn read(dir: &Path) -> Option<Flushed> {
+        serde_json::from_slice(&read_if_exists(&dir.join(FLUSHED_FILE)).ok()??).ok()
+    }
+}
 
 /// How far a load got: file slices read of all, rows read, and whether it is merging what it
 /// read into the cache's files (its last step).
@@ -205,6 +226,9 @@ fn db_options(block_cache: usize) -> Result<rocksdb::Options> {
     let mut options = rocksdb::Options::default();
     options.set_compression_type(rocksdb::DBCompressionType::None);
     options.set_allow_mmap_reads(true);
+    // Each open starts a new info log and renames the last one: keep a few, not every one.
+    options.set_keep_log_file_num(2);
+    options.set_max_log_file_size(1 << 20);
     // The compaction that ends a load splits its key range between both cores.
     options.set_max_subcompactions(2);
     options.set_prefix_extractor(rocksdb::SliceTransform::create("pg_hudi.lookup.v1", key_prefix, Some(has_prefix)));
@@ -337,7 +361,7 @@ impl LookupCache {
     pub fn open(dir: &Path, definition: &CacheDefinition, table_schema: &Schema) -> Result<LookupCache> {
         let mut options = db_options(WRITER_BLOCK_CACHE)?;
         options.create_if_missing(true);
-        let db = rocksdb::DB::open(&options, dir).map_err(rocks_error("opening", dir))?;
+        let db = with_signals_blocked(|| rocksdb::DB::open(&options, dir)).map_err(rocks_error("opening", dir))?;
         let state = match read_state(&db, dir)? {
             Some(state) if state.definition != *definition || state.format != LAYOUT => {
                 return Err(Error::new(
@@ -376,7 +400,7 @@ impl LookupCache {
         // Required of secondaries: every table file stays open.
         options.set_max_open_files(-1);
         let marker = flushed_marker(primary);
-        let db = rocksdb::DB::open_as_secondary(&options, primary, own).map_err(rocks_error("opening", primary))?;
+        let db = with_signals_blocked(|| rocksdb::DB::open_as_secondary(&options, primary, own)).map_err(rocks_error("opening", primary))?;
         let state = read_state(&db, primary)?
             .ok_or_else(|| Error::new(ErrorKind::NotFound, format!("there is no lookup cache in {}", primary.display())))?;
         if state.format != LAYOUT {
@@ -393,7 +417,7 @@ impl LookupCache {
         if marker.is_some() && marker == *seen {
             return Ok(false);
         }
-        self.db.try_catch_up_with_primary().map_err(rocks_error("catching up with", self.db.path()))?;
+        with_signals_blocked(|| self.db.try_catch_up_with_primary()).map_err(rocks_error("catching up with", self.db.path()))?;
         self.reader = Some(marker);
         let state = read_state(&self.db, self.db.path())?
             .ok_or_else(|| Error::new(ErrorKind::Corrupt, format!("the lookup cache {} lost its state", self.db.path().display())))?;
@@ -505,7 +529,7 @@ impl LookupCache {
         if !files.is_empty() {
             let mut ingest = rocksdb::IngestExternalFileOptions::default();
             ingest.set_move_files(true);
-            self.db.ingest_external_file_opts(&ingest, files).map_err(rocks_error("loading", self.db.path()))?;
+            with_signals_blocked(|| self.db.ingest_external_file_opts(&ingest, files)).map_err(rocks_error("loading", self.db.path()))?;
         }
         std::fs::remove_dir_all(&staging).map_err(io_error("remove", &staging))?;
         self.store_position(rocksdb::WriteBatch::default(), target, &mut applied)?;
@@ -519,7 +543,15 @@ impl LookupCache {
         self.state.rows = self.state.rows.saturating_add_signed(applied.row_change);
         applied.rows = self.state.rows;
         batch.put(STATE_KEY, encode_state(&self.state)?);
-        write_durably(&self.db, batch)
+        write_durably(&self.db, batch)?;
+        let flushed = Flushed {
+            definition: self.state.definition.clone(),
+            position: self.state.position.clone(),
+            rows: self.state.rows,
+            format: self.state.format,
+        };
+        let text = serde_json::to_vec(&flushed).map_err(|e| Error::new(ErrorKind::Internal, "cannot encode a lookup cache's state").with_source(e))?;
+        replace_file(&self.db.path().join(FLUSHED_FILE), &text, false)
     }
 
     /// Adds the changes of `rows` (snapshot rows, or change rows with their operation) to
@@ -844,13 +876,13 @@ fn probe_options() -> rocksdb::ReadOptions {
 /// flushed files only) and a restart after a crash see all of it or nothing.
 fn write_durably(db: &rocksdb::DB, batch: rocksdb::WriteBatch) -> Result<()> {
     write_unlogged(db, batch)?;
-    db.flush().map_err(rocks_error("flushing", db.path()))
+    with_signals_blocked(|| db.flush()).map_err(rocks_error("flushing", db.path()))
 }
 
 fn write_unlogged(db: &rocksdb::DB, batch: rocksdb::WriteBatch) -> Result<()> {
     let mut write = rocksdb::WriteOptions::default();
     write.disable_wal(true);
-    db.write_opt(batch, &write).map_err(rocks_error("writing", db.path()))
+    with_signals_blocked(|| db.write_opt(batch, &write)).map_err(rocks_error("writing", db.path()))
 }
 
 fn read_state(db: &rocksdb::DB, dir: &Path) -> Result<Option<CacheState>> {
@@ -965,6 +997,15 @@ impl CacheGenerations {
     pub async fn refresh(&self, definition: &CacheDefinition, table_schema: &Schema, reader: &TableReader) -> Result<Applied> {
         let current = self.current()?;
         if let Some(n) = current {
+            // Nothing to apply (the usual case of an idle table): the database stays closed.
+            let target = latest_completion(reader);
+            if let Some(flushed) = Flushed::read(&self.dir(n)) {
+                let unchanged = flushed.position.is_some() && (target.is_none() || target == flushed.position);
+                if unchanged && flushed.definition == *definition && flushed.format == LAYOUT {
+                    let position = flushed.position;
+                    return Ok(Applied { from: position.clone(), to: position, rows: flushed.rows, ..Default::default() });
+                }
+            }
             match LookupCache::open(&self.dir(n), definition, table_schema) {
                 Ok(mut cache) => {
                     if let Some(applied) = cache.refresh(reader).await? {

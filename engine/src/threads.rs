@@ -2,29 +2,46 @@
 //! heartbeat keeper): they block every signal, so that a host's signal handlers (PostgreSQL's)
 //! only ever run on the host's own thread.
 
-/// Spawns `job` on a new thread that starts with every signal blocked: the caller blocks them
-/// around the spawn, so the thread inherits the mask before it runs at all. Gives the job back
-/// when no thread can be started.
+/// Runs `f` with every signal blocked on the calling thread, so that any thread a library
+/// starts meanwhile inherits the mask: RocksDB starts its background and timer threads from
+/// whichever thread opens a database or schedules a flush, and a host's signal handlers
+/// (PostgreSQL's, pgrx's) must only ever run on the host's own thread. Signals that arrive
+/// meanwhile stay pending and are handled when `f` returns (also when it panics).
+pub fn with_signals_blocked<R>(f: impl FnOnce() -> R) -> R {
+    struct Restore(libc::sigset_t);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            // SAFETY: restores the mask saved below, on the same thread.
+            unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.0, std::ptr::null_mut()) };
+        }
+    }
+    // SAFETY: plain libc calls on stack-allocated, initialised signal sets.
+    let _restore = unsafe {
+        let mut all = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+        let mut previous = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+        libc::sigfillset(all.as_mut_ptr());
+        libc::sigemptyset(previous.as_mut_ptr());
+        libc::pthread_sigmask(libc::SIG_BLOCK, all.as_ptr(), previous.as_mut_ptr());
+        Restore(previous.assume_init())
+    };
+    f()
+}
+
+/// Spawns `job` on a new thread that starts with every signal blocked (it inherits the mask
+/// of [`with_signals_blocked`] before it runs at all). Gives the job back when no thread can
+/// be started.
 pub(crate) fn spawn_without_signals<F: FnOnce() + Send + 'static>(name: &str, job: F) -> std::result::Result<(), F> {
     // The job is moved into the thread only if the spawn succeeds.
     let slot = std::sync::Arc::new(std::sync::Mutex::new(Some(job)));
     let in_thread = slot.clone();
-    // SAFETY: plain libc calls on stack-allocated, initialised signal sets; the previous mask
-    // is restored before returning.
-    let spawned = unsafe {
-        let mut all = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
-        let mut previous = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
-        libc::sigfillset(all.as_mut_ptr());
-        libc::pthread_sigmask(libc::SIG_BLOCK, all.as_ptr(), previous.as_mut_ptr());
-        let spawned = std::thread::Builder::new().name(name.into()).spawn(move || {
+    let spawned = with_signals_blocked(|| {
+        std::thread::Builder::new().name(name.into()).spawn(move || {
             let job = in_thread.lock().unwrap_or_else(|p| p.into_inner()).take();
             if let Some(job) = job {
                 job();
             }
-        });
-        libc::pthread_sigmask(libc::SIG_SETMASK, previous.as_ptr(), std::ptr::null_mut());
-        spawned
-    };
+        })
+    });
     match spawned {
         Ok(_) => Ok(()),
         Err(_) => Err(slot.lock().unwrap_or_else(|p| p.into_inner()).take().expect("the job did not run")),
