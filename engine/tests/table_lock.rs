@@ -2,93 +2,17 @@
 //! expired leases at the same moment and release it, with delays between every storage step.
 //! Never two holders acting at once, and never a time issued twice or out of order.
 
+mod common;
+
 use std::cell::{Cell, RefCell};
-use std::fmt;
-use std::ops::Range;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use engine::storage::{Bytes, Storage, StorageUri};
+use common::interleaving::Interleaving;
+use engine::storage::{Storage, StorageUri};
 use engine::write::time::{LockOptions, TableLock};
-use futures::stream::BoxStream;
-use object_store::path::Path;
-use object_store::{GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore, PutMultipartOptions, PutOptions, PutPayload, PutResult};
 use rand::{Rng, SeedableRng};
-
-/// An object store that yields to other tasks a random number of times before and after every
-/// operation, so that contenders interleave between any two storage steps.
-#[derive(Debug)]
-struct Interleaving {
-    inner: Arc<dyn ObjectStore>,
-    seed: std::sync::atomic::AtomicU64,
-}
-
-impl Interleaving {
-    async fn shuffle(&self) {
-        let n = self.seed.fetch_add(0x9e37_79b9_7f4a_7c15, std::sync::atomic::Ordering::Relaxed);
-        for _ in 0..(n >> 60) {
-            tokio::task::yield_now().await;
-        }
-    }
-}
-
-impl fmt::Display for Interleaving {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "interleaving {}", self.inner)
-    }
-}
-
-#[async_trait::async_trait]
-impl ObjectStore for Interleaving {
-    async fn put_opts(&self, location: &Path, payload: PutPayload, opts: PutOptions) -> object_store::Result<PutResult> {
-        self.shuffle().await;
-        let result = self.inner.put_opts(location, payload, opts).await;
-        self.shuffle().await;
-        result
-    }
-
-    async fn put_multipart_opts(&self, location: &Path, opts: PutMultipartOptions) -> object_store::Result<Box<dyn MultipartUpload>> {
-        self.inner.put_multipart_opts(location, opts).await
-    }
-
-    async fn get_opts(&self, location: &Path, options: GetOptions) -> object_store::Result<GetResult> {
-        self.shuffle().await;
-        let result = self.inner.get_opts(location, options).await;
-        self.shuffle().await;
-        result
-    }
-
-    async fn get_range(&self, location: &Path, range: Range<u64>) -> object_store::Result<Bytes> {
-        self.inner.get_range(location, range).await
-    }
-
-    async fn delete(&self, location: &Path) -> object_store::Result<()> {
-        self.shuffle().await;
-        let result = self.inner.delete(location).await;
-        self.shuffle().await;
-        result
-    }
-
-    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        self.inner.list(prefix)
-    }
-
-    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
-        self.shuffle().await;
-        let result = self.inner.list_with_delimiter(prefix).await;
-        self.shuffle().await;
-        result
-    }
-
-    async fn copy(&self, from: &Path, to: &Path) -> object_store::Result<()> {
-        self.inner.copy(from, to).await
-    }
-
-    async fn copy_if_not_exists(&self, from: &Path, to: &Path) -> object_store::Result<()> {
-        self.inner.copy_if_not_exists(from, to).await
-    }
-}
 
 /// What the contenders did, in the order they did it.
 #[derive(Default)]

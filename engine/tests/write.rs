@@ -275,7 +275,7 @@ async fn failed_writes_are_rolled_back_after_their_heartbeat_expires() {
 /// server, and one that rolls it back anyway makes a later completion fail.
 #[tokio::test]
 async fn prepared_commits_complete_once_and_decided_writes_are_read() {
-    use engine::services::rollback::{failed_writes, rollback_failed_writes, rollback_writes};
+    use engine::services::rollback::{failed_writes, rollback_failed_writes, rollback_writes, FailedWrite};
     use engine::write::prepared::{self, PreparedMark};
     use std::time::Duration;
 
@@ -313,14 +313,26 @@ async fn prepared_commits_complete_once_and_decided_writes_are_read() {
     assert_eq!(snapshot(&storage).await, [(1, "decided".to_owned()), (2, "new".to_owned())]);
     assert_eq!(prepared::read(&storage, &prepared.instant).await.unwrap(), None, "the mark goes with the completion");
     // A completed write is not rolled back, even when named.
-    assert!(rollback_writes(&storage, &config, &[prepared.instant.clone()], "cleaner", &LockOptions::default()).await.unwrap().is_empty());
+    let named = FailedWrite { instant: prepared.instant.clone(), prepared: None };
+    assert!(rollback_writes(&storage, &config, &[named], Duration::ZERO, "cleaner", &LockOptions::default()).await.unwrap().is_empty());
 
     // One rolled back before it completes cannot complete afterwards.
     let mut tx = Transaction::begin(storage.clone(), config.clone(), writer(3), LockOptions::default()).await.unwrap();
     tx.upsert(&rows(&[(3, "late", "nl", 3)])).await.unwrap();
     let late = tx.prepare().await.unwrap();
-    let rolled = rollback_writes(&storage, &config, &[late.instant.clone()], "cleaner", &LockOptions::default()).await.unwrap();
+    // Named with a mark it does not have, or while its heartbeat is fresh: left alone.
+    let named = |prepared| FailedWrite { instant: late.instant.clone(), prepared };
+    let marked = named(Some(PreparedMark { node: 7, transaction: 43 }));
+    assert!(rollback_writes(&storage, &config, &[marked], Duration::ZERO, "cleaner", &LockOptions::default()).await.unwrap().is_empty());
+    let fresh = Duration::from_secs(600);
+    assert!(rollback_writes(&storage, &config, &[named(None)], fresh, "cleaner", &LockOptions::default()).await.unwrap().is_empty());
+    late.confirm_pending(&storage).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    let rolled = rollback_writes(&storage, &config, &[named(None)], Duration::ZERO, "cleaner", &LockOptions::default()).await.unwrap();
     assert_eq!(rolled.len(), 1);
+    // Its writer finds out before its transaction commits.
+    let err = late.confirm_pending(&storage).await.unwrap_err();
+    assert_eq!(err.kind(), engine::ErrorKind::NotFound, "{err}");
     let err = late.complete(&storage, "finisher", &LockOptions::default()).await.unwrap_err();
     assert!(err.to_string().contains("was rolled back"), "{err}");
     assert_eq!(snapshot(&storage).await, [(1, "decided".to_owned()), (2, "new".to_owned())]);
@@ -355,4 +367,69 @@ async fn a_refreshed_reader_is_the_same_until_the_timeline_changes() {
     assert!(!after.is_same_load(&with_pending));
     assert_eq!(snapshot_of(&after).await, [(1, "ann".to_owned()), (2, "bob".to_owned())]);
     assert!(after.refreshed().await.unwrap().is_same_load(&after));
+}
+
+/// A writer that marks its write prepared and then confirms that it is still pending, racing a
+/// rollback that takes the write for failed, with the two interleaved between every storage
+/// step (seeded): never does the writer confirm a write that the rollback rolls back. Either
+/// the rollback finds the mark (and puts back the inflight file it removed), or the writer
+/// finds its write gone and must not commit (sometimes both: the writer looked while the file
+/// was away, and aborts a write the rollback left alone).
+#[tokio::test(flavor = "current_thread")]
+async fn a_rollback_racing_a_writers_confirmation_never_takes_a_confirmed_write() {
+    use common::interleaving::Interleaving;
+    use engine::services::rollback::{rollback_writes, FailedWrite};
+    use engine::write::prepared::{self, PreparedMark};
+    use std::time::Duration;
+
+    let seed = common::seed();
+    let (mut confirmed_count, mut rolled_count) = (0, 0);
+    for round in 0..60u64 {
+        let dir = tempfile::tempdir().unwrap();
+        let plain = local(dir.path());
+        let config = create_table(&plain, &spec()).await.unwrap();
+        let storage = plain.layered(|inner| Arc::new(Interleaving::new(inner, seed.wrapping_add(round.wrapping_mul(0x2545_f491)))));
+        let mut tx = Transaction::begin(storage.clone(), config.clone(), writer(1), LockOptions::default()).await.unwrap();
+        tx.upsert(&rows(&[(1, "raced", "nl", 1)])).await.unwrap();
+        let prepared = tx.prepare().await.unwrap();
+        // Its heartbeat is older than an expiry of zero.
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        let mark = PreparedMark { node: 7, transaction: 42 };
+        // The writer starts anywhere in the rollback's course.
+        let head_start = Duration::from_micros(seed.wrapping_add(round).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 50);
+        let writer_side = async {
+            tokio::time::sleep(head_start).await;
+            prepared::mark(&storage, &prepared.instant, &mark).await.unwrap();
+            prepared.confirm_pending(&storage).await
+        };
+        let failed = [FailedWrite { instant: prepared.instant.clone(), prepared: None }];
+        let lock_options = LockOptions::default();
+        let rollback_side = rollback_writes(&storage, &config, &failed, Duration::ZERO, "cleaner", &lock_options);
+        let (confirmed, rolled) = tokio::join!(writer_side, rollback_side);
+        let rolled = rolled.unwrap();
+        let context = format!("seed {seed}, round {round}");
+        match confirmed {
+            Ok(()) => {
+                confirmed_count += 1;
+                assert!(rolled.is_empty(), "{context}: a confirmed write was rolled back");
+                prepared.complete(&plain, "finisher", &LockOptions::default()).await.unwrap();
+                assert_eq!(snapshot(&plain).await, [(1, "raced".to_owned())], "{context}");
+            }
+            Err(e) => {
+                rolled_count += 1;
+                assert_eq!(e.kind(), engine::ErrorKind::NotFound, "{context}: {e}");
+                // Rolled back; or, when the mark appeared just after the writer looked, put
+                // back for the writer's own abort (which would follow) to remove.
+                assert!(rolled.len() <= 1, "{context}");
+                assert!(snapshot(&plain).await.is_empty(), "{context}");
+            }
+        }
+        // No rollback left half done: each one requested is completed.
+        let names: Vec<String> = plain.list_dir(&config.timeline_dir).await.unwrap().into_iter().map(|(n, _)| n).collect();
+        for requested in names.iter().filter_map(|n| n.strip_suffix(".rollback.requested")) {
+            assert!(names.iter().any(|n| n.starts_with(&format!("{requested}_")) && n.ends_with(".rollback")), "{context}: {names:?}");
+        }
+        drop(tx);
+    }
+    println!("confirmed {confirmed_count}, rolled back {rolled_count}");
 }

@@ -106,9 +106,8 @@ pub async fn rollback_failed_writes(
     owner: &str,
     lock_options: &LockOptions,
 ) -> Result<Vec<RolledBack>> {
-    let failed: Vec<String> =
-        failed_writes(storage, config, expiry).await?.into_iter().filter(|f| f.prepared.is_none()).map(|f| f.instant).collect();
-    rollback_writes(storage, config, &failed, owner, lock_options).await
+    let failed: Vec<FailedWrite> = failed_writes(storage, config, expiry).await?.into_iter().filter(|f| f.prepared.is_none()).collect();
+    rollback_writes(storage, config, &failed, expiry, owner, lock_options).await
 }
 
 /// The plan of one rollback (`<r>.rollback.requested`, Avro `HoodieRollbackPlan` version 1):
@@ -220,17 +219,24 @@ async fn execute(storage: &Storage, config: &TableConfig, rollback: &str, plan: 
     prepared::clear(storage, &plan.instant).await
 }
 
-/// Rolls back the pending deltacommits `instants` (which must have failed: their writers gone),
-/// as Hudi 1.x does (hudi-services-format.md §3.5): under the table lock, a plan listing the
-/// write's data files (`<r>.rollback.requested`) and an empty `<r>.rollback.inflight` are
-/// written, and the write's inflight file goes, so that no completer can complete it any more
-/// (a completed write is left alone); then the files are deleted and, under the lock again,
-/// the write's requested file goes and the completed rollback is written. Rollbacks that
-/// stopped midway are finished from their plans first, and their writes are not planned again.
+/// Rolls back the pending deltacommits `writes` (which their caller decided have failed: their
+/// writers gone), as Hudi 1.x does (hudi-services-format.md §3.5): under the table lock, a plan
+/// listing the write's data files (`<r>.rollback.requested`) and an empty
+/// `<r>.rollback.inflight` are written, and the write's inflight file goes, so that no completer
+/// can complete it any more; then the files are deleted and, under the lock again, the write's
+/// requested file goes and the completed rollback is written. Rollbacks that stopped midway
+/// are finished from their plans first, and their writes are not planned again.
+///
+/// Under the lock, a write is left alone when it completed, when its heartbeat is no longer
+/// older than `expiry`, or when its prepared mark is not the one its caller decided by — also
+/// when the mark appears just as its inflight file goes: a writer marks its write prepared and
+/// then checks that the file is there before its transaction commits, so either the writer
+/// finds it gone and does not commit, or this finds the mark and puts the file back.
 pub async fn rollback_writes(
     storage: &Storage,
     config: &TableConfig,
-    instants: &[String],
+    writes: &[FailedWrite],
+    expiry: Duration,
     owner: &str,
     lock_options: &LockOptions,
 ) -> Result<Vec<RolledBack>> {
@@ -242,14 +248,15 @@ pub async fn rollback_writes(
         done.insert(plan.instant.clone());
         out.push(RolledBack { instant: plan.instant.clone(), rollback_instant: rollback, files_deleted: plan.files.values().map(Vec::len).sum() });
     }
-    let instants: Vec<&String> = instants.iter().filter(|i| !done.contains(*i)).collect();
-    if instants.is_empty() {
+    let writes: Vec<&FailedWrite> = writes.iter().filter(|w| !done.contains(&w.instant)).collect();
+    if writes.is_empty() {
         return Ok(out);
     }
     let dir = &config.timeline_dir;
     let base_uri = storage.uri().to_string();
     let listing = storage.list_recursive("").await?;
-    for instant in instants {
+    for write in writes {
+        let instant = &write.instant;
         let mut files: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for (path, size) in &listing {
             if path.starts_with(".hoodie/") {
@@ -272,10 +279,27 @@ pub async fn rollback_writes(
             if completion_in(names.iter().map(|(n, _)| n.as_str()), instant, "deltacommit").is_some() {
                 return Ok::<_, Error>(None);
             }
+            // Decided on what was seen before the lock: it must still hold.
+            if prepared::read(storage, instant).await? != write.prepared || !heartbeat::expired(storage, instant, expiry).await? {
+                return Ok(None);
+            }
             let rollback = lock.next_time(lock_options).await?;
-            storage.put_if_absent(&format!("{dir}/{rollback}.rollback.requested"), requested).await?;
-            storage.put_if_absent(&format!("{dir}/{rollback}.rollback.inflight"), Bytes::new()).await?;
-            storage.delete(&format!("{dir}/{instant}.deltacommit.inflight")).await?;
+            let (plan_file, rollback_inflight) = (format!("{dir}/{rollback}.rollback.requested"), format!("{dir}/{rollback}.rollback.inflight"));
+            let write_inflight = format!("{dir}/{instant}.deltacommit.inflight");
+            let inflight_content = storage.get(&write_inflight).await?;
+            storage.put_if_absent(&plan_file, requested).await?;
+            storage.put_if_absent(&rollback_inflight, Bytes::new()).await?;
+            storage.delete(&write_inflight).await?;
+            // A writer marks its write prepared, then checks that its inflight file is there
+            // before its transaction commits (`PreparedCommit::confirm_pending`, no lock). If
+            // the mark appeared, that check may have passed before the delete: put the file
+            // back and leave the write to its deciding transaction.
+            if prepared::read(storage, instant).await? != write.prepared {
+                storage.put(&write_inflight, inflight_content).await?;
+                storage.delete(&rollback_inflight).await?;
+                storage.delete(&plan_file).await?;
+                return Ok(None);
+            }
             Ok(Some(rollback))
         })
         .await?;

@@ -122,6 +122,25 @@ impl PreparedCommit {
         Ok(completion_in(&files, &self.instant))
     }
 
+    /// Checks that this deltacommit is still pending: that no rollback of failed writes took it
+    /// (its writer silent past the heartbeat expiry, or taken for dead). Called after the
+    /// write's prepared mark is written and before its transaction commits; a rollback reads
+    /// the mark again after it removed the write's inflight file, and puts the file back when
+    /// the mark appeared ([`crate::services::rollback::rollback_writes`]). So either this
+    /// finds the file gone (a `NotFound` error: the transaction must not commit), or the
+    /// rollback finds the mark and leaves the write alone — with no lock on the commit's path.
+    pub async fn confirm_pending(&self, storage: &Storage) -> Result<()> {
+        let inflight = format!("{}/{}.deltacommit.inflight", self.timeline_dir, self.instant);
+        match storage.size(&inflight).await {
+            Ok(_) => Ok(()),
+            Err(e) if e.kind() == ErrorKind::NotFound => Err(Error::new(
+                ErrorKind::NotFound,
+                format!("write {} was rolled back by a rollback of failed writes before it could commit", self.instant),
+            )),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Completes the deltacommit under the table lock: takes a completion time and creates the
     /// completed instant, unless it exists already; then ends the write's heartbeat and
     /// prepared mark. An instant that is no longer pending (rolled back) is a `NotFound`

@@ -4,6 +4,7 @@
 
 pub mod customers;
 pub mod expected;
+pub mod interleaving;
 
 use std::fs;
 use std::path::{Path, PathBuf};
