@@ -6,6 +6,7 @@ use std::str::FromStr;
 use std::sync::{Arc, OnceLock};
 
 pub mod access;
+pub mod local;
 
 pub use access::{RetrySettings, StoreSettings};
 pub use bytes::Bytes;
@@ -19,7 +20,8 @@ use crate::error::{Error, ErrorKind, Result, ResultExt};
 /// The storage systems a table may live on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scheme {
-    /// `file:///abs/path`: the local (or mounted) file system.
+    /// `file:///abs/path`: the local (or mounted) file system; no symbolic link below the
+    /// location is followed ([`local::NoFollowLocalStore`]).
     File,
     /// `s3://bucket/path`
     S3,
@@ -300,9 +302,15 @@ impl Storage {
         };
         let (store, prefix): (Arc<dyn ObjectStore>, ObjectPath) = match uri.scheme {
             Scheme::Memory => (process_memory_store(), ObjectPath::parse(uri.url.path()).map_err(invalid_path)?),
+            // Rooted at the location itself, so that no symbolic link below it is followed
+            // (see [`local`]); names as object_store's LocalFileSystem would take them, which
+            // refuses a location that is not a valid object path.
             Scheme::File => {
-                let (store, prefix) = object_store::parse_url(&uri.url).context(|| format!("opening {uri}"))?;
-                (Arc::from(store), prefix)
+                ObjectPath::from_url_path(uri.url.path()).map_err(invalid_path)?;
+                let root = uri.local_path().ok_or_else(|| {
+                    Error::new(ErrorKind::InvalidArgument, format!("{uri} does not name a local directory"))
+                })?;
+                (Arc::new(local::NoFollowLocalStore::new(root)), ObjectPath::default())
             }
             // The bucket or container is the URI's host, the prefix the whole of its path.
             Scheme::S3 | Scheme::Gcs | Scheme::Azure => {
