@@ -143,6 +143,16 @@ impl From<object_store::Error> for Error {
     }
 }
 
+/// Runs `decode`, a decoder of another crate at work on bytes from storage. If it panics (on
+/// damaged input it trusted), that is a Corrupt error saying `what` and the panic's message,
+/// not a failed reader. (The process's panic hook still sees the panic.)
+pub(crate) fn corrupt_on_panic<T>(what: &str, decode: impl FnOnce() -> Result<T>) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(decode)).unwrap_or_else(|panic| {
+        let message = panic.downcast_ref::<String>().map(String::as_str).or_else(|| panic.downcast_ref::<&str>().copied());
+        Err(Error::new(ErrorKind::Corrupt, format!("{what}: {}", message.unwrap_or("its decoder failed"))))
+    })
+}
+
 /// Adds context to the error of a `Result` without disturbing the success path.
 pub trait ResultExt<T> {
     fn context(self, context: impl FnOnce() -> String) -> Result<T>;

@@ -1,6 +1,7 @@
 //! The pg_hudi table engine: the Apache Hudi on-disk format (hudi-format.md), read and written
 //! on any `object_store`. Plain Rust; it knows nothing of PostgreSQL.
 
+mod avro;
 pub mod error;
 pub mod log;
 pub mod lookup;

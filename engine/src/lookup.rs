@@ -1058,6 +1058,19 @@ impl CacheGenerations {
 mod tests {
     use super::*;
 
+    /// Rows of a table without record key fields (some Spark tables have none) say nothing
+    /// of how keys are made; taking them in used to index an empty key array.
+    #[test]
+    fn rows_of_a_table_without_key_fields_leave_record_keys_unknown() {
+        let rows = RecordBatch::try_new(
+            Arc::new(arrow::datatypes::Schema::new(vec![arrow::datatypes::Field::new("id", arrow::datatypes::DataType::Int64, true)])),
+            vec![Arc::new(arrow::array::Int64Array::from(vec![1, 2]))],
+        )
+        .unwrap();
+        let keys = arrow::array::StringArray::from(vec!["k1", "k2"]);
+        assert_eq!(RecordKeys::Unseen.after(&[], &rows, &keys, |_| true), RecordKeys::Unknown);
+    }
+
     /// What a load stores of its progress is what [`CacheGenerations::loading`] shows of the
     /// next generation, and nothing once that generation is current.
     #[test]

@@ -29,6 +29,13 @@ fn corrupt(what: impl Into<String>) -> Error {
     Error::new(ErrorKind::Corrupt, what)
 }
 
+/// Runs a decoder of another crate on a block's bytes. Log blocks carry no checksum, and those
+/// decoders trust more of damaged bytes than they should (the `parquet` crate indexes past a
+/// buffer on some damaged data pages).
+fn catching_panics<T>(decode: impl FnOnce() -> Result<T>) -> Result<T> {
+    crate::error::corrupt_on_panic("undecodable block", decode)
+}
+
 fn read_i32(bytes: &[u8], pos: &mut usize) -> Result<i32> {
     let slice = bytes.get(*pos..*pos + 4).ok_or_else(|| corrupt("block content is truncated"))?;
     *pos += 4;
@@ -44,6 +51,11 @@ pub fn decode_avro_data(block: &LogBlock) -> Result<Vec<RecordBatch>> {
     let mut pos = 0;
     let _version = read_i32(bytes, &mut pos)?;
     let count = usize::try_from(read_i32(bytes, &mut pos)?).map_err(|_| corrupt("negative record count"))?;
+    // Each record takes at least its four length bytes: a greater count is damage, and must
+    // not size the buffer below (five bytes a record).
+    if count > (bytes.len() - pos) / 4 {
+        return Err(corrupt(format!("record count {count} is more than the block's {} bytes can hold", bytes.len())));
+    }
 
     // arrow-avro decodes framed datums; frame each record with a fixed schema id.
     const SCHEMA_ID: u32 = 1;
@@ -102,7 +114,7 @@ pub fn decode_parquet_data(block: &LogBlock, columns: Option<&HashSet<String>>, 
 /// [`decode_parquet_data`] of a block whose footer (`metadata`) is known and of whose content
 /// the column chunks of `columns` were fetched (`chunks`, at their offsets in the content).
 pub fn decode_parquet_columns(metadata: ArrowReaderMetadata, chunks: ChunkBytes, columns: Option<&HashSet<String>>) -> Result<Vec<RecordBatch>> {
-    read_parquet_data(ParquetRecordBatchReaderBuilder::new_with_metadata(chunks, metadata), columns, None)
+    catching_panics(|| read_parquet_data(ParquetRecordBatchReaderBuilder::new_with_metadata(chunks, metadata), columns, None))
 }
 
 /// The byte ranges in a data block's content of the column chunks that
@@ -182,7 +194,7 @@ const DELETE_DECIMAL_SCALE: i8 = 15;
 
 fn delete_schema() -> &'static apache_avro::Schema {
     static SCHEMA: std::sync::OnceLock<apache_avro::Schema> = std::sync::OnceLock::new();
-    SCHEMA.get_or_init(|| apache_avro::Schema::parse_str(DELETE_SCHEMA).expect("valid built-in schema"))
+    SCHEMA.get_or_init(|| crate::avro::parse_schema(DELETE_SCHEMA).expect("valid built-in schema"))
 }
 
 fn ordering_from_wrapper(value: apache_avro::types::Value) -> OrderingValue {
@@ -325,9 +337,9 @@ pub enum BlockContent {
 /// record, and so do deletes).
 pub fn decode_block(block: &LogBlock, columns: Option<&HashSet<String>>, keys: Option<&Arc<RecordKeys>>) -> Result<Option<BlockContent>> {
     Ok(match block.block_type {
-        BlockType::AvroData => Some(BlockContent::Data(decode_avro_data(block)?)),
-        BlockType::ParquetData => Some(BlockContent::Data(decode_parquet_data(block, columns, keys)?)),
-        BlockType::Delete => Some(BlockContent::Deletes(decode_deletes(block)?)),
+        BlockType::AvroData => Some(BlockContent::Data(catching_panics(|| decode_avro_data(block))?)),
+        BlockType::ParquetData => Some(BlockContent::Data(catching_panics(|| decode_parquet_data(block, columns, keys))?)),
+        BlockType::Delete => Some(BlockContent::Deletes(catching_panics(|| decode_deletes(block))?)),
         BlockType::HFileData => {
             return Err(Error::new(ErrorKind::Unsupported, "HFile data blocks (metadata table) are not supported"))
         }
@@ -395,7 +407,7 @@ mod tests {
     fn avro_block_decodes_to_arrow() {
         let schema_json = r#"{"type":"record","name":"r","fields":[
             {"name":"_hoodie_record_key","type":["null","string"]},{"name":"v","type":["long","null"]}]}"#;
-        let schema = apache_avro::Schema::parse_str(schema_json).unwrap();
+        let schema = crate::avro::parse_schema(schema_json).unwrap();
         let mut content = 3i32.to_be_bytes().to_vec();
         content.extend_from_slice(&2i32.to_be_bytes());
         for (k, v) in [("a", 1i64), ("b", 2)] {
@@ -412,5 +424,82 @@ mod tests {
         assert_eq!(total, 2);
         let v = batches[0].column_by_name("v").unwrap();
         assert_eq!(OrderingValue::from_array(v.as_ref(), 1), OrderingValue::Int(2));
+    }
+
+    /// The content of an AVRO_DATA block of `count` records of which only the framing is there.
+    fn avro_content(count: i32) -> Vec<u8> {
+        let mut content = 3i32.to_be_bytes().to_vec();
+        content.extend_from_slice(&count.to_be_bytes());
+        content
+    }
+
+    /// A record count the block cannot hold (each record takes at least its four length
+    /// bytes) is refused before anything is sized by it: the buffer for the records was
+    /// reserved as five bytes a record, 10 GiB for a count of 2^31 - 1.
+    #[test]
+    fn an_avro_record_count_past_the_block_is_corrupt() {
+        let schema_json = r#"{"type":"record","name":"r","fields":[{"name":"v","type":"long"}]}"#;
+        let header: std::collections::BTreeMap<i32, String> = [(crate::log::block::header::SCHEMA, schema_json.to_owned())].into();
+        for count in [i32::MAX, 1 << 20, 1] {
+            let err = decode_avro_data(&block_from(BlockType::AvroData, header.clone(), avro_content(count))).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::Corrupt);
+            assert!(err.to_string().contains("record count"), "{count}: {err}");
+        }
+        assert!(decode_avro_data(&block_from(BlockType::AvroData, header, avro_content(0))).unwrap().is_empty());
+    }
+
+    /// A log file of an Avro data block, a delete block and a Parquet data block, truncated at
+    /// every length and with bytes changed all over: reading and decoding its blocks returns
+    /// blocks or Corrupt (Unsupported for a changed block type or version), and never panics
+    /// (a changed byte in a Parquet data page once panicked the `parquet` crate).
+    #[test]
+    fn damaged_log_files_do_not_panic() {
+        use crate::log::block::{encode_block, header, read_blocks};
+        let schema_json = r#"{"type":"record","name":"r","fields":[
+            {"name":"_hoodie_record_key","type":["null","string"]},{"name":"v","type":["long","null"]}]}"#;
+        let schema = crate::avro::parse_schema(schema_json).unwrap();
+        let mut avro = avro_content(2);
+        for (k, v) in [("a", 1i64), ("b", 2)] {
+            let mut record = apache_avro::types::Record::new(&schema).unwrap();
+            record.put("_hoodie_record_key", apache_avro::types::Value::Union(1, Box::new(k.into())));
+            record.put("v", apache_avro::types::Value::Union(0, Box::new(v.into())));
+            let datum = apache_avro::to_avro_datum(&schema, record).unwrap();
+            avro.extend_from_slice(&(datum.len() as i32).to_be_bytes());
+            avro.extend_from_slice(&datum);
+        }
+        let block_header: std::collections::BTreeMap<i32, String> =
+            [(header::INSTANT_TIME, "20250101000000000".to_owned()), (header::SCHEMA, schema_json.to_owned())].into();
+        let deletes = encode_deletes(&[DeleteRecord { record_key: "a".into(), partition_path: None, ordering: OrderingValue::Int(1) }]).unwrap();
+        let rows = RecordBatch::try_new(
+            Arc::new(arrow::datatypes::Schema::new(vec![
+                arrow::datatypes::Field::new("_hoodie_record_key", arrow::datatypes::DataType::Utf8, true),
+                arrow::datatypes::Field::new("v", arrow::datatypes::DataType::Int64, true),
+            ])),
+            vec![Arc::new(arrow::array::StringArray::from(vec!["c"])), Arc::new(arrow::array::Int64Array::from(vec![3]))],
+        )
+        .unwrap();
+        let parquet = crate::write::parquet_bytes(&rows, crate::write::ParquetFile::LogBlock(&[])).unwrap();
+        let mut file = encode_block(BlockType::AvroData, &block_header, &avro);
+        file.extend(encode_block(BlockType::Delete, &block_header, &deletes));
+        file.extend(encode_block(BlockType::ParquetData, &block_header, &parquet));
+
+        let mut damaged: Vec<Vec<u8>> = (0..file.len()).map(|n| file[..n].to_vec()).collect();
+        for i in 0..file.len() {
+            for flip in [0x01, 0x80, 0xff] {
+                let mut copy = file.clone();
+                copy[i] ^= flip;
+                damaged.push(copy);
+            }
+        }
+        for (i, bytes) in damaged.into_iter().enumerate() {
+            let read = std::panic::catch_unwind(|| {
+                for block in read_blocks(&Bytes::from(bytes)) {
+                    if let Err(e) = decode_block(&block, None, None) {
+                        assert!(matches!(e.kind(), ErrorKind::Corrupt | ErrorKind::Unsupported), "damaged log file {i}: {e}");
+                    }
+                }
+            });
+            assert!(read.is_ok(), "damaged log file {i} panicked");
+        }
     }
 }

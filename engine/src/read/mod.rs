@@ -394,7 +394,8 @@ impl TableReader {
         let props = &self.config.properties;
         let is_bucket = props.get("hoodie.index.type").is_some_and(|t| t.eq_ignore_ascii_case("BUCKET"));
         let simple = props.get("hoodie.index.bucket.engine").is_none_or(|e| e.eq_ignore_ascii_case("SIMPLE"));
-        let buckets = props.get("hoodie.bucket.index.num.buckets")?.trim().parse().ok()?;
+        // A count outside 1..=MAX_BUCKETS is damage: no pruning by bucket, then.
+        let buckets = props.get("hoodie.bucket.index.num.buckets")?.trim().parse().ok().filter(|n| (1..=crate::table::bucket::MAX_BUCKETS).contains(n))?;
         (is_bucket && simple).then_some(buckets)
     }
 

@@ -76,7 +76,7 @@ fn internal(what: &'static str) -> impl FnOnce(apache_avro::Error) -> Error {
 impl CleanPlan {
     fn to_avro(&self, base_uri: &str) -> Result<Vec<u8>> {
         use apache_avro::types::Value as Avro;
-        let schema = apache_avro::Schema::parse_str(PLAN_SCHEMA).map_err(internal("cannot parse the cleaner plan schema"))?;
+        let schema = crate::avro::parse_schema(PLAN_SCHEMA).map_err(internal("cannot parse the cleaner plan schema"))?;
         let mut by_partition: HashMap<String, Vec<Avro>> = HashMap::new();
         for file in &self.files {
             by_partition.entry(file.partition.clone()).or_default().push(Avro::Record(vec![
@@ -133,7 +133,7 @@ impl CleanPlan {
 
 fn clean_metadata(instant: &str, plan: &CleanPlan, took_ms: i64) -> Result<Vec<u8>> {
     use apache_avro::types::Value as Avro;
-    let schema = apache_avro::Schema::parse_str(METADATA_SCHEMA).map_err(internal("cannot parse the clean metadata schema"))?;
+    let schema = crate::avro::parse_schema(METADATA_SCHEMA).map_err(internal("cannot parse the clean metadata schema"))?;
     let mut by_partition: BTreeMap<&str, Vec<Avro>> = BTreeMap::new();
     for file in &plan.files {
         let name = file.path.rsplit('/').next().unwrap_or(&file.path);

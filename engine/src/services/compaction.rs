@@ -65,7 +65,7 @@ impl CompactionPlan {
     pub fn to_avro(&self) -> Result<Vec<u8>> {
         use apache_avro::types::Value as Avro;
         let internal = |e: apache_avro::Error| Error::new(ErrorKind::Internal, "cannot encode a compaction plan").with_source(e);
-        let schema = apache_avro::Schema::parse_str(COMPACTION_PLAN_SCHEMA).map_err(internal)?;
+        let schema = crate::avro::parse_schema(COMPACTION_PLAN_SCHEMA).map_err(internal)?;
         let some = |v: Avro| Avro::Union(1, Box::new(v));
         let string = |s: &str| some(Avro::String(s.to_owned()));
         let operations = self

@@ -32,7 +32,7 @@ pub struct RolledBack {
 fn rollback_metadata(started: &str, instant: &str, deleted: &BTreeMap<String, Vec<String>>) -> Result<Vec<u8>> {
     use apache_avro::types::Value as Avro;
     let internal = |e: apache_avro::Error| Error::new(ErrorKind::Internal, "cannot encode rollback metadata").with_source(e);
-    let schema = apache_avro::Schema::parse_str(ROLLBACK_METADATA_SCHEMA).map_err(internal)?;
+    let schema = crate::avro::parse_schema(ROLLBACK_METADATA_SCHEMA).map_err(internal)?;
     let strings = |items: &[String]| Avro::Array(items.iter().map(|s| Avro::String(s.clone())).collect());
     let partitions: std::collections::HashMap<String, Avro> = deleted
         .iter()
@@ -122,7 +122,7 @@ impl RollbackPlan {
     fn to_avro(&self, base_uri: &str) -> Result<Vec<u8>> {
         use apache_avro::types::Value as Avro;
         let internal = |e: apache_avro::Error| Error::new(ErrorKind::Internal, "cannot encode a rollback plan").with_source(e);
-        let schema = apache_avro::Schema::parse_str(ROLLBACK_PLAN_SCHEMA).map_err(internal)?;
+        let schema = crate::avro::parse_schema(ROLLBACK_PLAN_SCHEMA).map_err(internal)?;
         let requests = self
             .files
             .iter()

@@ -63,11 +63,17 @@ impl StorageUri {
             Error::new(
                 ErrorKind::InvalidArgument,
                 format!(
-                    "invalid storage URI \"{text}\": {why}; expected one of {}",
+                    "invalid storage URI \"{}\": {why}; expected one of {}",
+                    text.escape_debug(),
                     Scheme::ACCEPTED.iter().map(|s| format!("{s}://")).collect::<Vec<_>>().join(", ")
                 ),
             )
         };
+        // The URL parser drops tabs and line breaks wherever they are and encodes other
+        // controls: the location parsed would not be the one written.
+        if text.trim().contains(char::is_control) {
+            return Err(invalid("it has a control character"));
+        }
         let url = Url::parse(text.trim()).map_err(|e| invalid(&e.to_string()))?;
         let scheme = Scheme::from_url_scheme(url.scheme())
             .ok_or_else(|| invalid(&format!("unsupported scheme \"{}\"", url.scheme())))?;
@@ -492,6 +498,22 @@ impl Storage {
 mod tests {
     use super::*;
     use std::collections::BTreeMap;
+
+    /// The URL parser drops tabs and line breaks and encodes other controls: a URI written with
+    /// one would name another location than the text, so it is refused, as are relative paths
+    /// with one; the message shows them escaped, on one line.
+    #[test]
+    fn control_characters_are_refused_not_dropped() {
+        for text in ["file:///srv/la\nke", "s3://b/x\ty", "memory:///a\rb", "memory:///a\u{7f}b", "memory:///a\u{85}b"] {
+            let err = StorageUri::parse(text).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{text:?}: {err}");
+            assert!(!err.to_string().contains(['\n', '\r', '\t']), "{err:?}");
+        }
+        let base = StorageUri::parse("memory:///base").unwrap();
+        assert_eq!(base.resolve("a\nb").unwrap_err().kind(), ErrorKind::InvalidArgument);
+        // Surrounding whitespace is trimmed, as before.
+        StorageUri::parse(" memory:///t\n").unwrap();
+    }
 
     #[test]
     fn accepts_the_five_schemes_and_names_them_when_refusing() {

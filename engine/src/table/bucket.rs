@@ -30,6 +30,10 @@ fn hash_values(record_key: &str) -> Vec<Option<&str>> {
         .collect()
 }
 
+/// The most buckets a table can have: file ids carry the bucket in their first eight digits
+/// ([`file_id_of_bucket`], Hudi's `BucketIdentifier`), and bucket 100000000 would need nine.
+pub const MAX_BUCKETS: u32 = 99_999_999;
+
 /// The bucket of `record_key` among `buckets`: `(List.hashCode & 0x7fffffff) % buckets`.
 pub fn bucket_of_key(record_key: &str, buckets: u32) -> u32 {
     let hash = java_list_hash(hash_values(record_key)) & 0x7fff_ffff;

@@ -285,6 +285,80 @@ mod tests {
         assert_eq!(table_checksum(Some("default"), "v8_trips_8i3u1d"), 1197752875);
     }
 
+    /// CRC-32 of the UTF-8 bytes, as Java 17 computed them (`CRC32` over
+    /// `("default." + name).getBytes(UTF_8)`, which Hudi's `generateChecksum` does), for names
+    /// outside ASCII: emoji, combining marks, right-to-left, CJK, and a lone surrogate (which
+    /// Java encodes as `?`).
+    #[test]
+    fn checksum_matches_java_for_any_unicode_name() {
+        for (name, java) in [
+            ("t\u{1F600}", 3340849440),
+            ("e\u{301}te\u{301}", 1803562606),
+            ("\u{62C}\u{62F}\u{648}\u{644}", 3540188995),
+            ("\u{5D8}\u{5D1}\u{5DC}\u{5D4}", 3247282665),
+            ("\u{8868}\u{683C}", 3804004368),
+            ("t?", 983641386),
+        ] {
+            assert_eq!(table_checksum(Some("default"), name), java, "{name}");
+        }
+    }
+
+    /// `hoodie.properties` as Java writes it for a name outside the Basic Multilingual Plane
+    /// (a surrogate pair of escapes) loads, and so does one with a lone surrogate.
+    #[test]
+    fn loads_java_written_names_with_surrogates() {
+        for (escaped, name, checksum) in [("t\\uD83D\\uDE00", "t\u{1F600}", 3340849440u32), ("t\\uD83D", "t?", 983641386)] {
+            let text = format!(
+                "#Updated at 2025-12-20T21:01:18Z\nhoodie.database.name=default\nhoodie.table.name={escaped}\n\
+                 hoodie.table.type=MERGE_ON_READ\nhoodie.table.version=8\nhoodie.table.checksum={checksum}\n"
+            );
+            let c = TableConfig::from_properties(Properties::parse(&text), "f").unwrap();
+            assert_eq!(c.name, name);
+        }
+    }
+
+    /// Names in any script survive writing `hoodie.properties` and reading it back, checksum
+    /// included.
+    #[test]
+    fn unicode_names_round_trip_through_the_file() {
+        for name in ["t\u{1F600}", "\u{1F600}", "e\u{301}te\u{301}", "\u{62C}\u{62F}\u{648}\u{644}_\u{200F}1", "\u{8868}\u{683C}", "\u{10FFFF}"] {
+            let mut p = v8_properties();
+            p.set(keys::NAME, name);
+            p.set(keys::CHECKSUM, table_checksum(Some("default"), name).to_string());
+            let text = p.to_text(&["Created by pg_hudi"]);
+            assert!(text.is_ascii());
+            let c = TableConfig::from_properties(Properties::parse(&text), "f").unwrap();
+            assert_eq!(c.name, name);
+        }
+    }
+
+    /// Every truncation of a `hoodie.properties`, and every one-byte change of it, loads or is
+    /// an error; none panics.
+    #[test]
+    fn damaged_properties_files_are_errors_not_panics() {
+        let mut p = v8_properties();
+        p.set(keys::CREATE_SCHEMA, r#"{"type":"record","name":"r","fields":[{"name":"a=b:c","type":"long"}]}"#);
+        p.set(keys::NAME, "t\u{1F600}\\ x");
+        p.set(keys::CHECKSUM, table_checksum(Some("default"), "t\u{1F600}\\ x").to_string());
+        let text = p.to_text(&["Updated at 2025-12-20T21:01:18Z"]).into_bytes();
+        let mut damaged: Vec<Vec<u8>> = (0..text.len()).map(|n| text[..n].to_vec()).collect();
+        for i in 0..text.len() {
+            for byte in [b'\\', b'=', b'\n', b'\r', b'u', b' ', 0x00, 0xe9] {
+                let mut copy = text.clone();
+                copy[i] = byte;
+                damaged.push(copy);
+            }
+        }
+        for bytes in &damaged {
+            let text: String = bytes.iter().map(|&b| char::from(b)).collect();
+            let loaded = std::panic::catch_unwind(|| TableConfig::from_properties(Properties::parse(&text), "f").map(|_| ()));
+            let loaded = loaded.unwrap_or_else(|_| panic!("loading panicked: {text:?}"));
+            if let Err(e) = loaded {
+                assert!(matches!(e.kind(), ErrorKind::Corrupt | ErrorKind::Unsupported), "{e}");
+            }
+        }
+    }
+
     #[test]
     fn types_a_v8_mor_table() {
         let c = TableConfig::from_properties(v8_properties(), "hoodie.properties").unwrap();

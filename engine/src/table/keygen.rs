@@ -27,8 +27,15 @@ impl KeyFormat {
 }
 
 /// The record keys of rows whose key fields `fields` have the values `columns` (of any type
-/// with a text form; NULLs make NULL keys).
+/// with a text form; NULLs make NULL keys). An error unless there is one column per field and
+/// at least one field: no key is made of nothing.
 pub fn record_keys(fields: &[String], columns: &[ArrayRef], format: KeyFormat) -> Result<StringArray> {
+    if fields.is_empty() || fields.len() != columns.len() {
+        return Err(Error::new(
+            ErrorKind::InvalidArgument,
+            format!("a record key of {} fields cannot be made of {} columns", fields.len(), columns.len()),
+        ));
+    }
     let text = columns
         .iter()
         .map(|c| {
@@ -155,6 +162,19 @@ mod tests {
 
     fn value(config: &TableConfig, path: &str) -> Option<Option<String>> {
         partition_values(config, path).map(|v| v["city"].clone())
+    }
+
+    /// Keys of no fields, or of other columns than fields, are an error: an empty array
+    /// would be indexed by row later.
+    #[test]
+    fn record_keys_need_one_column_per_field() {
+        let ids: ArrayRef = std::sync::Arc::new(arrow::array::Int64Array::from(vec![1, 2]));
+        for format in [KeyFormat::Value, KeyFormat::Named] {
+            assert!(record_keys(&[], &[], format).is_err(), "{format:?}");
+            assert!(record_keys(&[], std::slice::from_ref(&ids), format).is_err(), "{format:?}");
+            assert!(record_keys(&["a".into(), "b".into()], std::slice::from_ref(&ids), format).is_err(), "{format:?}");
+        }
+        assert_eq!(record_keys(&["id".into()], &[ids], KeyFormat::Named).unwrap().value(1), "id:2");
     }
 
     #[test]

@@ -25,9 +25,14 @@ pub async fn load_config(storage: &Storage) -> Result<TableConfig> {
         ),
         _ => e,
     })?;
-    let text = std::str::from_utf8(&bytes)
-        .map_err(|e| Error::new(ErrorKind::Corrupt, format!("{file} is not UTF-8")).with_source(e))?;
-    TableConfig::from_properties(Properties::parse(text), &file)
+    // Java reads the file as ISO 8859-1 and writes everything above `~` as `\uXXXX`, except
+    // in comments, where characters up to U+00FF are single bytes. UTF-8 first, for files
+    // edited by hand; bytes that are not UTF-8 are read as Java reads them.
+    let text = match std::str::from_utf8(&bytes) {
+        Ok(text) => std::borrow::Cow::Borrowed(text),
+        Err(_) => std::borrow::Cow::Owned(bytes.iter().map(|&b| char::from(b)).collect()),
+    };
+    TableConfig::from_properties(Properties::parse(&text), &file)
 }
 
 /// Directories below `storage` (relative paths, sorted; `""` for `storage` itself) that hold a
@@ -49,6 +54,18 @@ pub async fn find_tables(storage: &Storage) -> Result<Vec<String>> {
 mod tests {
     use super::*;
     use crate::storage::StorageUri;
+
+    /// Java reads `hoodie.properties` as ISO 8859-1 (`Properties.load(InputStream)`), and its
+    /// `store` writes characters up to U+00FF in comments as single bytes: such a file is not
+    /// UTF-8 but is a table all the same.
+    #[tokio::test]
+    async fn loads_properties_with_latin1_bytes_as_java_does() {
+        let storage = Storage::open(&StorageUri::parse("memory:///latin1").unwrap(), &Default::default()).unwrap();
+        let mut text = b"#Ge\xe4ndert\n".to_vec();
+        text.extend_from_slice(b"hoodie.table.name=t\nhoodie.table.type=MERGE_ON_READ\nhoodie.table.version=8\n");
+        storage.put(PROPERTIES_FILE, bytes::Bytes::from(text)).await.unwrap();
+        assert_eq!(load_config(&storage).await.unwrap().name, "t");
+    }
 
     #[tokio::test]
     async fn finds_tables_but_not_metadata_tables() {

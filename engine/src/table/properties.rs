@@ -65,10 +65,12 @@ impl Properties {
 }
 
 /// Joins continuation lines and drops blank and comment lines. A natural line continues when it
-/// ends in an odd number of backslashes; the next line's leading whitespace is skipped.
+/// ends in an odd number of backslashes; the next line's leading whitespace is skipped. Lines
+/// end at `\n`, `\r` or `\r\n` (one end, so a continuation goes on past it).
 fn logical_lines(text: &str) -> Vec<String> {
     let mut lines = Vec::new();
     let mut current: Option<String> = None;
+    let text = text.replace("\r\n", "\n");
     for natural in text.split(['\n', '\r']) {
         let continuing = current.is_some();
         let trimmed = natural.trim_start_matches([' ', '\t', '\x0c']);
@@ -119,6 +121,13 @@ fn split_key_value(line: &str) -> (&str, &str) {
     (&line[..key_end], value)
 }
 
+/// Undoes `Properties.store`'s escaping. `\uXXXX` escapes are UTF-16 code units, as Java
+/// writes them: a high surrogate followed by an escaped low one is one character outside the
+/// Basic Multilingual Plane (Java writes an emoji as `\uD83D\uDE00`). A lone surrogate cannot
+/// be a Rust `char`; it becomes `?`, which is what Java itself turns it into whenever it
+/// encodes the string as UTF-8 (`String.getBytes`): so `hoodie.table.checksum`, a CRC of the
+/// name's UTF-8 bytes, still matches the name read back. A malformed `\u` escape (Java's
+/// `load` refuses the file) is kept as the letter `u` followed by what came after it.
 fn unescape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut chars = text.chars();
@@ -132,24 +141,46 @@ fn unescape(text: &str) -> String {
             Some('n') => out.push('\n'),
             Some('r') => out.push('\r'),
             Some('f') => out.push('\x0c'),
-            Some('u') => {
-                let hex: String = chars.clone().take(4).collect();
-                match u32::from_str_radix(&hex, 16).ok().filter(|_| hex.len() == 4) {
-                    Some(code) => {
-                        for _ in 0..4 {
-                            chars.next();
+            Some('u') => match utf16_escape(&mut chars) {
+                Some(unit @ 0xD800..=0xDBFF) => {
+                    // A high surrogate: one character with the low surrogate escaped next.
+                    let mut ahead = chars.clone();
+                    let low = match (ahead.next(), ahead.next()) {
+                        (Some('\\'), Some('u')) => utf16_escape(&mut ahead).filter(|u| (0xDC00..=0xDFFF).contains(u)),
+                        _ => None,
+                    };
+                    match low {
+                        Some(low) => {
+                            chars = ahead;
+                            out.extend(char::decode_utf16([unit, low]).map(|c| c.unwrap_or(LONE_SURROGATE)));
                         }
-                        // Java stores UTF-16 units; a lone surrogate cannot be a Rust char.
-                        out.push(char::from_u32(code).unwrap_or(char::REPLACEMENT_CHARACTER));
+                        None => out.push(LONE_SURROGATE),
                     }
-                    None => out.push('u'),
                 }
-            }
+                Some(unit) => out.push(char::from_u32(u32::from(unit)).unwrap_or(LONE_SURROGATE)),
+                None => out.push('u'),
+            },
             Some(other) => out.push(other),
             None => {}
         }
     }
     out
+}
+
+/// What a surrogate without its partner becomes (see [`unescape`]).
+const LONE_SURROGATE: char = '?';
+
+/// The UTF-16 code unit of the four hex digits after a `\u`, consumed from `chars`; `None`
+/// (consuming nothing) unless exactly four hex digits follow.
+fn utf16_escape(chars: &mut std::str::Chars<'_>) -> Option<u16> {
+    let mut ahead = chars.clone();
+    let mut unit = 0u16;
+    for _ in 0..4 {
+        let digit = ahead.next()?.to_digit(16)?;
+        unit = unit << 4 | digit as u16;
+    }
+    *chars = ahead;
+    Some(unit)
 }
 
 fn escape_into(out: &mut String, text: &str, is_key: bool) {
@@ -207,6 +238,62 @@ mod tests {
         assert_eq!(p.get("d"), Some("été"));
         assert_eq!(p.get("e"), Some(""));
         assert_eq!(p.get("f"), Some("trailing "));
+    }
+
+    /// Java's `Properties.store(OutputStream)` writes each UTF-16 unit above `~` as `\uXXXX`:
+    /// the lines down to `lone_low` are what Java 17 wrote for these names (a lone surrogate
+    /// is a Java `String` too); the rest are other spellings `Properties.load` reads alike,
+    /// and a malformed escape, which it refuses.
+    #[test]
+    fn reads_what_java_writes_for_characters_outside_the_bmp() {
+        let text = "#Updated at 2025-12-20T21:01:18Z\n\
+            emoji=t\\uD83D\\uDE00\n\
+            emoji_first=\\uD83D\\uDE00z\n\
+            combining=e\\u0301te\\u0301\n\
+            arabic=\\u062C\\u062F\\u0648\\u0644\n\
+            cjk=\\u8868\\u683C\n\
+            lone_high=t\\uD83D\n\
+            lone_low=\\uDE00x\n\
+            high_then_plain=\\uD83Dab\n\
+            two_highs=\\uD83D\\uD83D\\uDE00\n\
+            lowercase=\\ud83d\\ude00\n\
+            malformed=\\u12\n";
+        let p = Properties::parse(text);
+        assert_eq!(p.get("emoji"), Some("t\u{1F600}"));
+        assert_eq!(p.get("emoji_first"), Some("\u{1F600}z"));
+        assert_eq!(p.get("combining"), Some("e\u{301}te\u{301}"));
+        assert_eq!(p.get("arabic"), Some("\u{62C}\u{62F}\u{648}\u{644}"));
+        assert_eq!(p.get("cjk"), Some("\u{8868}\u{683C}"));
+        // Java's own UTF-8 encoding of a lone surrogate is `?`.
+        assert_eq!(p.get("lone_high"), Some("t?"));
+        assert_eq!(p.get("lone_low"), Some("?x"));
+        assert_eq!(p.get("high_then_plain"), Some("?ab"));
+        assert_eq!(p.get("two_highs"), Some("?\u{1F600}"));
+        assert_eq!(p.get("lowercase"), Some("\u{1F600}"));
+        assert_eq!(p.get("malformed"), Some("u12"));
+    }
+
+    #[test]
+    fn any_unicode_round_trips_through_the_escapes() {
+        let mut p = Properties::new();
+        for (i, name) in ["t\u{1F600}", "\u{1F600}", "e\u{301}", "\u{5D8}\u{5D1}\u{5DC}\u{5D4} \u{200F}x", "\u{8868}\u{683C}", "\u{10FFFF}\u{FFFF}\u{E000}"]
+            .iter()
+            .enumerate()
+        {
+            p.set(format!("k{i}"), *name);
+        }
+        let text = p.to_text(&[]);
+        assert!(text.contains("k0=t\\uD83D\\uDE00\n"), "{text}");
+        assert_eq!(Properties::parse(&text), p);
+    }
+
+    /// `\r\n` is one line end (Java's `load`), also after a continuing backslash.
+    #[test]
+    fn crlf_ends_one_line() {
+        let p = Properties::parse("a=x\\\r\n    y\r\nb=2\r\n");
+        assert_eq!(p.get("a"), Some("xy"));
+        assert_eq!(p.get("b"), Some("2"));
+        assert_eq!(p.len(), 2);
     }
 
     #[test]

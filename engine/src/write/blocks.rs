@@ -176,22 +176,15 @@ impl BlockEncoder {
         let position_of = |row: u32| positions.get(row as usize).and_then(Option::as_ref);
         let keys = self.record_keys(data)?;
         let partitions = self.partition_paths(data)?;
-        // Rows of each (partition, bucket), in input order, without a string copy per row.
-        let mut groups: BTreeMap<&str, Vec<Vec<u32>>> = BTreeMap::new();
-        let buckets = self.buckets as usize;
+        // Rows of each (partition, bucket), in input order, without a string copy per row; only
+        // the buckets rows fall in (a table may have up to MAX_BUCKETS).
+        let mut groups: BTreeMap<(&str, u32), Vec<u32>> = BTreeMap::new();
         for (row, partition) in partitions.iter().enumerate() {
-            let bucket = bucket_of_key(keys.value(row), self.buckets) as usize;
-            groups.entry(partition.as_str()).or_insert_with(|| vec![Vec::new(); buckets])[bucket].push(row as u32);
+            let bucket = bucket_of_key(keys.value(row), self.buckets);
+            groups.entry((partition.as_str(), bucket)).or_default().push(row as u32);
         }
-        let groups = groups.into_iter().flat_map(|(partition, by_bucket)| {
-            by_bucket
-                .into_iter()
-                .enumerate()
-                .filter(|(_, rows)| !rows.is_empty())
-                .map(move |(bucket, rows)| (partition, bucket as u32, rows))
-        });
         let mut blocks = Vec::new();
-        for (i, (partition, bucket, rows)) in groups.enumerate() {
+        for (i, ((partition, bucket), rows)) in groups.into_iter().enumerate() {
             let file_id = file_id_of_bucket(bucket);
             let mut rows: Vec<(u32, Option<&BaseRow>)> = rows.into_iter().map(|r| (r, position_of(r))).collect();
             let block_header = self.positioned_block_header(partition, &file_id, &mut rows, |(_, at)| *at);

@@ -52,7 +52,7 @@ pub struct CommitMetadata {
 
 fn schema() -> &'static apache_avro::Schema {
     static SCHEMA: std::sync::OnceLock<apache_avro::Schema> = std::sync::OnceLock::new();
-    SCHEMA.get_or_init(|| apache_avro::Schema::parse_str(COMMIT_METADATA_SCHEMA).expect("valid built-in schema"))
+    SCHEMA.get_or_init(|| crate::avro::parse_schema(COMMIT_METADATA_SCHEMA).expect("valid built-in schema"))
 }
 
 impl CommitMetadata {

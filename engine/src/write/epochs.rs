@@ -74,7 +74,12 @@ impl Epochs {
             },
             (_, latest) => latest,
         };
-        let epoch = previous.map_or(1, |n| n + 1);
+        let epoch = match previous {
+            None => 1,
+            Some(n) => n.checked_add(1).ok_or_else(|| {
+                Error::new(ErrorKind::Corrupt, format!("{}/{} has an epoch numbered {n}, the last there can be", storage.uri(), self.dir))
+            })?,
+        };
         if !storage.put_if_absent(&self.name(epoch), content).await? {
             return Ok(None);
         }
@@ -92,7 +97,7 @@ impl Epochs {
         }
         for (name, _) in names {
             let number = name.split('.').next().and_then(|n| n.parse::<u64>().ok());
-            if number.is_some_and(|n| n + 1 < epoch) {
+            if number.is_some_and(|n| n < epoch.saturating_sub(1)) {
                 storage.delete(&format!("{}/{name}", self.dir)).await?;
             }
         }

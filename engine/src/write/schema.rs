@@ -36,18 +36,38 @@ fn avro_type(name: &str, data_type: &DataType) -> Result<Value> {
     })
 }
 
+/// The name Hudi gives a table's Avro record: the table name with every character other than
+/// an ASCII letter, digit or `_`, and a leading digit, replaced by `__`
+/// (`HoodieAvroUtils.sanitizeName`; its patterns match whole code points, so an emoji is one
+/// `__`, an `e` with a combining accent `e__`). Spark-written tables of such names have records
+/// named so, and readers that compare full names (older Avro) expect it.
+pub fn avro_name(table: &str) -> String {
+    let mut name = String::with_capacity(table.len());
+    for (i, c) in table.chars().enumerate() {
+        let allowed = c.is_ascii_alphabetic() || c == '_' || (i > 0 && c.is_ascii_digit());
+        if allowed {
+            name.push(c);
+        } else {
+            name.push_str("__");
+        }
+    }
+    name
+}
+
 /// The Avro record schema of `schema` (data columns only, no meta fields), every field a
-/// nullable union as Spark writes them, named `<table>_record` in namespace `hoodie.<table>`.
+/// nullable union as Spark writes them, named `<name>_record` in namespace `hoodie.<name>`
+/// where `<name>` is the table's [`avro_name`].
 pub fn avro_record_schema(table: &str, schema: &Schema) -> Result<String> {
     let fields = schema
         .fields()
         .iter()
         .map(|f| Ok(json!({"name": f.name(), "type": [avro_type(f.name(), f.data_type())?, "null"], "default": null})))
         .collect::<Result<Vec<_>>>()?;
+    let name = avro_name(table);
     Ok(json!({
         "type": "record",
-        "name": format!("{table}_record"),
-        "namespace": format!("hoodie.{table}"),
+        "name": format!("{name}_record"),
+        "namespace": format!("hoodie.{name}"),
         "fields": fields,
     })
     .to_string())
@@ -79,6 +99,52 @@ mod tests {
     use super::*;
     use arrow::datatypes::Field;
 
+    /// What Hudi's `HoodieAvroUtils.sanitizeName` makes of these names (computed with its two
+    /// patterns in Java 17): the record name and namespace of a table Spark creates.
+    #[test]
+    fn avro_names_are_hudis_sanitised_table_names() {
+        for (table, java) in [
+            ("trips", "trips"),
+            ("t\u{1F600}", "t__"),
+            ("e\u{301}te\u{301}", "e__te__"),
+            ("\u{62C}\u{62F}\u{648}\u{644}", "________"),
+            ("\u{8868}\u{683C}", "____"),
+            ("my-table", "my__table"),
+            ("1abc", "__abc"),
+            ("\u{1F600}z", "__z"),
+            ("a b.c", "a__b__c"),
+            ("t?", "t__"),
+            ("_x9", "_x9"),
+        ] {
+            assert_eq!(avro_name(table), java, "{table}");
+        }
+    }
+
+    /// Whether `full` is a name the Avro specification allows: dotted components of
+    /// `[A-Za-z_][A-Za-z0-9_]*`.
+    fn is_spec_name(full: &str) -> bool {
+        full.split('.').all(|part| {
+            let mut chars = part.chars();
+            chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_') && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        })
+    }
+
+    /// The record schema of a table whose name is no Avro name has a name and namespace the
+    /// specification allows (and strict readers take), the ones Hudi gives it.
+    #[test]
+    fn record_schemas_of_any_table_name_have_avro_names() {
+        let schema = Schema::new(vec![Field::new("id", DataType::Int64, false)]);
+        for table in ["t\u{1F600}", "my-table", "1abc", "a b.c", "\u{8868}\u{683C}", "t\n1"] {
+            let avro = avro_record_schema(table, &schema).unwrap();
+            crate::avro::parse_schema(&avro).unwrap();
+            let json: Value = serde_json::from_str(&avro).unwrap();
+            let (name, namespace) = (json["name"].as_str().unwrap(), json["namespace"].as_str().unwrap());
+            assert!(is_spec_name(name) && is_spec_name(namespace), "{table}: {name} in {namespace}");
+            let sanitised = avro_name(table);
+            assert_eq!((name, namespace), (format!("{sanitised}_record").as_str(), format!("hoodie.{sanitised}").as_str()));
+        }
+    }
+
     #[test]
     fn arrow_round_trips_through_avro() {
         let schema = Schema::new(vec![
@@ -92,7 +158,7 @@ mod tests {
             Field::new("x", DataType::Float64, true),
         ]);
         let avro = avro_record_schema("customers", &schema).unwrap();
-        apache_avro::Schema::parse_str(&avro).unwrap();
+        crate::avro::parse_schema(&avro).unwrap();
         let back = crate::read::schema::arrow_schema_of_avro(&avro).unwrap();
         for (a, b) in schema.fields().iter().zip(back.fields()) {
             assert_eq!(a.name(), b.name());

@@ -6,6 +6,7 @@ use bytes::Bytes;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::storage::Storage;
+use crate::table::bucket::MAX_BUCKETS;
 use crate::table::config::{keys, table_checksum};
 use crate::table::{self, MergeMode, Properties, TableConfig, TableType, PROPERTIES_FILE};
 use crate::write::schema::avro_record_schema;
@@ -29,12 +30,41 @@ const COMMIT_TIME_STRATEGY: &str = "ce9acb64-bde0-424c-9b91-f6ebba25356d";
 /// Merging by the payload class (Hudi 1.x `PAYLOAD_BASED_MERGE_STRATEGY_UUID`).
 const PAYLOAD_STRATEGY: &str = "00000000-0000-0000-0000-000000000002";
 
+/// Refuses an empty name, or one with a control character (Unicode category Cc: newline, tab,
+/// NUL, DEL, C1 controls). Table and column names go into `hoodie.properties`, Avro schemas,
+/// file paths (partition fields) and log lines, where a newline above all breaks the line it
+/// is in. Any other character is kept: names in every script, with combining marks or
+/// directional marks, round-trip.
+fn check_name(what: &str, name: &str) -> std::result::Result<(), String> {
+    if name.is_empty() {
+        return Err(format!("the {what} is empty"));
+    }
+    if name.contains(char::is_control) {
+        return Err(format!("the {what} \"{}\" has a control character", name.escape_debug()));
+    }
+    Ok(())
+}
+
 impl NewTable {
     fn invalid(&self, why: String) -> Error {
-        Error::new(ErrorKind::InvalidArgument, format!("cannot create Hudi table {}: {why}", self.name))
+        // Escaped: the message must stay one line whatever the name holds.
+        Error::new(ErrorKind::InvalidArgument, format!("cannot create Hudi table {}: {why}", self.name.escape_debug()))
     }
 
     fn validate(&self) -> Result<()> {
+        check_name("table name", &self.name).map_err(|why| self.invalid(why))?;
+        for field in self.schema.fields() {
+            check_name("column name", field.name()).map_err(|why| self.invalid(why))?;
+        }
+        let options = [("primary key column", &self.record_key_fields), ("partition column", &self.partition_fields)];
+        for (what, names) in options {
+            for name in names {
+                check_name(what, name).map_err(|why| self.invalid(why))?;
+            }
+        }
+        if let Some(ordering) = &self.ordering_field {
+            check_name("ordering field", ordering).map_err(|why| self.invalid(why))?;
+        }
         let has = |f: &str| self.schema.field_with_name(f).is_ok();
         if self.record_key_fields.is_empty() {
             return Err(self.invalid("a primary key is required".into()));
@@ -47,8 +77,8 @@ impl NewTable {
         if matches!(self.merge_mode, MergeMode::EventTimeOrdering | MergeMode::PartialUpdate) && self.ordering_field.is_none() {
             return Err(self.invalid("merge modes event_time and partial_update need an ordering field".into()));
         }
-        if self.buckets == 0 {
-            return Err(self.invalid("buckets must be at least 1".into()));
+        if !(1..=MAX_BUCKETS).contains(&self.buckets) {
+            return Err(self.invalid(format!("buckets must be from 1 to {MAX_BUCKETS}")));
         }
         Ok(())
     }
@@ -142,6 +172,15 @@ impl NewTable {
 /// Creates the table at `storage`, or accepts an existing one that matches `spec`.
 pub async fn create_table(storage: &Storage, spec: &NewTable) -> Result<TableConfig> {
     let properties = spec.properties()?;
+    // The location, as its segments decode (a raw control character is no URI at all):
+    // every file of the table is named below it.
+    let location = percent_encoding::percent_decode_str(storage.uri().as_str()).decode_utf8_lossy();
+    if location.contains(char::is_control) {
+        return Err(Error::new(
+            ErrorKind::InvalidArgument,
+            format!("cannot create Hudi table {} at {}: the location has a control character", spec.name.escape_debug(), storage.uri()),
+        ));
+    }
     let text = properties.to_text(&["Created by pg_hudi"]);
     if !storage.put_if_absent(PROPERTIES_FILE, Bytes::from(text)).await? {
         let existing = table::load_config(storage).await?;
@@ -198,5 +237,87 @@ impl TestTable {
         let mut tx = crate::write::Transaction::begin(self.storage.clone(), self.config.clone(), writer, Default::default()).await.unwrap();
         tx.upsert(&rows).await.unwrap();
         tx.commit().await.unwrap();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::datatypes::{DataType, Field};
+
+    fn memory(path: &str) -> Storage {
+        Storage::open(&crate::storage::StorageUri::parse(&format!("memory:///{path}")).unwrap(), &Default::default()).unwrap()
+    }
+
+    fn spec(name: &str) -> NewTable {
+        NewTable {
+            name: name.into(),
+            schema: Schema::new(vec![Field::new("id", DataType::Int64, false), Field::new("ts", DataType::Int64, true)]),
+            record_key_fields: vec!["id".into()],
+            ordering_field: Some("ts".into()),
+            partition_fields: vec![],
+            buckets: 2,
+            merge_mode: MergeMode::EventTimeOrdering,
+        }
+    }
+
+    /// Names in any script make tables that load again (checksum included), with the create
+    /// schema Hudi would write for them.
+    #[tokio::test]
+    async fn tables_with_unicode_names_load_again() {
+        for (i, name) in ["t\u{1F600}", "e\u{301}te\u{301}", "\u{5D8}\u{5D1}\u{5DC}\u{5D4}\u{200F}", "\u{8868}\u{683C}", "my-table"].iter().enumerate() {
+            let storage = memory(&format!("unicode-{i}"));
+            let created = create_table(&storage, &spec(name)).await.unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(created.name, *name);
+            let loaded = table::load_config(&storage).await.unwrap();
+            assert_eq!(loaded.name, *name);
+            let avro: serde_json::Value = serde_json::from_str(loaded.create_schema.as_deref().unwrap()).unwrap();
+            let avro_name = crate::write::schema::avro_name(name);
+            assert_eq!(avro["name"], format!("{avro_name}_record"));
+            assert_eq!(avro["namespace"], format!("hoodie.{avro_name}"));
+            // Creating it again finds the same table.
+            create_table(&storage, &spec(name)).await.unwrap();
+        }
+    }
+
+    /// Control characters in a table name, a column name, a key, partition or ordering field,
+    /// or the location are refused before anything is written; so is an empty name.
+    #[tokio::test]
+    async fn control_characters_and_empty_names_are_refused() {
+        let changed = |change: &dyn Fn(&mut NewTable)| {
+            let mut spec = spec("t");
+            change(&mut spec);
+            spec
+        };
+        let with_column = |name: &str| {
+            let name = name.to_owned();
+            changed(&move |s| s.schema = Schema::new(vec![Field::new("id", DataType::Int64, false), Field::new("ts", DataType::Int64, true), Field::new(name.clone(), DataType::Utf8, true)]))
+        };
+        let cases = [
+            ("newline in the name", spec("t\n1")),
+            ("tab in the name", spec("t\t1")),
+            ("DEL in the name", spec("t\u{7f}")),
+            ("C1 control in the name", spec("t\u{85}")),
+            ("empty name", spec("")),
+            ("newline in a column", with_column("a\nb")),
+            ("empty column name", with_column("")),
+            ("carriage return in the ordering field", changed(&|s| s.ordering_field = Some("ts\r".into()))),
+            ("NUL in a partition field", changed(&|s| s.partition_fields = vec!["p\0".into()])),
+            ("newline in a primary key column", changed(&|s| s.record_key_fields = vec!["id\n".into()])),
+        ];
+        for (i, (what, spec)) in cases.into_iter().enumerate() {
+            let storage = memory(&format!("control-{i}"));
+            let err = create_table(&storage, &spec).await.map(|_| ()).expect_err(what);
+            assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{what}: {err}");
+            assert!(!err.to_string().contains(['\n', '\r', '\t', '\0']), "{what}: the message is one line: {err:?}");
+            assert!(storage.get_if_exists(PROPERTIES_FILE).await.unwrap().is_none(), "{what}: nothing is written");
+        }
+
+        // A location whose path has a control character (percent-encoded: a raw one is no URI).
+        let uri = crate::storage::StorageUri::parse("memory:///control-path/a%0Ab").unwrap();
+        let storage = Storage::open(&uri, &Default::default()).unwrap();
+        let err = create_table(&storage, &spec("t")).await.map(|_| ()).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+        assert!(storage.get_if_exists(PROPERTIES_FILE).await.unwrap().is_none());
     }
 }

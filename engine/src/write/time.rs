@@ -93,6 +93,9 @@ pub fn format_instant(epoch_ms: i64) -> String {
     time.format("%Y%m%d%H%M%S%3f").to_string()
 }
 
+/// The last time an instant can name: 9999-12-31 23:59:59.999 UTC.
+const MAX_TIME_MS: i64 = 253_402_300_799_999;
+
 /// Parses a 17-digit instant back to milliseconds since the epoch.
 pub fn parse_instant(instant: &str) -> Option<i64> {
     let time = chrono::NaiveDateTime::parse_from_str(instant, "%Y%m%d%H%M%S%3f").ok()?;
@@ -171,15 +174,23 @@ impl<'a> TableLock<'a> {
                         Some(last) => last.max(held.floor_ms),
                         None => return Ok(None),
                     }
-                } else if held.expires_at_ms + options.max_clock_skew.as_millis() < now_ms() {
+                } else if held.expires_at_ms.saturating_add(options.max_clock_skew.as_millis()) < now_ms() {
                     // Its holder issued nothing after its lease ended (by its own clock, which
                     // may be behind ours by the allowed skew).
-                    (held.expires_at_ms as i64).max(held.floor_ms)
+                    i64::try_from(held.expires_at_ms).unwrap_or(i64::MAX).max(held.floor_ms)
                 } else {
                     return Ok(None);
                 }
             }
         };
+        // Times come from clocks: a floor past the last instant there can be is a damaged (or
+        // foreign) epoch, and times above it could not be issued, nor counted up to.
+        if floor_ms > MAX_TIME_MS {
+            return Err(Error::new(
+                ErrorKind::Corrupt,
+                format!("the table lock {}/{LOCK_DIR} records a time past the year 9999 ({floor_ms} ms)", storage.uri()),
+            ));
+        }
         let expires_at_ms = now_ms() + options.lease.as_millis();
         let content = Epoch { owner: owner.to_owned(), expires_at_ms, floor_ms, nonce: random_nonce() };
         let bytes = Bytes::from(serde_json::to_vec(&content).unwrap_or_default());
@@ -289,6 +300,40 @@ mod tests {
         let err = TableLock::acquire(&s, "impatient", &impatient).await.err().unwrap();
         assert!(err.to_string().contains("timed out"), "{err}");
         held.release().await.unwrap();
+    }
+
+    /// Lock epochs with numbers or times no writer issues (a damaged or foreign file) are an
+    /// error, or a lock never free; not an arithmetic overflow (a panic in debug builds, a
+    /// wrapped time in release builds).
+    #[tokio::test]
+    async fn damaged_epochs_are_errors_not_overflows() {
+        let epoch = |expires: &str, floor: &str| Bytes::from(format!(r#"{{"owner":"x","expires_at_ms":{expires},"floor_ms":{floor}}}"#));
+        let options = LockOptions { timeout: Duration::from_millis(100), max_clock_skew: Duration::from_millis(1), ..Default::default() };
+
+        // A lease that never ends: the lock is never free.
+        let s = storage("damaged-lease");
+        s.put(&EPOCHS.name(1), epoch(&u128::MAX.to_string(), "0")).await.unwrap();
+        let err = TableLock::acquire(&s, "w", &options).await.err().unwrap();
+        assert!(err.to_string().contains("timed out"), "{err}");
+
+        // A last time past any instant (year 9999): later times cannot be issued.
+        let s = storage("damaged-release");
+        s.put(&EPOCHS.name(1), epoch("0", "0")).await.unwrap();
+        s.put(&EPOCHS.released_name(1), Bytes::from(i64::MAX.to_string())).await.unwrap();
+        let err = TableLock::hold(&s, "w", &options, async |lock| lock.next_time(&options).await).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
+
+        let s = storage("damaged-floor");
+        s.put(&EPOCHS.name(1), epoch("0", &i64::MAX.to_string())).await.unwrap();
+        let err = TableLock::hold(&s, "w", &options, async |lock| lock.next_time(&options).await).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
+
+        // The last epoch number there is: no next one.
+        let s = storage("damaged-number");
+        s.put(&EPOCHS.name(u64::MAX), epoch("0", "0")).await.unwrap();
+        s.put(&EPOCHS.released_name(u64::MAX), Bytes::from("0")).await.unwrap();
+        let err = TableLock::acquire(&s, "w", &options).await.err().unwrap();
+        assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
     }
 
     #[tokio::test]

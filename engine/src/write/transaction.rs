@@ -15,6 +15,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::ordering::OrderingValue;
 use crate::read::schema::table_schema;
 use crate::storage::Storage;
+use crate::table::bucket::MAX_BUCKETS;
 use crate::table::TableConfig;
 use crate::write::blocks::{BlockEncoder, Change, EncodedBlocks, PendingBlocks};
 use crate::write::commit::{CommitMetadata, PreparedCommit, WriteStat};
@@ -118,11 +119,7 @@ impl Transaction {
                 .collect::<Vec<_>>(),
         ));
         let record_schema = table_schema(&data_schema, true);
-        let buckets = config
-            .properties
-            .get("hoodie.bucket.index.num.buckets")
-            .and_then(|b| b.trim().parse().ok())
-            .ok_or_else(|| Error::new(ErrorKind::Unsupported, "only tables with the simple bucket index can be written"))?;
+        let buckets = bucket_count(&config)?;
         let instant = TableLock::hold(&storage, &writer.owner(), &lock_options, async |lock| lock.next_time(&lock_options).await).await?;
         let dir = &config.timeline_dir;
         storage.put_if_absent(&format!("{dir}/{instant}.deltacommit.requested"), Bytes::new()).await?;
@@ -340,8 +337,108 @@ impl Transaction {
     }
 }
 
+/// The bucket count of a table this engine may write, checked before anything is written: a
+/// bucket index table needs a count from 1 to [`MAX_BUCKETS`] and record key fields to hash.
+/// A table without a count does not use the bucket index (Unsupported); a count that is no
+/// such number, or no key fields, is a damaged `hoodie.properties` (Corrupt: Hudi's own
+/// writers fail on them too, dividing by zero or hashing no key).
+fn bucket_count(config: &TableConfig) -> Result<u32> {
+    const NUM_BUCKETS: &str = "hoodie.bucket.index.num.buckets";
+    let corrupt = |why: String| {
+        Error::new(ErrorKind::Corrupt, format!("the table's hoodie.properties is damaged: {why}"))
+            .with_hint("restore .hoodie/hoodie.properties from .hoodie/hoodie.properties.backup or a copy")
+    };
+    let Some(text) = config.properties.get(NUM_BUCKETS) else {
+        return Err(Error::new(ErrorKind::Unsupported, "only tables with the simple bucket index can be written"));
+    };
+    let buckets = match text.trim().parse::<u32>() {
+        Ok(n @ 1..=MAX_BUCKETS) => n,
+        _ => return Err(corrupt(format!("{NUM_BUCKETS} is \"{}\", not a number of buckets from 1 to {MAX_BUCKETS}", text.escape_debug()))),
+    };
+    if config.record_key_fields.is_empty() {
+        return Err(corrupt(format!("{} names no record key field for the bucket index to hash", crate::table::config::keys::RECORD_KEY_FIELDS)));
+    }
+    Ok(buckets)
+}
+
 /// A process-wide counter of transactions and compactions: part of write tokens.
 pub(crate) fn next_transaction_number() -> u64 {
     static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::table::config::keys;
+    use crate::table::{Properties, PROPERTIES_FILE};
+    use crate::write::table::TestTable;
+
+    /// A table of two committed rows whose `hoodie.properties` then had `key` set to `value`,
+    /// and its configuration as loaded from that file.
+    async fn damaged(key: &str, value: &str) -> (TestTable, TableConfig) {
+        let table = TestTable::new(2).await;
+        table.upsert(vec![1, 2], "a").await;
+        let mut properties = table.config.properties.clone();
+        properties.set(key, value);
+        table.storage.put(PROPERTIES_FILE, Bytes::from(properties.to_text(&[]))).await.unwrap();
+        let config = crate::table::load_config(&table.storage).await.unwrap();
+        (table, config)
+    }
+
+    /// A bucket count that is no positive number, or a bucket-index table without record key
+    /// fields, is a damaged table: writing it is refused with Corrupt before any instant is
+    /// taken (it used to panic encoding the rows: a bucket of none, a key of no fields), and
+    /// the table still reads.
+    #[tokio::test]
+    async fn damaged_bucket_and_key_configs_refuse_writes_and_still_read() {
+        for (key, value) in [
+            ("hoodie.bucket.index.num.buckets", "0"),
+            ("hoodie.bucket.index.num.buckets", "-4"),
+            ("hoodie.bucket.index.num.buckets", "four"),
+            ("hoodie.bucket.index.num.buckets", ""),
+            ("hoodie.bucket.index.num.buckets", "100000000"),
+            (keys::RECORD_KEY_FIELDS, ""),
+            (keys::RECORD_KEY_FIELDS, " , "),
+        ] {
+            let (table, config) = damaged(key, value).await;
+            let timeline_before = table.storage.list_dir(&config.timeline_dir).await.unwrap();
+            let writer = crate::write::WriterId { node: 1, process: 1 };
+            let rows = RecordBatch::try_new(
+                Arc::new(table.schema.clone()),
+                vec![Arc::new(arrow::array::Int64Array::from(vec![3])), Arc::new(arrow::array::StringArray::from(vec!["b"]))],
+            )
+            .unwrap();
+            let written = match Transaction::begin(table.storage.clone(), config.clone(), writer, Default::default()).await {
+                Ok(mut tx) => tx.upsert(&rows).await,
+                Err(e) => Err(e),
+            };
+            let err = written.expect_err(&format!("{key}={value:?} is written"));
+            assert_eq!(err.kind(), ErrorKind::Corrupt, "{key}={value:?}: {err}");
+            assert!(err.to_string().contains(key), "{key}={value:?}: the error names the property: {err}");
+            assert_eq!(table.storage.list_dir(&config.timeline_dir).await.unwrap(), timeline_before, "{key}={value:?}: no instant taken");
+
+            let reader = crate::read::TableReader::open(table.storage.clone()).await.unwrap();
+            let rows: usize = reader.read_snapshot(None).await.unwrap().iter().map(RecordBatch::num_rows).sum();
+            assert_eq!(rows, 2, "{key}={value:?}: the table reads");
+            // Reads prune by bucket only with a count that can be right.
+            let expected = if key == keys::RECORD_KEY_FIELDS { Some(2) } else { None };
+            assert_eq!(reader.bucket_count(), expected, "{key}={value:?}");
+        }
+    }
+
+    /// A table with no bucket count is not one this engine writes: Unsupported, as before.
+    #[tokio::test]
+    async fn a_table_without_a_bucket_count_is_unsupported() {
+        let table = TestTable::new(2).await;
+        let mut config = table.config.clone();
+        let mut properties = Properties::new();
+        for (k, v) in config.properties.iter().filter(|(k, _)| *k != "hoodie.bucket.index.num.buckets") {
+            properties.set(k, v);
+        }
+        config.properties = properties;
+        let writer = crate::write::WriterId { node: 1, process: 1 };
+        let err = Transaction::begin(table.storage.clone(), config, writer, Default::default()).await.map(|_| ()).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
+    }
 }
