@@ -139,18 +139,63 @@ impl From<object_store::Error> for Error {
             ErrorKind::PermissionDenied => "access to object store denied",
             _ => "object store request failed",
         };
-        Error::new(kind, message).with_source(err)
+        Error::new(kind, message).with_source(StoreFailure(without_response_bodies(&err.to_string())))
     }
+}
+
+thread_local! {
+    /// How many [`corrupt_on_panic`] calls this thread is inside.
+    static CATCHING: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Whether a panic on this thread now is one the engine catches and reports as damaged input
+/// ([`corrupt_on_panic`]): a host's panic hook need not log it as a bug.
+pub fn panic_is_caught() -> bool {
+    CATCHING.with(|c| c.get() > 0)
 }
 
 /// Runs `decode`, a decoder of another crate at work on bytes from storage. If it panics (on
 /// damaged input it trusted), that is a Corrupt error saying `what` and the panic's message,
 /// not a failed reader. (The process's panic hook still sees the panic.)
 pub(crate) fn corrupt_on_panic<T>(what: &str, decode: impl FnOnce() -> Result<T>) -> Result<T> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(decode)).unwrap_or_else(|panic| {
+    CATCHING.with(|c| c.set(c.get() + 1));
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(decode));
+    CATCHING.with(|c| c.set(c.get() - 1));
+    caught.unwrap_or_else(|panic| {
         let message = panic.downcast_ref::<String>().map(String::as_str).or_else(|| panic.downcast_ref::<&str>().copied());
         Err(Error::new(ErrorKind::Corrupt, format!("{what}: {}", message.unwrap_or("its decoder failed"))))
     })
+}
+
+/// What a store's request came to, as text without what the store answered.
+#[derive(Debug)]
+struct StoreFailure(String);
+
+impl fmt::Display for StoreFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for StoreFailure {}
+
+/// `text` (object_store's description of a failed request) without the response body it may
+/// quote: an endpoint can answer anything (a role that points a store at an internal address
+/// would read that address's pages in the error), and a real store's body says nothing the
+/// status does not.
+fn without_response_bodies(text: &str) -> String {
+    const STATUS: &str = "status code: ";
+    const RESPONSE: &str = "error response: ";
+    if let Some(at) = text.find(STATUS) {
+        let rest = &text[at + STATUS.len()..];
+        // "<code> <reason>: <body>": the status, up to the body.
+        let status = rest.split_once(": ").map_or(rest, |(status, _)| status);
+        return format!("{}{STATUS}{status}", &text[..at]);
+    }
+    if let Some(at) = text.find(RESPONSE) {
+        return format!("{}error response", &text[..at]);
+    }
+    text.to_owned()
 }
 
 /// Adds context to the error of a `Result` without disturbing the success path.
@@ -167,6 +212,42 @@ impl<T, E: Into<Error>> ResultExt<T> for std::result::Result<T, E> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A store that answers with a body (an internal page an endpoint could be pointed at): the
+    /// error tells the status, not the body.
+    #[tokio::test]
+    async fn store_errors_do_not_quote_what_the_store_answered() {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().take(20) {
+                let Ok(mut stream) = stream else { continue };
+                let mut request = [0u8; 4096];
+                let _ = stream.read(&mut request);
+                let body = "<html>internal-secret-page</html>";
+                let _ = write!(stream, "HTTP/1.1 403 Forbidden\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+            }
+        });
+        let uri = crate::storage::StorageUri::parse("s3://bucket/t").unwrap();
+        let options = [
+            ("aws_endpoint", format!("http://127.0.0.1:{port}")),
+            ("aws_allow_http", "true".to_owned()),
+            ("aws_access_key_id", "k".to_owned()),
+            ("aws_secret_access_key", "s".to_owned()),
+            ("aws_region", "us-east-1".to_owned()),
+        ];
+        let settings = crate::storage::StoreSettings {
+            options: options.into_iter().map(|(k, v)| (k.to_owned(), v)).collect(),
+            ..Default::default()
+        };
+        let storage = crate::storage::Storage::open(&uri, &settings).unwrap();
+        let err = storage.get("x").await.unwrap_err().to_string();
+        assert!(err.contains("403"), "{err}");
+        assert!(!err.contains("internal-secret-page"), "{err}");
+        assert_eq!(without_response_bodies("a: status code: 500 Internal Server Error: <body/>"), "a: status code: 500 Internal Server Error");
+        assert_eq!(without_response_bodies("Server returned error response: <x/>"), "Server returned error response");
+    }
 
     #[test]
     fn display_shows_cause_and_contexts_outermost_first() {

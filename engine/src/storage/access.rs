@@ -33,6 +33,55 @@ pub struct StoreSettings {
     pub retry: RetrySettings,
 }
 
+/// The URLs that the options `options` send a store's requests to instead of the cloud's own
+/// endpoints, by option name: a role that may name any of them can make the database server
+/// send requests, with whatever it signs, to any address it can reach.
+pub fn endpoints_named(options: &BTreeMap<String, String>) -> Vec<(String, String)> {
+    let yes = |value: &str| matches!(value.trim().to_ascii_lowercase().as_str(), "true" | "1" | "yes" | "on");
+    options
+        .iter()
+        .filter_map(|(name, value)| {
+            let lower = name.to_ascii_lowercase();
+            let endpoint = matches!(AmazonS3ConfigKey::from_str(&lower), Ok(AmazonS3ConfigKey::Endpoint))
+                || matches!(AzureConfigKey::from_str(&lower), Ok(AzureConfigKey::Endpoint))
+                || matches!(ClientConfigKey::from_str(&lower), Ok(ClientConfigKey::ProxyUrl));
+            if endpoint {
+                Some((name.clone(), value.clone()))
+            } else if matches!(AzureConfigKey::from_str(&lower), Ok(AzureConfigKey::UseEmulator)) && yes(value) {
+                // Azurite's address, which the emulator option sends every request to.
+                Some((name.clone(), "http://127.0.0.1:10000".to_owned()))
+            } else {
+                None
+            }
+        })
+        .collect()
+}
+
+/// Whether requests to `endpoint` are allowed by one of `allowed` (URLs): the same scheme,
+/// host and port (a URL that does not parse allows nothing).
+pub fn endpoint_allowed(endpoint: &str, allowed: &[String]) -> bool {
+    let Ok(endpoint) = url::Url::parse(endpoint.trim()) else { return false };
+    allowed.iter().filter_map(|a| url::Url::parse(a.trim()).ok()).any(|a| {
+        a.scheme() == endpoint.scheme()
+            && a.host_str().map(str::to_ascii_lowercase) == endpoint.host_str().map(str::to_ascii_lowercase)
+            && a.port_or_known_default() == endpoint.port_or_known_default()
+    })
+}
+
+/// Refuses options that name an endpoint `allowed` does not allow (the option's value is not
+/// part of the message: it may hold a secret of the user's own).
+pub fn check_endpoints(options: &BTreeMap<String, String>, allowed: Option<&[String]>) -> Result<()> {
+    let Some(allowed) = allowed else { return Ok(()) };
+    match endpoints_named(options).into_iter().find(|(_, endpoint)| !endpoint_allowed(endpoint, allowed)) {
+        None => Ok(()),
+        Some((name, _)) => Err(Error::new(
+            ErrorKind::PermissionDenied,
+            format!("the option \"{name}\" names an endpoint that is not allowed"),
+        )
+        .with_hint("A superuser allows endpoints (scheme, host and port) in hudi.allowed_endpoints.")),
+    }
+}
+
 /// How requests that fail with a server error (5xx, 429) or a timeout are retried: with
 /// exponential backoff, at most `max_retries` times and not after `retry_timeout` from the
 /// first attempt. Timeouts of requests that are not idempotent are retried only where the
@@ -230,6 +279,28 @@ pub(super) fn is_client_option(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn endpoints_are_allowed_by_scheme_host_and_port() {
+        let allowed = vec!["http://127.0.0.1:9000".to_owned(), "https://s3.example.com".to_owned()];
+        assert!(endpoint_allowed("http://127.0.0.1:9000/bucket", &allowed));
+        assert!(endpoint_allowed("https://S3.example.com:443", &allowed));
+        assert!(!endpoint_allowed("http://127.0.0.1:9001", &allowed));
+        assert!(!endpoint_allowed("https://127.0.0.1:9000", &allowed));
+        assert!(!endpoint_allowed("http://169.254.169.254/latest", &allowed));
+        assert!(!endpoint_allowed("not a url", &allowed));
+        let options = |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<BTreeMap<_, _>>();
+        let named = options(&[("aws_endpoint", "http://10.0.0.1"), ("AWS_ACCESS_KEY_ID", "k"), ("proxy_url", "http://p:3128"),
+            ("azure_storage_use_emulator", "true"), ("endpoint_url", "http://e")]);
+        let names: Vec<String> = endpoints_named(&named).into_iter().map(|(n, _)| n).collect();
+        assert_eq!(names, ["aws_endpoint", "azure_storage_use_emulator", "endpoint_url", "proxy_url"]);
+        assert!(check_endpoints(&named, None).is_ok());
+        let refused = check_endpoints(&named, Some(&allowed)).unwrap_err();
+        assert_eq!(refused.kind(), ErrorKind::PermissionDenied);
+        assert!(!refused.to_string().contains("10.0.0.1"), "{refused}");
+        let fine = options(&[("aws_endpoint", "http://127.0.0.1:9000")]);
+        assert!(check_endpoints(&fine, Some(&allowed)).is_ok());
+    }
 
     fn settings(options: &[(&str, &str)]) -> StoreSettings {
         StoreSettings {
