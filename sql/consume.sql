@@ -9,23 +9,25 @@
 -- of one consumer on one table queue on the position row. The caller needs SELECT on the
 -- table; the function runs with the caller's privileges.
 
--- Positions are per role: a role sees and moves only its own, and only for tables it may
--- read (row-level security below), so every role with SELECT on a table can consume it and no
--- role can read or move another's position.
+-- Positions are per role: a role sees only its own (row-level security below), and changes
+-- them only through hudi.consume (hudi.claim_consumer_position, hudi.advance_consumer_position)
+-- and hudi.reset_consumer, which check that the role may read the table and that a position is
+-- the start ('') or a commit of the table. Every role with SELECT on a table can consume it, and
+-- no role can read, move or forge another's position, nor one that holds cleaning back.
 CREATE TABLE hudi.consumer_positions (
     relation regclass NOT NULL,
-    role regrole NOT NULL DEFAULT current_user::regrole,
+    role regrole NOT NULL,
     consumer text NOT NULL,
     position text NOT NULL,   -- completion time (table version 8+) or instant (version 6)
-    updated_at timestamptz NOT NULL DEFAULT now(),
+    updated_at timestamptz NOT NULL,
     PRIMARY KEY (relation, role, consumer)
 );
 SELECT pg_catalog.pg_extension_config_dump('hudi.consumer_positions', '');
 ALTER TABLE hudi.consumer_positions ENABLE ROW LEVEL SECURITY;
-CREATE POLICY own_positions ON hudi.consumer_positions
-    USING (role = current_user::regrole)
-    WITH CHECK (role = current_user::regrole AND pg_catalog.has_table_privilege(relation, 'SELECT'));
-GRANT SELECT, INSERT, UPDATE, DELETE ON hudi.consumer_positions TO PUBLIC;
+CREATE POLICY own_positions ON hudi.consumer_positions FOR SELECT
+    USING (role = current_user::regrole);
+REVOKE ALL ON hudi.consumer_positions FROM PUBLIC;
+GRANT SELECT ON hudi.consumer_positions TO PUBLIC;
 
 CREATE FUNCTION hudi.consume(changes anyelement, consumer text)
 RETURNS SETOF anyelement
@@ -51,10 +53,7 @@ BEGIN
         RAISE EXCEPTION 'permission denied for foreign table %', rel
             USING ERRCODE = 'insufficient_privilege';
     END IF;
-    INSERT INTO hudi.consumer_positions (relation, role, consumer, position)
-         VALUES (rel, current_user::regrole, consumer, '') ON CONFLICT DO NOTHING;
-    SELECT p.position INTO last_position FROM hudi.consumer_positions p
-     WHERE p.relation = rel AND p.role = current_user::regrole AND p.consumer = consume.consumer FOR UPDATE;
+    last_position := hudi.claim_consumer_position(rel, consumer);
     stop := hudi.latest_commit(rel);
     IF stop IS NULL OR stop <= last_position THEN
         RETURN;
@@ -64,8 +63,7 @@ BEGIN
     RETURN QUERY EXECUTE format('SELECT * FROM %s', rel);
     PERFORM set_config('hudi.start_instant', coalesce(saved_start, ''), true);
     PERFORM set_config('hudi.end_instant', coalesce(saved_end, ''), true);
-    UPDATE hudi.consumer_positions p SET position = stop, updated_at = now()
-     WHERE p.relation = rel AND p.role = current_user::regrole AND p.consumer = consume.consumer;
+    PERFORM hudi.advance_consumer_position(rel, consumer, stop);
 END
 $$;
 COMMENT ON FUNCTION hudi.consume(anyelement, text) IS

@@ -25,6 +25,8 @@ CREATE TABLE hudi.lookup_cache_state (
     rows bigint,                           -- rows written by the load and the refreshes since
     state text NOT NULL DEFAULT 'loading' CHECK (state IN ('loading', 'ready', 'failed')),
     error text,
+    failures integer NOT NULL DEFAULT 0,   -- failed refreshes in a row
+    next_attempt timestamptz,              -- after a failure: when the worker tries again
     loaded_at timestamptz,                 -- when the current generation was loaded
     refreshed_at timestamptz               -- when the worker or a refresh last brought it up to date
 );

@@ -79,6 +79,11 @@ pub fn keep_panic_backtraces_in_the_server_log() {
         let payload = info.payload();
         let postgres_error =
             payload.is::<ErrorReportWithLevel>() || payload.is::<ErrorReport>() || payload.is::<CaughtError>();
+        // A decoder's panic on damaged input is caught by the engine and becomes an error
+        // (XX001) like any other: no bug, nothing for the log.
+        if engine::error::panic_is_caught() {
+            return;
+        }
         if !postgres_error && unsafe { libc::gettid() == libc::getpid() } {
             eprintln!("pg_hudi: {info}\n{}", std::backtrace::Backtrace::force_capture());
         }

@@ -8,6 +8,11 @@ use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
 /// `file://` servers and tables (comma-separated absolute paths or `file://` URIs).
 pub static ALLOWED_FILE_ROOTS: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
 
+/// `hudi.allowed_endpoints`: the object-store endpoints (URLs: scheme, host and port) that the
+/// user mappings of roles other than superusers may name (`aws_endpoint`,
+/// `azure_storage_endpoint`, the Azure emulator, `proxy_url`).
+pub static ALLOWED_ENDPOINTS: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
+
 /// `hudi.worker_database`: the database the launcher connects to, to list the databases.
 pub static WORKER_DATABASE: GucSetting<Option<CString>> =
     GucSetting::<Option<CString>>::new(Some(c"postgres"));
@@ -46,7 +51,7 @@ pub static START_INSTANT: GucSetting<Option<CString>> = GucSetting::<Option<CStr
 pub static END_INSTANT: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
 
 /// `hudi.heartbeat_expiry`: seconds after which a pending write whose writer sent no heartbeat
-/// counts as failed and may be rolled back.
+/// counts as failed and may be rolled back (a server setting, at least a second).
 pub static HEARTBEAT_EXPIRY: GucSetting<i32> = GucSetting::<i32>::new(300);
 
 /// `hudi.max_clock_skew`: the bound on clock differences between servers writing the same
@@ -107,7 +112,7 @@ pub fn read_ahead_slices() -> usize {
 
 /// `hudi.heartbeat_expiry` as a duration.
 pub fn heartbeat_expiry() -> std::time::Duration {
-    std::time::Duration::from_secs(HEARTBEAT_EXPIRY.get().max(0) as u64)
+    std::time::Duration::from_secs(HEARTBEAT_EXPIRY.get().max(1) as u64)
 }
 
 /// The table-lock settings writers use.
@@ -226,11 +231,11 @@ pub fn register() {
     GucRegistry::define_int_guc(
         c"hudi.heartbeat_expiry",
         c"Seconds without a heartbeat after which a pending Hudi write counts as failed.",
-        c"hudi.rollback_failed_writes rolls back such writes. Writers refresh their heartbeat whenever they write.",
+        c"hudi.rollback_failed_writes rolls back such writes, except those of live backends of this server. A server setting: a session that could lower it could have the live writes of other servers rolled back.",
         &HEARTBEAT_EXPIRY,
-        0,
+        1,
         i32::MAX,
-        GucContext::Userset,
+        GucContext::Sighup,
         GucFlags::UNIT_S,
     );
     GucRegistry::define_string_guc(
@@ -262,6 +267,14 @@ pub fn register() {
         c"Directories where non-superusers may place file:// Hudi tables.",
         c"Comma-separated absolute paths or file:// URIs. Superusers may use any location.",
         &ALLOWED_FILE_ROOTS,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_string_guc(
+        c"hudi.allowed_endpoints",
+        c"Object-store endpoints that the user mappings of non-superusers may name.",
+        c"Comma-separated URLs (scheme, host and port), for aws_endpoint, azure_storage_endpoint, the Azure emulator and proxy_url. Empty: none. Superusers may name any.",
+        &ALLOWED_ENDPOINTS,
         GucContext::Suset,
         GucFlags::default(),
     );
@@ -311,6 +324,10 @@ pub fn register() {
         GucContext::Sighup,
         GucFlags::UNIT_MS,
     );
+    // A misspelt hudi.* setting is an error (and one set before the library was loaded is
+    // removed with a warning), instead of a placeholder that silently does nothing.
+    // SAFETY: called from _PG_init, on the main thread.
+    unsafe { pgrx::pg_sys::MarkGUCPrefixReserved(c"hudi".as_ptr()) };
 }
 
 /// The value of a string GUC as a Rust string (empty when unset).

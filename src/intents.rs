@@ -14,6 +14,7 @@ use pgrx::datum::DatumWithOid;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
+use crate::role::as_pg_hudi;
 use crate::runtime::block_on;
 
 /// One committed (or committing) Hudi write, as its row holds it.
@@ -45,51 +46,6 @@ thread_local! {
     /// at the commit of its next transaction that may ([`may_forget`]): a committed
     /// transaction can no longer change rows.
     static COMPLETED: RefCell<Vec<(String, String)>> = const { RefCell::new(Vec::new()) };
-}
-
-/// Runs `f` as the bootstrap superuser with `search_path = pg_catalog, pg_temp` and a
-/// snapshot, as a SECURITY DEFINER function with a pinned path would: the intents table is
-/// closed to roles (so that no role can forge a commit of a table it cannot write), and no
-/// role's function or operator may stand in for the ones these queries name. An ERROR inside
-/// `f` resets user and setting with the (sub)transaction's abort.
-pub(crate) fn as_pg_hudi<R>(f: impl FnOnce() -> R) -> R {
-    let (mut user, mut context) = (pg_sys::Oid::INVALID, 0);
-    // SAFETY: saving and restoring the backend's user and settings, as fmgr_security_definer
-    // does, on the main thread inside a transaction.
-    let (level, pushed) = unsafe {
-        pg_sys::GetUserIdAndSecContext(&mut user, &mut context);
-        pg_sys::SetUserIdAndSecContext(
-            pg_sys::Oid::from(pg_sys::BOOTSTRAP_SUPERUSERID),
-            context | pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32 | pg_sys::SECURITY_RESTRICTED_OPERATION as i32,
-        );
-        let level = pg_sys::NewGUCNestLevel();
-        pg_sys::set_config_option(
-            c"search_path".as_ptr(),
-            c"pg_catalog, pg_temp".as_ptr(),
-            pg_sys::GucContext::PGC_USERSET,
-            pg_sys::GucSource::PGC_S_SESSION,
-            pg_sys::GucAction::GUC_ACTION_SAVE,
-            true,
-            0,
-            false,
-        );
-        // At PRE_COMMIT the statement's snapshot is gone already; SPI needs one.
-        let pushed = !pg_sys::ActiveSnapshotSet();
-        if pushed {
-            pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
-        }
-        (level, pushed)
-    };
-    let out = f();
-    // SAFETY: as above.
-    unsafe {
-        if pushed {
-            pg_sys::PopActiveSnapshot();
-        }
-        pg_sys::AtEOXact_GUC(true, level);
-        pg_sys::SetUserIdAndSecContext(user, context);
-    }
-    out
 }
 
 fn spi_error(e: pgrx::spi::SpiError) -> ! {
@@ -219,22 +175,24 @@ pub fn committed_instants(location: &str) -> Vec<String> {
 }
 
 /// Committed intents to finish, of the table at `location` (all tables: `None`), all of them
-/// or those of `instants`: each locked until the end of the transaction, and those
+/// or those of `instants`, of the foreign tables `owner` owns (or is a member of the owner
+/// role of; any table: `None`): each locked until the end of the transaction, and those
 /// another finisher has locked left to it (so finishers never wait on, or deadlock with, each
-/// other or a backend forgetting its own).
-pub fn to_finish(location: Option<&str>, instants: Option<&[String]>) -> Vec<Intent> {
+/// other or a backend forgetting its own). Only the rows chosen are locked: a caller's open
+/// transaction holds no other table's intents back.
+pub fn to_finish(location: Option<&str>, instants: Option<&[String]>, owner: Option<pg_sys::Oid>) -> Vec<Intent> {
     // Locking a row a finisher deleted after the snapshot would fail a REPEATABLE READ or
     // SERIALIZABLE transaction; there the rows are only read (and not changed, see `finish`).
-    select(location, instants, if may_forget() { " FOR UPDATE SKIP LOCKED" } else { "" })
-}
-
-fn select(location: Option<&str>, instants: Option<&[String]>, locking: &str) -> Vec<Intent> {
+    let locking = if may_forget() { " FOR UPDATE OF i SKIP LOCKED" } else { "" };
     let query = format!(
-        "SELECT location, instant, relation, writer, transaction, timeline_dir, metadata FROM hudi.commit_intents \
-         WHERE ($1::text IS NULL OR location = $1) AND ($2::text[] IS NULL OR instant = ANY($2)) \
+        "SELECT location, instant, relation, writer, transaction, timeline_dir, metadata FROM hudi.commit_intents i \
+         WHERE ($1::pg_catalog.text IS NULL OR location OPERATOR(pg_catalog.=) $1) \
+           AND ($2::pg_catalog.text[] IS NULL OR instant OPERATOR(pg_catalog.=) ANY($2)) \
+           AND ($3::pg_catalog.oid IS NULL OR EXISTS (SELECT FROM pg_catalog.pg_class c \
+                 WHERE c.oid OPERATOR(pg_catalog.=) i.relation AND pg_catalog.pg_has_role($3, c.relowner, 'USAGE'))) \
          ORDER BY location, instant{locking}"
     );
-    let args: Vec<DatumWithOid> = vec![location.into(), instants.map(|i| i.to_vec()).into()];
+    let args: Vec<DatumWithOid> = vec![location.into(), instants.map(|i| i.to_vec()).into(), owner.into()];
     as_pg_hudi(|| {
         Spi::connect_mut(|client| {
             let rows = client.update(query.as_str(), None, &args).unwrap_or_else(|e| spi_error(e));
@@ -286,7 +244,7 @@ fn storage_of(intent: &Intent) -> Result<Storage, String> {
 /// A completed or lost intent is forgotten, a failed one keeps its row with the error, when
 /// the current transaction may write.
 pub fn finish(intent: &Intent) -> Finished {
-    let owner = crate::fdw::modify::writer_id().owner();
+    let owner = crate::writer::writer_id().owner();
     let outcome = match storage_of(intent) {
         Err(e) => Finished::Failed(e),
         Ok(storage) => match block_on(async {
@@ -337,10 +295,10 @@ pub fn finish(intent: &Intent) -> Finished {
 /// Finishes the committed intents of the table at `location` (all tables: `None`), of the
 /// tables the current role owns only when `owned_only`.
 pub fn finish_committed(location: Option<&str>, owned_only: bool) -> Vec<(Intent, Finished)> {
-    to_finish(location, None)
+    // SAFETY: a plain read of the backend's current user.
+    let owner = owned_only.then(|| unsafe { pg_sys::GetUserId() });
+    to_finish(location, None, owner)
         .into_iter()
-        // SAFETY: a catalog lookup on the main thread (false for a dropped relation).
-        .filter(|intent| !owned_only || unsafe { pg_sys::pg_class_ownercheck(intent.relation, pg_sys::GetUserId()) })
         .map(|intent| {
             let outcome = finish(&intent);
             (intent, outcome)

@@ -12,15 +12,23 @@ mod error;
 mod fdw;
 mod guc;
 mod intents;
+mod locks;
+mod role;
 mod runtime;
+mod services;
 mod worker;
+mod writer;
 mod xact;
 
 ::pgrx::pg_module_magic!();
 
 // The wrapper itself: hand-written SQL, created after the validator function it names.
 extension_sql_file!("../sql/fdw.sql", name = "fdw", requires = [fdw::options::hudi_fdw_validator]);
-extension_sql_file!("../sql/consume.sql", name = "consume", requires = ["fdw", api::tables::latest_commit]);
+extension_sql_file!(
+    "../sql/consume.sql",
+    name = "consume",
+    requires = ["fdw", api::tables::latest_commit, api::consumers::claim_consumer_position, api::consumers::advance_consumer_position]
+);
 extension_sql_file!("../sql/commit_intents.sql", name = "commit_intents", requires = ["fdw"]);
 extension_sql_file!("../sql/services.sql", name = "services", requires = ["fdw"]);
 extension_sql_file!("../sql/lookup.sql", name = "lookup", requires = ["services", api::lookup::lookup_cache_bytes, api::lookup::lookup_cache_progress, api::lookup::lookup_cache_lag]);

@@ -22,8 +22,8 @@ pub fn in_worker() {
 
 /// In the worker: whether it was asked to stop (SIGTERM) or lost its postmaster, and should
 /// end its round and exit; a wait in [`block_on`] that notices it ends with an ERROR. Once
-/// true, true for good: pgrx clears its SIGTERM flag when it is read, so this is the only
-/// place that reads it, and later waits (giving up a lease) still know the worker is stopping.
+/// true, true for good, so that later waits (giving up a lease) still know the worker is
+/// stopping.
 pub fn stopping() -> bool {
     if !IN_WORKER.with(|w| w.get()) {
         return false;
@@ -31,10 +31,10 @@ pub fn stopping() -> bool {
     if STOPPING.with(|s| s.get()) {
         return true;
     }
-    // SAFETY: plain reads of a backend global and the worker's signal flag. A process whose
-    // postmaster died has been reparented.
+    // SAFETY: a plain read of a backend global. A process whose postmaster died has been
+    // reparented.
     let orphaned = unsafe { libc::getppid() != pg_sys::PostmasterPid };
-    let stop = pgrx::bgworkers::BackgroundWorker::sigterm_received() || orphaned;
+    let stop = crate::worker::signals::stop_requested() || orphaned;
     if stop {
         STOPPING.with(|s| s.set(true));
     }

@@ -85,6 +85,7 @@ impl OpenWrite {
     /// `wakes_worker`: its commit wakes the database's worker (the table has `services 'auto'`).
     pub fn new(transaction: Transaction, location: String, relation: pg_sys::Oid, wakes_worker: bool) -> OpenWrite {
         let schema = transaction.data_schema().clone();
+        crate::locks::hold_live_write(&location, transaction.instant());
         let heartbeat = keep_heartbeat(&transaction);
         // SAFETY: a plain read of the backend's current user.
         let writer = unsafe { pg_sys::GetUserId() };
@@ -198,7 +199,7 @@ impl PreparedWrite {
     /// transaction cannot abort any more). What fails stays in the intent, for a retry.
     fn complete(self) {
         let PreparedWrite { mut write, intent } = self;
-        let owner = crate::fdw::modify::writer_id().owner();
+        let owner = crate::writer::writer_id().owner();
         let storage = write.transaction.storage().clone();
         // The completion ends the heartbeat itself: the keeper must not renew it after that.
         // Its last beat is fresh for the short while the completion takes.
@@ -343,12 +344,23 @@ unsafe fn prepare_writes() {
     // The marks name this transaction's id: it must be on disk before them, or after a crash
     // that lost it the id could be handed out again, to a transaction that commits.
     pg_sys::XLogFlush(pg_sys::XactLastRecEnd);
-    let mark = engine::write::prepared::PreparedMark { node: crate::fdw::modify::writer_id().node, transaction: transaction as u64 };
-    let to_mark: Vec<(engine::storage::Storage, String)> = PREPARED.with(|p| {
-        p.borrow().iter().map(|w| (w.write.transaction.storage().clone(), w.intent.commit.instant.clone())).collect()
+    let mark = engine::write::prepared::PreparedMark { node: crate::writer::writer_id().node, transaction: transaction as u64 };
+    let to_mark: Vec<(engine::storage::Storage, engine::write::PreparedCommit, String)> = PREPARED.with(|p| {
+        p.borrow().iter().map(|w| (w.write.transaction.storage().clone(), w.intent.commit.clone(), w.intent.location.clone())).collect()
     });
-    for (storage, instant) in to_mark {
-        block_on(engine::write::prepared::mark(&storage, &instant, &mark)).unwrap_or_else(|e| crate::error::report(e));
+    for (storage, commit, location) in to_mark {
+        block_on(engine::write::prepared::mark(&storage, &commit.instant, &mark)).unwrap_or_else(|e| crate::error::report(e));
+        // A rollback of failed writes (another server's, or one that took this writer for
+        // dead) that got there first means the write is gone: the transaction must not commit.
+        match block_on(commit.confirm_pending(&storage)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == engine::ErrorKind::NotFound => crate::error::raise(
+                pgrx::PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE,
+                format!("the write {} to {location} was rolled back before its transaction could commit", commit.instant),
+                Some("A rollback of failed writes took it for the write of a dead writer; retry the transaction.".into()),
+            ),
+            Err(e) => crate::error::report(e),
+        }
     }
     // The completions follow PostgreSQL's commit record: it must be on disk first, even under
     // synchronous_commit = off, or a crash could keep the Hudi commit and lose the transaction.
@@ -384,7 +396,7 @@ unsafe extern "C-unwind" fn on_transaction_event(event: pg_sys::XactEvent::Type,
             pg_sys::InterruptHoldoffCount += 1;
             let wake_worker = prepared.iter().any(|p| p.write.wakes_worker);
             // A table with a lookup cache on this server: its refresh follows the commit.
-            let refresh_caches = prepared.iter().any(|p| crate::api::lookup::cache_root(p.write.relation).exists());
+            let refresh_caches = prepared.iter().any(|p| crate::services::lookup_cache::cache_root(p.write.relation).exists());
             for write in prepared {
                 let instant = write.intent.commit.instant.clone();
                 if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| write.complete())).is_err() {

@@ -146,6 +146,24 @@ def wait_for(what, condition, timeout=30):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def set_heartbeat_expiry(conn, seconds):
+    """Sets the server setting hudi.heartbeat_expiry (ALTER SYSTEM: sessions cannot set it)
+    and waits until `conn` sees it."""
+    conn.execute(f"ALTER SYSTEM SET hudi.heartbeat_expiry = {seconds}")
+    conn.execute("SELECT pg_reload_conf()")
+    wait_for("the new heartbeat expiry", lambda: conn.execute("SHOW hudi.heartbeat_expiry").fetchone()[0] == f"{seconds}s")
+
+
+def rollback_once_expired(conn, table="customers"):
+    """The rows of hudi.rollback_failed_writes(table) once it rolls something back: with an
+    expiry of a second, the killed writer's heartbeat is at most that far from expiring."""
+    set_heartbeat_expiry(conn, 1)
+    rolled = []
+    wait_for("the heartbeat to expire",
+             lambda: rolled.extend(conn.execute(f"SELECT * FROM hudi.rollback_failed_writes('{table}')").fetchall()) or rolled)
+    return rolled
+
+
 def run_in_threads(target, count):
     """Runs `target(n)` for n in range(count), each on a thread of its own, and returns what
     they raised (a check inside a thread must reach the test)."""

@@ -153,7 +153,10 @@ def test_consume_needs_select_and_keeps_positions_per_role(lakes, cluster):
         # bob's position is his own: he starts from the beginning, and sees only his rows
         assert bob.execute(consume).fetchall() == [(1, "public", "I"), (3, "later", "I")]
         assert bob.execute("SELECT role::text FROM hudi.consumer_positions").fetchall() == [("bob",)]
-        assert alice.execute("UPDATE hudi.consumer_positions SET position = '' WHERE role = 'bob'::regrole").rowcount == 0
+        # positions change only through hudi.consume: not by SQL on the table, even a role's own
+        assert refused(alice, "UPDATE hudi.consumer_positions SET position = '' WHERE role = 'bob'::regrole") == "42501"
+        assert refused(bob, "UPDATE hudi.consumer_positions SET position = ''") == "42501"
+        assert refused(bob, "DELETE FROM hudi.consumer_positions") == "42501"
         assert bob.execute(consume).fetchall() == []
         # without SELECT again, no more changes
         conn.execute("REVOKE SELECT ON shared_changes FROM bob")

@@ -8,10 +8,12 @@ import json
 import os
 import random
 import threading
+import time
 
 import pytest
 
-from conftest import commit_on_a_thread, kill_backend_and_wait, lock_holder, our_rows, reference_rows, refused, wait_for
+from conftest import (commit_on_a_thread, kill_backend_and_wait, lock_holder, our_rows, reference_rows, refused,
+                      rollback_once_expired, set_heartbeat_expiry, wait_for)
 
 
 def _pending_instants(table):
@@ -62,8 +64,7 @@ def test_a_fault_before_postgresql_commits_leaves_nothing(lake, cluster, fault):
     if fault == "kill":
         # Killed before PostgreSQL committed: this server knows the transaction aborted, so
         # once its heartbeat expires the write is rolled back, mark and all.
-        conn.execute("SET hudi.heartbeat_expiry = 0")
-        assert [r[0] for r in conn.execute("SELECT instant FROM hudi.rollback_failed_writes('customers')")] == [instant]
+        assert [r[0] for r in rollback_once_expired(conn)] == [instant]
         assert not [p for p in path.rglob(f"*{instant}*")], "no orphan files"
     conn.execute("INSERT INTO customers VALUES (3, 'after', 'be', 3, '2026-01-03')")
     assert our_rows(conn) == [(1, "kept", "nl", 1), (3, "after", "be", 3)]
@@ -109,8 +110,9 @@ def test_a_backend_killed_after_postgresql_committed_loses_nothing(lake, cluster
     mark_file = path / ".hoodie/.aux/pg_hudi/prepared" / instant
     mark = _prepared(path, instant)
     mark_file.write_text(json.dumps(dict(mark, node=mark["node"] + 1)))
+    set_heartbeat_expiry(conn, 1)
+    wait_for("the heartbeat to expire", lambda: time.time() - os.path.getmtime(path / ".hoodie/.heartbeat" / instant) > 2)
     with cluster.connect() as other:
-        other.execute("SET hudi.heartbeat_expiry = 0")
         notices = []
         other.add_notice_handler(lambda n: notices.append(n.message_primary))
         assert other.execute("SELECT * FROM hudi.rollback_failed_writes('customers')").fetchall() == []

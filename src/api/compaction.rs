@@ -5,14 +5,14 @@
 
 use engine::services::compaction::{self, CompactionOutcome};
 use pgrx::prelude::*;
-use pgrx::PgRelation;
 
+use crate::api::args::{hudi_table, RegClass};
 use crate::activity::ServiceActivity;
-use crate::api::service_target;
 use crate::error::OrReport;
-use crate::fdw::modify::writer_id;
 use crate::guc::{heartbeat_expiry, lock_options};
 use crate::runtime::block_on;
+use crate::services::ServiceTable;
+use crate::writer::writer_id;
 
 /// `(instant, completion_time, file_groups, rows_written)`: what a compaction did. pgrx's
 /// macros need the named tuple spelled out in each signature.
@@ -23,19 +23,22 @@ fn row(outcome: CompactionOutcome) -> (String, String, i32, i64) {
 /// `hudi.schedule_compaction(table)`: plans a compaction of every file slice with log files
 /// (writers go on meanwhile) and returns the plan's instant, or NULL when no slice has logs.
 #[pg_extern(volatile)]
-fn schedule_compaction(table: PgRelation) -> Option<String> {
-    let storage = service_target(&table, "compact it");
+fn schedule_compaction(table: Option<RegClass>) -> Option<String> {
+    let table = hudi_table(table);
+    let storage = ServiceTable::open(&table, "compact it").storage;
     block_on(compaction::schedule_compaction(&storage, &writer_id(), &lock_options())).or_report()
 }
 
 /// `hudi.run_compaction(table, instant)`: executes the compaction planned at `instant` (one
 /// file slice in memory at a time) and completes it.
 #[pg_extern(volatile)]
-fn run_compaction(table: PgRelation, instant: &str) -> TableIterator<
+fn run_compaction(table: Option<RegClass>, instant: Option<&str>) -> TableIterator<
     'static,
     (name!(instant, String), name!(completion_time, String), name!(file_groups, i32), name!(rows_written, i64)),
 > {
-    let storage = service_target(&table, "compact it");
+    let table = hudi_table(table);
+    let instant = crate::api::args::name(instant, "instant");
+    let storage = ServiceTable::open(&table, "compact it").storage;
     let _shown = ServiceActivity::begin("compaction", table.oid());
     let outcome = block_on(compaction::run_compaction(
         &storage,
@@ -51,11 +54,12 @@ fn run_compaction(table: PgRelation, instant: &str) -> TableIterator<
 /// `hudi.compact(table)`: schedules and runs a compaction; no row when there was nothing to
 /// compact.
 #[pg_extern(volatile)]
-fn compact(table: PgRelation) -> TableIterator<
+fn compact(table: Option<RegClass>) -> TableIterator<
     'static,
     (name!(instant, String), name!(completion_time, String), name!(file_groups, i32), name!(rows_written, i64)),
 > {
-    let storage = service_target(&table, "compact it");
+    let table = hudi_table(table);
+    let storage = ServiceTable::open(&table, "compact it").storage;
     let _shown = ServiceActivity::begin("compaction", table.oid());
     let outcome = block_on(compaction::compact(&storage, &writer_id(), &lock_options(), heartbeat_expiry())).or_report();
     TableIterator::new(outcome.into_iter().map(row))

@@ -7,8 +7,9 @@ use engine::read::schema::is_reader_column;
 use engine::table::MergeMode;
 use engine::write::{create_table as create, NewTable};
 use pgrx::prelude::*;
-use pgrx::{PgRelation, PgSqlErrorCode};
+use pgrx::PgSqlErrorCode;
 
+use crate::api::args::{hudi_table, RegClass};
 use crate::datum;
 use crate::error::{raise, OrReport};
 use crate::fdw::table::ForeignHudiTable;
@@ -26,9 +27,10 @@ fn list(value: Option<&String>) -> Vec<String> {
 /// option `services` gets `services 'auto'`: the background worker maintains the tables
 /// pg_hudi makes (those of other engines only when a user says so).
 #[pg_extern(volatile)]
-fn create_table(table: PgRelation) -> String {
+fn create_table(table: Option<RegClass>) -> String {
+    let table = hudi_table(table);
     let relid = table.oid();
-    crate::api::require_owner(&table, "create its Hudi table");
+    crate::services::require_owner(&table, "create its Hudi table");
     crate::fdw::table_state::forget_all();
     let foreign = ForeignHudiTable::for_function(relid);
     let name = table.name().to_owned();

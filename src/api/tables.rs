@@ -1,16 +1,17 @@
 //! Introspection of Hudi foreign tables: their timeline and file slices.
 
 use pgrx::prelude::*;
-use pgrx::PgRelation;
 
+use crate::api::args::{hudi_table, RegClass};
 use crate::error::OrReport;
 use crate::fdw::table::ForeignHudiTable;
 use crate::runtime::block_on;
+use crate::services::ServiceTable;
 
 /// `hudi.timeline(table)`: every instant of the table's timeline, by requested time.
 #[pg_extern(volatile, parallel_safe)]
 fn timeline(
-    table: PgRelation,
+    table: Option<RegClass>,
 ) -> TableIterator<
     'static,
     (
@@ -21,6 +22,7 @@ fn timeline(
         name!(file_name, String),
     ),
 > {
+    let table = hudi_table(table);
     let reader = ForeignHudiTable::for_function(table.oid()).open_reader();
     let rows: Vec<_> = reader
         .timeline()
@@ -42,7 +44,7 @@ fn timeline(
 /// `hudi.file_slices(table)`: the file slices the latest snapshot reads (one per file group).
 #[pg_extern(volatile, parallel_safe)]
 fn file_slices(
-    table: PgRelation,
+    table: Option<RegClass>,
 ) -> TableIterator<
     'static,
     (
@@ -55,6 +57,7 @@ fn file_slices(
         name!(log_files_size, i64),
     ),
 > {
+    let table = hudi_table(table);
     let reader = ForeignHudiTable::for_function(table.oid()).open_reader();
     let slices = block_on(reader.slices(&engine::timeline::ReadBound::Latest)).or_report();
     let rows: Vec<_> = slices
@@ -73,7 +76,8 @@ fn file_slices(
 /// version 6) of the table's latest completed write, or NULL for a table without writes. It
 /// is the end bound that makes an incremental read catch up completely.
 #[pg_extern(volatile, parallel_safe)]
-fn latest_commit(table: PgRelation) -> Option<String> {
+fn latest_commit(table: Option<RegClass>) -> Option<String> {
+    let table = hudi_table(table);
     let reader = ForeignHudiTable::for_function(table.oid()).open_reader();
     let timeline = reader.timeline();
     timeline
@@ -85,72 +89,14 @@ fn latest_commit(table: PgRelation) -> Option<String> {
 
 /// `hudi.rollback_failed_writes(table)`: rolls back the table's pending writes whose writer's
 /// heartbeat is older than `hudi.heartbeat_expiry` (a crashed or killed backend): deletes their
-/// files and records a rollback instant. Returns what it rolled back.
-///
-/// A write prepared by a PostgreSQL transaction (see [`crate::intents`]) is decided by that
-/// transaction: on this server it is completed if the transaction committed, left alone while
-/// it runs, and rolled back if it aborted; a write prepared on another server is left to that
-/// server.
+/// files and records a rollback instant. Returns what it rolled back. See
+/// [`crate::services::rollback`] for how writes of PostgreSQL transactions are decided.
 #[pg_extern(volatile)]
-pub(crate) fn rollback_failed_writes(
-    table: PgRelation,
+fn rollback_failed_writes(
+    table: Option<RegClass>,
 ) -> TableIterator<'static, (name!(instant, String), name!(rollback_instant, String), name!(files_deleted, i32))> {
-    crate::api::require_owner(&table, "roll back its writes");
-    crate::fdw::table_state::forget_all();
-    let target = crate::fdw::table::ForeignHudiTable::for_function(table.oid());
-    let (storage, location) = (target.storage(), target.uri.to_string());
-    let config = block_on(engine::table::load_config(&storage)).or_report();
-    let failed = block_on(engine::services::rollback::failed_writes(&storage, &config, crate::guc::heartbeat_expiry())).or_report();
-    let node = crate::fdw::modify::writer_id().node;
-    let mut to_roll_back = Vec::new();
-    for write in failed {
-        let Some(mark) = write.prepared else {
-            to_roll_back.push(write.instant);
-            continue;
-        };
-        if mark.node != node {
-            pgrx::notice!(
-                "write {} was prepared by a transaction of server {}; only that server decides it",
-                write.instant,
-                mark.node
-            );
-        } else {
-            // This server decided it: by its transaction's fate, never by what this snapshot
-            // happens to see of the intents (a REPEATABLE READ snapshot, another database).
-            match crate::intents::transaction_status(mark.transaction as i64).as_deref() {
-                Some("aborted") => to_roll_back.push(write.instant),
-                Some("committed") => {
-                    let instant = std::slice::from_ref(&write.instant);
-                    match crate::intents::to_finish(Some(&location), Some(instant)).pop() {
-                        Some(intent) => {
-                            if let crate::intents::Finished::Failed(e) = crate::intents::finish(&intent) {
-                                pgrx::warning!("the committed write {} is not completed yet: {e}", write.instant);
-                            }
-                        }
-                        None => pgrx::notice!(
-                            "write {} was committed; it is completed from its intent in the database that wrote it",
-                            write.instant
-                        ),
-                    }
-                }
-                Some(_) => {} // in progress: alive
-                None => pgrx::warning!(
-                    "write {} was prepared by a transaction too old to know the fate of; it is left alone",
-                    write.instant
-                ),
-            }
-        }
-    }
-    // SAFETY: a plain read of the backend's pid.
-    let owner = format!("rollback:{}", unsafe { pgrx::pg_sys::MyProcPid });
-    let rolled = block_on(engine::services::rollback::rollback_writes(
-        &storage,
-        &config,
-        &to_roll_back,
-        &owner,
-        &crate::guc::lock_options(),
-    ))
-    .or_report();
+    let table = hudi_table(table);
+    let rolled = crate::services::rollback::rollback_failed_writes(&ServiceTable::open(&table, "roll back its writes"));
     TableIterator::new(rolled.into_iter().map(|r| (r.instant, r.rollback_instant, r.files_deleted as i32)))
 }
 

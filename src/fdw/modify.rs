@@ -6,7 +6,7 @@
 use std::ffi::CStr;
 
 use engine::read::schema::is_reader_column;
-use engine::write::{BaseRow, Transaction, WriterId};
+use engine::write::{BaseRow, Transaction};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
@@ -14,6 +14,7 @@ use pgrx::PgSqlErrorCode;
 use crate::datum::{self, PgKind};
 use crate::error::{raise, OrReport};
 use crate::fdw::table::ForeignHudiTable;
+use crate::writer::writer_id;
 use crate::runtime::block_on;
 use crate::xact::{self, OpenWrite};
 
@@ -143,12 +144,6 @@ unsafe fn targets(relation: pg_sys::Relation, data_schema: &arrow::datatypes::Sc
         })
         .collect();
     Targets { columns, whole_row: None, ctid: None, identity, row_memory: std::ptr::null_mut() }
-}
-
-/// This backend as a writer: the server's system identifier and the backend pid.
-pub(crate) fn writer_id() -> WriterId {
-    // SAFETY: plain reads of backend globals.
-    unsafe { WriterId { node: pg_sys::GetSystemIdentifier() % 1_000_000_000, process: pg_sys::MyProcPid as u32 } }
 }
 
 unsafe fn begin(rinfo: *mut pg_sys::ResultRelInfo, plan_targets: *mut pg_sys::List) {

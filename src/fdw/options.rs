@@ -216,7 +216,23 @@ pub fn store_settings(server: &BTreeMap<String, String>, options: BTreeMap<Strin
     }
 }
 
+/// The endpoints the current role may name in user mapping options: any for a superuser, else
+/// those of `hudi.allowed_endpoints` (a superuser setting). Checked when the options are
+/// written, as the role that writes them (mappings a superuser wrote name what it chose).
+fn allowed_endpoints() -> Option<Vec<String>> {
+    // SAFETY: a catalog lookup of the current role, on the main thread.
+    if unsafe { pg_sys::superuser() } {
+        return None;
+    }
+    let allowed = guc::string_value(&guc::ALLOWED_ENDPOINTS);
+    Some(allowed.split(',').map(str::trim).filter(|e| !e.is_empty()).map(str::to_owned).collect())
+}
+
 fn validate_user_mapping(options: &[(String, String)]) {
+    let named: BTreeMap<String, String> = options.iter().cloned().collect();
+    if let Err(e) = storage::access::check_endpoints(&named, allowed_endpoints().as_deref()) {
+        crate::error::report(e);
+    }
     for (name, _) in options {
         let schemes = [storage::Scheme::S3, storage::Scheme::Gcs, storage::Scheme::Azure];
         let known = schemes.into_iter().any(|scheme| storage::is_credential_option(scheme, name));
@@ -302,19 +318,21 @@ fn validate_table_path(value: &str) {
 
 /// An interval as PostgreSQL reads one (`7 days`, `12 hours`), positive.
 fn validate_interval(name: &str, value: &str) {
-    validate_by_sql(name, value, "SELECT $1::pg_catalog.interval > '0'::pg_catalog.interval", "expected a positive interval such as '7 days'")
+    validate_by_sql(name, value, "SELECT $1::pg_catalog.interval OPERATOR(pg_catalog.>) '0'::pg_catalog.interval", "expected a positive interval such as '7 days'")
 }
 
 /// A size as `pg_size_bytes` reads one (`64MB`, `1GB`), positive.
 fn validate_size(name: &str, value: &str) {
-    validate_by_sql(name, value, "SELECT pg_catalog.pg_size_bytes($1) > 0", "expected a positive size such as '64MB'")
+    validate_by_sql(name, value, "SELECT pg_catalog.pg_size_bytes($1) OPERATOR(pg_catalog.>) 0", "expected a positive size such as '64MB'")
 }
 
 /// Refuses `value` unless `query` (of `$1`, the value) answers true; a value PostgreSQL cannot
 /// read at all is refused the same way.
 fn validate_by_sql(name: &str, value: &str, query: &str, expected: &str) {
     let args: Vec<pgrx::datum::DatumWithOid> = vec![value.into()];
-    let valid = PgTryBuilder::new(|| Spi::get_one_with_args::<bool>(query, &args).ok().flatten()).catch_others(|_| None).execute();
+    let check = || crate::role::pinned_search_path(|| Spi::get_one_with_args::<bool>(query, &args).ok().flatten());
+    // In a subtransaction: a value PostgreSQL cannot read is an ERROR, rolled back with it.
+    let valid = crate::role::in_subtransaction(check).ok().flatten();
     if valid != Some(true) {
         bad_value(name, value, expected)
     }

@@ -259,10 +259,16 @@ pub(crate) fn slices_to_read(reader: &TableReader, spec: &ReadSpec, options: &Sc
 /// Plan time: check the declared columns against the table and estimate its size.
 #[pg_guard]
 pub unsafe extern "C-unwind" fn get_foreign_rel_size(
-    _root: *mut pg_sys::PlannerInfo,
+    root: *mut pg_sys::PlannerInfo,
     baserel: *mut pg_sys::RelOptInfo,
     relid: pg_sys::Oid,
 ) {
+    // The executor checks privileges at its start; planning reads the table's storage before
+    // that, and a role that may not read the table must not learn its location or files from
+    // the errors it might raise. The same check, as the executor makes it (with the view
+    // owner's rights for a table below a view), comes first.
+    let rte = *(*root).simple_rte_array.add((*baserel).relid as usize);
+    pg_sys::ExecCheckRTPerms(pg_sys::lappend(std::ptr::null_mut(), rte.cast()), true);
     let table = ForeignHudiTable::of_relation(relid);
     let spec = read_spec(&table);
     let reader = open_for(&table, &spec);

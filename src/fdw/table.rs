@@ -88,6 +88,20 @@ pub fn foreign_table_location(relid: pg_sys::Oid) -> Option<StorageUri> {
     }
 }
 
+/// Whether `relid` is a foreign table of the `hudi_fdw` wrapper (false for any other relation,
+/// and for one that does not exist).
+pub fn is_hudi_table(relid: pg_sys::Oid) -> bool {
+    // SAFETY: catalog lookups on the main thread; other relations are refused first.
+    unsafe {
+        pg_sys::get_rel_relkind(relid) == pg_sys::RELKIND_FOREIGN_TABLE as std::ffi::c_char && {
+            let table = pg_sys::GetForeignTable(relid);
+            let server = pg_sys::GetForeignServer((*table).serverid);
+            let wrapper = pg_sys::GetForeignDataWrapper((*server).fdwid);
+            CStr::from_ptr((*wrapper).fdwname).to_bytes() == b"hudi_fdw"
+        }
+    }
+}
+
 impl ForeignHudiTable {
     /// The table option `name` as a count (the validator accepted only positive integers), or
     /// `default` when it is not set.
@@ -101,13 +115,7 @@ impl ForeignHudiTable {
         // SAFETY: catalog lookups on the main thread.
         unsafe {
             let name = relation_name(relid);
-            let is_hudi = pg_sys::get_rel_relkind(relid) == pg_sys::RELKIND_FOREIGN_TABLE as std::ffi::c_char && {
-                let table = pg_sys::GetForeignTable(relid);
-                let server = pg_sys::GetForeignServer((*table).serverid);
-                let wrapper = pg_sys::GetForeignDataWrapper((*server).fdwid);
-                CStr::from_ptr((*wrapper).fdwname).to_bytes() == b"hudi_fdw"
-            };
-            if !is_hudi {
+            if !is_hudi_table(relid) {
                 crate::error::raise(
                     pgrx::PgSqlErrorCode::ERRCODE_WRONG_OBJECT_TYPE,
                     format!("\"{name}\" is not a hudi_fdw foreign table"),

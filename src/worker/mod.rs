@@ -20,12 +20,13 @@
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, SignalWakeFlags};
+use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder};
 use pgrx::prelude::*;
 
 use crate::guc;
 
 pub(crate) mod services;
+pub mod signals;
 pub mod wake;
 
 /// The launcher's name and its `backend_type` in `pg_stat_activity`.
@@ -51,9 +52,10 @@ pub fn register() {
 #[pg_guard]
 #[unsafe(no_mangle)]
 pub extern "C-unwind" fn pg_hudi_launcher_main(_argument: pg_sys::Datum) {
-    BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
+    signals::attach();
     let database = guc::string_value(&guc::WORKER_DATABASE);
     BackgroundWorker::connect_worker_to_spi(Some(&database), None);
+    crate::role::pin_search_path();
     log!("{LAUNCHER_NAME} started (listing databases from \"{database}\")");
     wake::listen(true);
     let mut launched = Launched::new(Round::Full);
@@ -65,7 +67,7 @@ pub extern "C-unwind" fn pg_hudi_launcher_main(_argument: pg_sys::Datum) {
         if swept.is_none_or(|t| t.elapsed() >= guc::worker_naptime()) {
             // The caches of dropped databases, which no round of theirs will remove.
             let existing = BackgroundWorker::transaction(all_databases);
-            crate::api::lookup::remove_caches_of_dropped_databases(&existing);
+            crate::services::lookup_cache::remove_caches_of_dropped_databases(&existing);
             swept = Some(Instant::now());
         }
         let names: Vec<&str> = databases.iter().map(|(_, name)| name.as_str()).collect();
@@ -98,15 +100,12 @@ pub extern "C-unwind" fn pg_hudi_launcher_main(_argument: pg_sys::Datum) {
         let wake = launched.next_wake(guc::worker_naptime());
         let wake = if cached.is_empty() { wake } else { wake.min(lookups.next_wake(guc::lookup_refresh_interval())) };
         // A worker's start and exit set the latch too (it notifies the launcher).
-        if !BackgroundWorker::wait_latch(Some(wake)) {
+        if !signals::wait(wake) {
             break;
         }
-        if BackgroundWorker::sighup_received() {
-            // SAFETY: called on the launcher's main thread, outside any transaction.
-            unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
-        }
+        signals::reload_if_asked();
     }
-    // wait_latch returns false on SIGTERM or postmaster death; returning exits with status 0,
+    // The wait returns false on SIGTERM or postmaster death; returning exits with status 0,
     // which tells the postmaster not to restart us. Running workers finish their rounds.
     wake::listen(false);
     log!("{LAUNCHER_NAME} exiting");
@@ -291,9 +290,10 @@ fn copy_name(buffer: &mut [std::ffi::c_char], text: &str) {
 #[pg_guard]
 #[unsafe(no_mangle)]
 pub extern "C-unwind" fn pg_hudi_database_worker_main(argument: pg_sys::Datum) {
-    BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
+    signals::attach();
     let (database, round) = Round::of_argument(argument);
     BackgroundWorker::connect_worker_to_spi_by_oid(Some(database), None);
+    crate::role::pin_search_path();
     crate::runtime::in_worker();
     let installed = BackgroundWorker::transaction(|| {
         Spi::get_one::<bool>("SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'pg_hudi')")
@@ -304,7 +304,7 @@ pub extern "C-unwind" fn pg_hudi_database_worker_main(argument: pg_sys::Datum) {
     if !installed {
         // Without the extension (dropped): no caches either.
         wake::set_has_caches(database, false);
-        crate::api::lookup::remove_database_caches();
+        crate::services::lookup_cache::remove_database_caches();
         return;
     }
     if round == Round::Lookup {
@@ -325,7 +325,7 @@ pub extern "C-unwind" fn pg_hudi_database_worker_main(argument: pg_sys::Datum) {
 /// cache is recorded in `hudi.lookup_caches` and logged.
 fn refresh_lookup_caches() {
     BackgroundWorker::transaction(|| {
-        for (relid, outcome) in crate::api::lookup::refresh_all() {
+        for (relid, outcome) in crate::services::lookup_cache::refresh_all() {
             if let Err(e) = outcome {
                 log!("{WORKER_NAME}: refreshing the lookup cache of table {} failed: {e}", crate::fdw::table::relation_name(relid));
             }
@@ -338,7 +338,7 @@ fn refresh_lookup_caches() {
 fn finish_pending_commits() {
     BackgroundWorker::transaction(|| {
         // A stop requested during a storage wait arrives as an ERROR.
-        let finished = services::in_subtransaction(|| {
+        let finished = crate::role::in_subtransaction(|| {
             if crate::intents::table_exists() {
                 for (intent, outcome) in crate::intents::finish_committed(None, false) {
                     log!("{WORKER_NAME}: write {} to {}: {outcome:?}", intent.commit.instant, intent.location);

@@ -9,15 +9,16 @@
 //! ([`crate::activity`]). A failing service is tried
 //! again after a wait that doubles with every failure in a row.
 
-use engine::services::compaction;
 use engine::services::lease::ServiceLease;
 use pgrx::datum::DatumWithOid;
 use pgrx::prelude::*;
 use pgrx::PgRelation;
 
 use crate::activity::ServiceActivity;
+use crate::services::{self, ServiceTable};
 use crate::fdw::table::ForeignHudiTable;
-use crate::guc::{heartbeat_expiry, lock_options};
+use crate::guc::heartbeat_expiry;
+use crate::role::{as_role, in_subtransaction};
 use crate::runtime::block_on;
 
 /// The services, in the order a round runs them: failed writes go before anything plans
@@ -46,81 +47,35 @@ impl Service {
     /// Runs the service on `relid` as the current role: what it did (`None` when nothing was
     /// due), and what holds it back, if anything.
     fn run(self, relid: pg_sys::Oid) -> (Option<String>, Option<String>) {
-        let detail = match self {
+        let table = ServiceTable::open(&relation(relid), self.name());
+        match self {
             Service::Rollback => {
-                let rolled_back: Vec<_> = crate::api::tables::rollback_failed_writes(relation(relid)).collect();
-                (!rolled_back.is_empty()).then(|| {
-                    let instants: Vec<&str> = rolled_back.iter().map(|r| r.0.as_str()).collect();
+                let rolled_back = services::rollback::rollback_failed_writes(&table);
+                let detail = (!rolled_back.is_empty()).then(|| {
+                    let instants: Vec<&str> = rolled_back.iter().map(|r| r.instant.as_str()).collect();
                     format!("rolled back {} failed writes ({})", instants.len(), instants.join(", "))
-                })
+                });
+                (detail, None)
             }
-            Service::Compaction => compact_due(relid),
+            Service::Compaction => (services::compaction::compact_due(&table), None),
             Service::Clean => {
-                let (cleaned, held_back) = crate::api::clean::clean_table(&relation(relid));
+                let (cleaned, held_back) = services::clean::clean_table(&table);
                 let detail = cleaned.map(|c| {
                     format!(
                         "clean {}: deleted {} files ({} bytes); earliest commit to retain {}",
                         c.instant, c.files_deleted, c.bytes_freed, c.earliest_commit_to_retain
                     )
                 });
-                return (detail, held_back);
+                (detail, held_back)
             }
             Service::Archive => {
-                let outcome = crate::api::archive::archive_table(&relation(relid), crate::api::archive::Trigger::AboveMidpoint);
+                let outcome = services::archive::archive(&table, services::archive::Trigger::AboveMidpoint);
                 let detail = outcome
                     .archived
                     .map(|a| format!("archived {} instants ({} commits) from {} to {}", a.actions, a.commits, a.first, a.last));
-                return (detail, outcome.held_back);
+                (detail, outcome.held_back)
             }
-        };
-        (detail, None)
-    }
-}
-
-/// Finishes compactions whose executor stopped, or else compacts the file groups of `relid`
-/// that are due: what it did, `None` when nothing was due.
-fn compact_due(relid: pg_sys::Oid) -> Option<String> {
-    let table = ForeignHudiTable::of_relation(relid);
-    let trigger = compaction_trigger(&table);
-    let (storage, writer) = (table.storage(), crate::fdw::modify::writer_id());
-    // A compaction whose executor crashed is finished first: until then readers
-    // merge its logs and archival cannot pass it.
-    let resumed = block_on(compaction::run_abandoned_compactions(&storage, &writer, &lock_options(), heartbeat_expiry()));
-    let resumed: Vec<String> = resumed
-        .unwrap_or_else(|e| crate::error::report(e))
-        .into_iter()
-        .map(|o| format!("compaction {} (resumed): {} file groups", o.instant, o.file_groups))
-        .collect();
-    if !resumed.is_empty() {
-        return Some(resumed.join("; "));
-    }
-    let scheduled = block_on(compaction::schedule_due_compaction(&storage, &writer, &lock_options(), &trigger));
-    let instant = scheduled.unwrap_or_else(|e| crate::error::report(e))?;
-    let outcome = block_on(compaction::run_compaction(&storage, &instant, &writer, &lock_options(), heartbeat_expiry()));
-    let outcome = outcome.unwrap_or_else(|e| crate::error::report(e));
-    Some(format!("compaction {instant}: {} file groups", outcome.file_groups))
-}
-
-/// Hudi's `hoodie.compact.inline.max.delta.seconds`: a log is compacted within about this long,
-/// also in a file group that gathers no more (archival never passes a log of a latest slice).
-const DEFAULT_COMPACTION_MAX_DELAY: std::time::Duration = std::time::Duration::from_secs(3600);
-
-/// When the file slices of `table` are due for compaction: its options `compaction_delta_commits`
-/// (log files), `compaction_log_bytes` (a size such as '64MB') and `compaction_max_delay` (an
-/// interval, default an hour), whichever comes first.
-fn compaction_trigger(table: &ForeignHudiTable) -> compaction::CompactionTrigger {
-    let sql = |query: &str, option: &str| -> Option<i64> {
-        let value = table.options.get(option)?;
-        let args: Vec<DatumWithOid> = vec![value.as_str().into()];
-        Spi::get_one_with_args::<i64>(query, &args).unwrap_or_else(|e| spi_error(e))
-    };
-    compaction::CompactionTrigger {
-        log_files: table.count_option("compaction_delta_commits", compaction::DEFAULT_DELTA_COMMITS),
-        log_bytes: sql("SELECT pg_catalog.pg_size_bytes($1)", "compaction_log_bytes").map(|b| b.max(1) as u64),
-        max_delay: Some(
-            sql("SELECT (pg_catalog.date_part('epoch', $1::pg_catalog.interval) * 1000)::bigint", "compaction_max_delay")
-                .map_or(DEFAULT_COMPACTION_MAX_DELAY, |ms| std::time::Duration::from_millis(ms.max(1) as u64)),
-        ),
+        }
     }
 }
 
@@ -140,54 +95,6 @@ fn served_tables() -> Vec<(pg_sys::Oid, pg_sys::Oid)> {
             .unwrap_or_else(|e| spi_error(e));
         rows.filter_map(|row| Some((row.get::<pg_sys::Oid>(1).ok()??, row.get::<pg_sys::Oid>(2).ok()??))).collect()
     })
-}
-
-/// Runs `f` in a subtransaction: an ERROR inside rolls it back and comes back as its message.
-pub(crate) fn in_subtransaction<R>(f: impl FnOnce() -> R) -> Result<R, String> {
-    // SAFETY: the pattern PL/pgSQL uses for exception blocks, on the main thread inside a
-    // transaction: the memory context and resource owner are restored on both paths.
-    unsafe {
-        let context = pg_sys::CurrentMemoryContext;
-        let owner = pg_sys::CurrentResourceOwner;
-        pg_sys::BeginInternalSubTransaction(std::ptr::null());
-        pg_sys::MemoryContextSwitchTo(context);
-        // The closure runs once, and what it touched is rolled back with the subtransaction.
-        PgTryBuilder::new(std::panic::AssertUnwindSafe(|| {
-            let result = f();
-            pg_sys::ReleaseCurrentSubTransaction();
-            pg_sys::MemoryContextSwitchTo(context);
-            pg_sys::CurrentResourceOwner = owner;
-            Ok(result)
-        }))
-        .catch_others(|error| {
-            pg_sys::MemoryContextSwitchTo(context);
-            pg_sys::RollbackAndReleaseCurrentSubTransaction();
-            pg_sys::MemoryContextSwitchTo(context);
-            pg_sys::CurrentResourceOwner = owner;
-            Err(match &error {
-                pg_sys::panic::CaughtError::PostgresError(report) | pg_sys::panic::CaughtError::ErrorReport(report) => {
-                    report.message().to_owned()
-                }
-                pg_sys::panic::CaughtError::RustPanic { ereport, .. } => ereport.message().to_owned(),
-            })
-        })
-        .execute()
-    }
-}
-
-/// Runs `f` as `role`, as a SECURITY DEFINER function owned by it would.
-pub(crate) fn as_role<R>(role: pg_sys::Oid, f: impl FnOnce() -> R) -> R {
-    let (mut user, mut context) = (pg_sys::Oid::INVALID, 0);
-    // SAFETY: saving and restoring the user id, on the main thread inside a transaction; an
-    // ERROR inside resets it with the subtransaction's abort.
-    unsafe {
-        pg_sys::GetUserIdAndSecContext(&mut user, &mut context);
-        pg_sys::SetUserIdAndSecContext(role, context | pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32);
-    }
-    let result = f();
-    // SAFETY: as above.
-    unsafe { pg_sys::SetUserIdAndSecContext(user, context) };
-    result
 }
 
 /// `relid`, opened for a service call (which checks ownership and options again).
@@ -305,7 +212,7 @@ fn lease_of(relid: pg_sys::Oid, held: Option<ServiceLease>) -> Option<ServiceLea
             // Only where a table is: a lease would create its location.
             block_on(async {
                 engine::table::load_config(&storage).await?;
-                ServiceLease::take(&storage, &crate::fdw::modify::writer_id().owner(), duration).await
+                ServiceLease::take(&storage, &crate::writer::writer_id().owner(), duration).await
             })
         }
     };
@@ -324,6 +231,9 @@ enum Step {
     Skipped,
     /// Another process holds the table's service lease: the table waits for the next round.
     Leased,
+    /// A session holds a lock on the foreign table that excludes readers (an open ALTER
+    /// FOREIGN TABLE): the table waits for the next round, the others do not wait for it.
+    Busy,
     /// Ran: what it did, or its error, and then the wait before the next attempt.
     Ran(String, Result<Option<String>, String>, Option<std::time::Duration>),
 }
@@ -361,6 +271,12 @@ pub fn run_round() {
                 let exists = Spi::get_one_with_args::<bool>("SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class WHERE oid = $1)", &args);
                 if !exists.ok().flatten().unwrap_or(false) || !is_due(relid, service) {
                     return Step::Skipped;
+                }
+                // As autovacuum does: a table someone holds is skipped, not waited for. The
+                // lock is kept until the end of this service's transaction.
+                // SAFETY: the lock manager, on the main thread inside a transaction.
+                if !unsafe { pg_sys::ConditionalLockRelationOid(relid, pg_sys::AccessShareLock as pg_sys::LOCKMODE) } {
+                    return Step::Busy;
                 }
                 let started = Spi::get_one::<pgrx::datum::TimestampWithTimeZone>("SELECT pg_catalog.clock_timestamp()")
                     .unwrap_or_else(|e| spi_error(e))
@@ -405,6 +321,10 @@ pub fn run_round() {
                     wait.unwrap_or_default().as_secs()
                 ),
                 Step::Leased => break,
+                Step::Busy => {
+                    debug1!("{}: table {} is locked; its services wait for the next round", super::WORKER_NAME, crate::fdw::table::relation_name(relid));
+                    break;
+                }
                 Step::Ran(..) | Step::Skipped => {}
             }
         }

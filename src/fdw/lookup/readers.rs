@@ -46,6 +46,11 @@ pub fn committed(relid: pg_sys::Oid, completion: &str) {
 /// lookup: this session's latest, and under `lookup_max_lag` the table's latest when the
 /// cache misses one older than that. `Err(())`: read the lake instead.
 pub(super) unsafe fn freshness_target(relid: pg_sys::Oid, position: &str) -> Result<Option<String>, ()> {
+    // The last refresh failed (hudi.lookup_caches shows why): the cache may stay behind for
+    // as long as it keeps failing, so the lake answers until a refresh succeeds.
+    if last_refresh_failed(relid) {
+        return Err(());
+    }
     let own = COMMITTED.with(|c| c.borrow().get(&relid.to_u32()).cloned()).filter(|c| c.as_str() > position);
     let options = crate::fdw::table::options_of((*pg_sys::GetForeignTable(relid)).options);
     let Some(max_lag) = options.get("lookup_max_lag") else { return Ok(own) };
@@ -74,10 +79,25 @@ pub(super) unsafe fn freshness_target(relid: pg_sys::Oid, position: &str) -> Res
     }
 }
 
+/// Whether the last refresh of `relid`'s cache failed.
+fn last_refresh_failed(relid: pg_sys::Oid) -> bool {
+    let args: Vec<pgrx::datum::DatumWithOid> = vec![relid.into()];
+    crate::role::as_pg_hudi(|| {
+        pgrx::Spi::get_one_with_args::<bool>(
+            "SELECT state OPERATOR(pg_catalog.=) 'failed' FROM hudi.lookup_cache_state WHERE relation OPERATOR(pg_catalog.=) $1",
+            &args,
+        )
+    })
+    .ok()
+    .flatten()
+    .unwrap_or(false)
+}
+
 /// An interval option in milliseconds, as PostgreSQL reads it.
 fn interval_ms(value: &str) -> f64 {
     let args: Vec<pgrx::datum::DatumWithOid> = vec![value.into()];
-    pgrx::Spi::get_one_with_args::<f64>("SELECT pg_catalog.date_part('epoch', $1::pg_catalog.interval)::float8 * 1000", &args)
+    let query = "SELECT pg_catalog.date_part('epoch', $1::pg_catalog.interval)::pg_catalog.float8 OPERATOR(pg_catalog.*) 1000";
+    crate::role::pinned_search_path(|| pgrx::Spi::get_one_with_args::<f64>(query, &args))
         .ok()
         .flatten()
         .unwrap_or(f64::INFINITY)
@@ -128,7 +148,7 @@ unsafe extern "C-unwind" fn remove_reader_dirs(_code: i32, _arg: pg_sys::Datum) 
 fn reader_dir(relid: pg_sys::Oid) -> PathBuf {
     // SAFETY: a plain read of a backend global.
     let pid = unsafe { pg_sys::MyProcPid };
-    let dir = crate::api::lookup::cache_root(relid).join("readers").join(pid.to_string());
+    let dir = crate::services::lookup_cache::cache_root(relid).join("readers").join(pid.to_string());
     READER_DIRS.with(|dirs| {
         let mut dirs = dirs.borrow_mut();
         if dirs.is_empty() {
@@ -146,7 +166,7 @@ fn reader_dir(relid: pg_sys::Oid) -> PathBuf {
 /// statement); `false` when the table has no loaded cache (or it cannot be read: the lake
 /// answers then). `table_schema` gives the table's columns when a generation must be opened.
 pub(super) fn refresh_open(relid: pg_sys::Oid, catch_up: bool, table_schema: &mut dyn FnMut() -> SchemaRef) -> bool {
-    let generations = CacheGenerations::new(&crate::api::lookup::cache_root(relid));
+    let generations = CacheGenerations::new(&crate::services::lookup_cache::cache_root(relid));
     let Ok(Some(generation)) = generations.current() else {
         OPEN.with(|open| open.borrow_mut().remove(&relid.to_u32()));
         return false;

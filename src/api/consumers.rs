@@ -1,0 +1,129 @@
+//! The positions of `hudi.consume`'s consumers (`hudi.consumer_positions`, one row per table,
+//! role and consumer). Roles read their own rows but change them only through these
+//! functions, which `hudi.consume` calls: a position is always the start (`''`) or a commit
+//! of the table that exists, moves only forward, and is stamped with the time it moved. (When
+//! roles could write the rows, a position far in the future or an `updated_at` of 'infinity'
+//! held cleaning back for every reader of the table, or made every clean fail.)
+
+use pgrx::datum::DatumWithOid;
+use pgrx::prelude::*;
+use pgrx::PgSqlErrorCode;
+
+use crate::api::args::{hudi_table, name, required, RegClass};
+use crate::error::raise;
+use crate::fdw::table::ForeignHudiTable;
+use crate::role::as_pg_hudi;
+
+/// The longest consumer name.
+const MAX_CONSUMER_NAME: usize = 200;
+
+fn spi_error(e: pgrx::spi::SpiError) -> ! {
+    crate::error::spi_failed("consumer positions", e)
+}
+
+/// The incremental table `changes` and `consumer`, checked for the current role: it must be
+/// a `hudi_fdw` table the role may read.
+fn consumer_of(changes: Option<RegClass>, consumer: Option<&str>) -> (pg_sys::Oid, String) {
+    let table = hudi_table(changes);
+    ForeignHudiTable::for_function(table.oid());
+    let consumer = name(consumer, "consumer");
+    if consumer.len() > MAX_CONSUMER_NAME {
+        raise(PgSqlErrorCode::ERRCODE_NAME_TOO_LONG, format!("a consumer name has at most {MAX_CONSUMER_NAME} bytes"), None);
+    }
+    (table.oid(), consumer.to_owned())
+}
+
+/// The current role's position of `consumer` on `changes` (`''` for a new one, which this
+/// creates), locked until the end of the transaction: concurrent calls of one consumer queue.
+#[pg_extern(volatile)]
+fn claim_consumer_position(changes: Option<RegClass>, consumer: Option<&str>) -> String {
+    let (relid, consumer) = consumer_of(changes, consumer);
+    // SAFETY: a plain read of the backend's current user.
+    let role = unsafe { pg_sys::GetUserId() };
+    let args: Vec<DatumWithOid> = vec![relid.into(), role.into(), consumer.as_str().into()];
+    as_pg_hudi(|| {
+        Spi::connect_mut(|client| {
+            client
+                .update(
+                    "INSERT INTO hudi.consumer_positions (relation, role, consumer, position, updated_at) \
+                     VALUES ($1, $2, $3, '', pg_catalog.now()) ON CONFLICT DO NOTHING",
+                    None,
+                    &args,
+                )
+                .unwrap_or_else(|e| spi_error(e));
+            client
+                .update(
+                    "SELECT position FROM hudi.consumer_positions WHERE relation OPERATOR(pg_catalog.=) $1 \
+                     AND role OPERATOR(pg_catalog.=) $2 AND consumer OPERATOR(pg_catalog.=) $3 FOR UPDATE",
+                    None,
+                    &args,
+                )
+                .unwrap_or_else(|e| spi_error(e))
+                .first()
+                .get_one::<String>()
+                .unwrap_or_else(|e| spi_error(e))
+                .unwrap_or_default()
+        })
+    })
+}
+
+/// The latest completed commit of `relid`: how far a position may move.
+fn latest_commit(relid: pg_sys::Oid) -> Option<String> {
+    let reader = ForeignHudiTable::for_function(relid).open_reader();
+    let timeline = reader.timeline();
+    timeline.completed_writes().filter_map(|i| timeline.completion_time(&i.timestamp)).max().map(str::to_owned)
+}
+
+/// Moves the current role's position of `consumer` on `changes` to `position`, a commit of the
+/// table (at most its latest) not before the current position, and stamps it now. The
+/// position is claimed first ([`claim_consumer_position`]).
+#[pg_extern(volatile)]
+fn advance_consumer_position(changes: Option<RegClass>, consumer: Option<&str>, position: Option<&str>) {
+    let position = required(position, "position");
+    let current = claim_consumer_position(changes, consumer);
+    let (relid, consumer) = consumer_of(changes, consumer);
+    if position < current.as_str() {
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("position {position} is before the consumer's position {current}"),
+            None,
+        );
+    }
+    set_position(relid, &consumer, Some(position));
+}
+
+/// Sets the current role's `consumer` of `relid` to `position` (`None`: removes it), which
+/// must be `''` or a completion time of the table no later than its latest commit.
+fn set_position(relid: pg_sys::Oid, consumer: &str, position: Option<&str>) {
+    if let Some(position) = position.filter(|p| !p.is_empty()) {
+        if !engine::timeline::instant::is_instant_time(position) || latest_commit(relid).is_none_or(|latest| position > latest.as_str()) {
+            raise(
+                PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+                format!("position \"{position}\" is not a commit of the table"),
+                Some("A position is '' (the start) or a completion time no later than hudi.latest_commit(table).".into()),
+            );
+        }
+    }
+    // SAFETY: a plain read of the backend's current user.
+    let role = unsafe { pg_sys::GetUserId() };
+    let args: Vec<DatumWithOid> = vec![relid.into(), role.into(), consumer.into(), position.into()];
+    let statement = if position.is_some() {
+        "INSERT INTO hudi.consumer_positions AS p (relation, role, consumer, position, updated_at) \
+         VALUES ($1, $2, $3, $4, pg_catalog.now()) \
+         ON CONFLICT (relation, role, consumer) DO UPDATE SET position = excluded.position, updated_at = excluded.updated_at"
+    } else {
+        "DELETE FROM hudi.consumer_positions WHERE relation OPERATOR(pg_catalog.=) $1 AND role OPERATOR(pg_catalog.=) $2 \
+         AND consumer OPERATOR(pg_catalog.=) $3 AND $4::pg_catalog.text IS NULL"
+    };
+    as_pg_hudi(|| Spi::run_with_args(statement, &args)).unwrap_or_else(|e| spi_error(e));
+}
+
+/// `hudi.reset_consumer(changes, consumer, position)`: sets the current role's position of
+/// `consumer` on `changes` to `position` — `''`, the start, or a completion time of the table
+/// no later than its latest commit — to read changes again from there; without a position
+/// (NULL) the consumer is removed (a later `hudi.consume` starts from the start).
+#[pg_extern(volatile)]
+fn reset_consumer(changes: Option<RegClass>, consumer: Option<&str>, position: default!(Option<&str>, "NULL")) {
+    let (relid, consumer) = consumer_of(changes, consumer);
+    set_position(relid, &consumer, position);
+}
