@@ -562,3 +562,21 @@ def test_a_locked_table_does_not_stall_the_others(shared, cluster):
     assert conn.execute(checked, ("customers",)).fetchone() == (0,)
     locker.execute("COMMIT")
     wait_for("the table once unlocked", lambda: conn.execute(checked, ("customers",)).fetchone() == (4,), timeout=60)
+
+
+def test_names_in_any_script_round_trip_and_control_characters_are_refused(shared, cluster):
+    """A table name outside the Basic Multilingual Plane was stored as Java stores it (a UTF-16
+    surrogate pair) but read back as two U+FFFD, so the table's checksum no longer matched; a
+    newline in a name was accepted and broke the Avro namespace and the log lines."""
+    conn, root = shared
+    for name in ("t😀", "表格", "naïve̊", "שלום"):
+        conn.execute(f'CREATE FOREIGN TABLE "{name}" ({COLUMNS}) SERVER lake OPTIONS (path %s, {KEYS})'.replace("%s", f"'{name}'"))
+        conn.execute(f"SELECT hudi.create_table('\"{name}\"')")
+        conn.execute(f'INSERT INTO "{name}" VALUES (1, %s, \'nl\', now())', (name,))
+        assert conn.execute(f'SELECT name FROM "{name}"').fetchall() == [(name,)]
+        properties = dict(conn.execute("SELECT key, value FROM hudi.table_properties(%s)", (f"file://{root}/{name}",)).fetchall())
+        assert properties["hoodie.table.name"] == name
+    conn.execute(f'CREATE FOREIGN TABLE "bad\nname" ({COLUMNS}) SERVER lake OPTIONS (path \'bad\', {KEYS})')
+    assert refused(conn, "SELECT hudi.create_table(E'\"bad\\nname\"')") == "22023"
+    assert not (root / "bad").exists()
+    no_panics(cluster)
