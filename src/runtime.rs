@@ -20,6 +20,11 @@ pub fn in_worker() {
     IN_WORKER.with(|w| w.set(true));
 }
 
+/// Whether this process is the background worker.
+pub fn is_worker() -> bool {
+    IN_WORKER.with(|w| w.get())
+}
+
 /// In the worker: whether it was asked to stop (SIGTERM) or lost its postmaster, and should
 /// end its round and exit; a wait in [`block_on`] that notices it ends with an ERROR. Once
 /// true, true for good, so that later waits (giving up a lease) still know the worker is

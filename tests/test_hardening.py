@@ -580,3 +580,44 @@ def test_names_in_any_script_round_trip_and_control_characters_are_refused(share
     assert refused(conn, "SELECT hudi.create_table(E'\"bad\\nname\"')") == "22023"
     assert not (root / "bad").exists()
     no_panics(cluster)
+
+
+def test_an_unreachable_store_does_not_hold_up_the_other_tables(shared, cluster):
+    """The worker serves a database's tables in turn. A table whose store accepts connections
+    and never answers held the others up for its server's whole retry time, once per service.
+    The worker retries a request for at most 30 s, and a table whose lease it cannot take
+    waits for the next round with all its services."""
+    import socket
+    conn, root = shared
+    hanging = socket.socket()
+    hanging.bind(("127.0.0.1", 0))
+    hanging.listen(64)
+    held = []
+
+    def hold_connections():
+        try:
+            while True:
+                held.append(hanging.accept())  # and never answer
+        except OSError:
+            pass  # closed at the end of the test
+    threading.Thread(target=hold_connections, daemon=True).start()
+    port = hanging.getsockname()[1]
+    try:
+        conn.execute("CREATE SERVER dead FOREIGN DATA WRAPPER hudi_fdw OPTIONS (base_uri 's3://bucket/lake', "
+                     "request_timeout '2s', retry_timeout '10min', max_retries '100')")
+        conn.execute("CREATE USER MAPPING FOR PUBLIC SERVER dead OPTIONS (aws_access_key_id 'k', aws_secret_access_key 's', "
+                     f"aws_region 'us-east-1', aws_allow_http 'true', aws_endpoint 'http://127.0.0.1:{port}')")
+        # First in the worker's order (its oid is lower than the next table's).
+        conn.execute(f"CREATE FOREIGN TABLE stuck ({COLUMNS}) SERVER dead OPTIONS (path 't', {KEYS}, services 'auto')")
+        conn.execute(f"CREATE FOREIGN TABLE fine ({COLUMNS}) SERVER lake OPTIONS (path 'fine', {KEYS})")
+        conn.execute("SELECT hudi.create_table('fine')")
+        started = time.monotonic()
+        serve_databases(conn)
+        checked = "SELECT count(*) FROM hudi.service_state WHERE relation = 'fine'::regclass AND last_checked IS NOT NULL"
+        wait_for("the other table's services", lambda: conn.execute(checked).fetchone() == (4,), timeout=120)
+        assert time.monotonic() - started < 90
+        # Its first service failed to take the lease; the others were not tried.
+        failed = conn.execute("SELECT service, failures > 0 FROM hudi.service_state WHERE relation = 'stuck'::regclass").fetchall()
+        assert failed == [("rollback", True)], failed
+    finally:
+        hanging.close()

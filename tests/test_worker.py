@@ -397,11 +397,12 @@ def test_a_commit_wakes_the_worker(lake, cluster):
     conn.execute("SELECT hudi.create_table('quiet')")
     conn.execute("ALTER FOREIGN TABLE customers OPTIONS (ADD compaction_delta_commits '2')")
     # The round that serving the database starts: it ends with this table (the last by oid),
-    # whose every service fails and then waits two naps.
+    # whose lease cannot be taken (no table there): its first service fails, and it waits two
+    # naps with all its services.
     conn.execute("CREATE FOREIGN TABLE broken (id bigint) SERVER lake OPTIONS (path 'nowhere', services 'auto')")
     serve_databases(conn, naptime=3600)
     assert wait_for(lambda: conn.execute("SELECT count(*) FROM hudi.service_history WHERE \"table\" = 'broken'::regclass "
-                                         "AND service = 'archive'").fetchone()[0] == 1), "the first round ended"
+                                         "AND service = 'rollback'").fetchone()[0] == 1), "the first round ended"
     for n in range(3):
         conn.execute("INSERT INTO quiet SELECT g, 'v' FROM generate_series(1, 10) g")
     for n in range(2):

@@ -19,6 +19,9 @@ use crate::guc;
 
 pub const SERVER_OPTIONS: &[&str] =
     &["base_uri", "credential_chain", "max_retries", "retry_timeout", "request_timeout", "connect_timeout"];
+/// The longest the background worker retries one storage request (a server's `retry_timeout`
+/// applies below it).
+pub const WORKER_RETRY_TIMEOUT: Duration = Duration::from_secs(30);
 /// Upper bound for `max_retries`: beyond it a request would outlast any `retry_timeout` worth having.
 pub const MAX_RETRIES: usize = 100;
 pub const TABLE_OPTIONS: &[&str] = &[
@@ -204,12 +207,15 @@ fn parse_duration(value: &str) -> Option<Duration> {
 pub fn store_settings(server: &BTreeMap<String, String>, options: BTreeMap<String, String>) -> StoreSettings {
     let duration = |name: &str| server.get(name).and_then(|v| parse_duration(v));
     let defaults = RetrySettings::default();
+    let retry_timeout = duration("retry_timeout").unwrap_or(defaults.retry_timeout);
     StoreSettings {
         options,
         credential_chain: server.get("credential_chain").and_then(|v| parse_bool(v)).unwrap_or(false),
         retry: RetrySettings {
             max_retries: server.get("max_retries").and_then(|v| v.trim().parse().ok()).unwrap_or(defaults.max_retries),
-            retry_timeout: duration("retry_timeout").unwrap_or(defaults.retry_timeout),
+            // The worker serves every table of its database in turn: one table's unreachable
+            // store must not hold the others up for the store's full retry time per request.
+            retry_timeout: if crate::runtime::is_worker() { retry_timeout.min(WORKER_RETRY_TIMEOUT) } else { retry_timeout },
             request_timeout: duration("request_timeout"),
             connect_timeout: duration("connect_timeout"),
         },

@@ -236,6 +236,9 @@ enum Step {
     Busy,
     /// Ran: what it did, or its error, and then the wait before the next attempt.
     Ran(String, Result<Option<String>, String>, Option<std::time::Duration>),
+    /// The lease could not be taken (the store is unreachable, or the table is not there):
+    /// as `Ran` with an error, and the table's other services are not tried this round.
+    Unreachable(String, Result<Option<String>, String>, Option<std::time::Duration>),
 }
 
 /// Records what holds `service` of `relid` back (`None`: nothing), when that changed.
@@ -290,11 +293,13 @@ pub fn run_round() {
                     match taken {
                         Ok(Some(taken)) => lease = Some(taken),
                         Ok(None) => return Step::Leased,
-                        // Unreachable storage or no table there: this service's failure.
+                        // Unreachable storage or no table there: this service's failure,
+                        // and the table's other services wait for the next round (each would
+                        // wait out the same store's retries, and hold up the other tables).
                         Err(error) => {
                             let outcome = Err(error);
                             let wait = record(relid, service, started, &outcome);
-                            return Step::Ran(crate::fdw::table::relation_name(relid), outcome, wait);
+                            return Step::Unreachable(crate::fdw::table::relation_name(relid), outcome, wait);
                         }
                     }
                 }
@@ -312,9 +317,10 @@ pub fn run_round() {
                 let wait = record(relid, service, started, &outcome);
                 Step::Ran(crate::fdw::table::relation_name(relid), outcome, wait)
             }));
+            let unreachable = matches!(step, Step::Unreachable(..));
             match step {
                 Step::Ran(name, Ok(Some(detail)), _) => log!("{}: table {name}: {detail}", super::WORKER_NAME),
-                Step::Ran(name, Err(e), wait) => log!(
+                Step::Ran(name, Err(e), wait) | Step::Unreachable(name, Err(e), wait) => log!(
                     "{}: {} of table {name} failed: {e}; next attempt in {} s",
                     super::WORKER_NAME,
                     service.name(),
@@ -325,7 +331,10 @@ pub fn run_round() {
                     debug1!("{}: table {} is locked; its services wait for the next round", super::WORKER_NAME, crate::fdw::table::relation_name(relid));
                     break;
                 }
-                Step::Ran(..) | Step::Skipped => {}
+                Step::Ran(..) | Step::Unreachable(..) | Step::Skipped => {}
+            }
+            if unreachable {
+                break;
             }
         }
         // Also when stopping: another server need not wait out the lease. A stop noticed
