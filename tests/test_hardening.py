@@ -356,8 +356,9 @@ def test_an_idle_cache_creates_no_files(shared, cluster):
     before = files()
     refreshed = "SELECT refreshed_at FROM hudi.lookup_cache_state"
     seen = {conn.execute(refreshed).fetchone()[0]}
-    # Fifty rounds of the worker (each stamps the cache's state).
-    wait_for("fifty lookup rounds", lambda: seen.add(conn.execute(refreshed).fetchone()[0]) or len(seen) > 50, timeout=60)
+    # Sixty rounds of the worker (each stamps the cache's state): a minute of rounds at the
+    # default hudi.lookup_refresh_interval (an idle cache grew by about 60 files a minute).
+    wait_for("sixty lookup rounds", lambda: seen.add(conn.execute(refreshed).fetchone()[0]) or len(seen) > 60, timeout=60)
     assert files() == before
 
 
