@@ -14,7 +14,7 @@ from servers import Cluster, S3Server  # noqa: E402
 
 TABLE = """CREATE FOREIGN TABLE customers (id bigint, name text, country text, balance numeric(12, 2),
              ts timestamptz) SERVER lake
-           OPTIONS (path 'customers', primary_key 'id', ordering_field 'ts', partition_by 'country', buckets '4')"""
+           OPTIONS (path 'customers', primary_key 'id,country', ordering_field 'ts', partition_by 'country', buckets '4')"""
 
 
 def show(title, servers):

@@ -1,16 +1,22 @@
--- hudi.consume(table, consumer): exactly-once pulls of changes for pipelines.
+-- hudi.consume(table, consumer [, start_from]): exactly-once pulls of changes for pipelines.
 --
 --   SELECT * FROM hudi.consume(NULL::customer_changes, 'etl');
+--   SELECT * FROM hudi.consume(NULL::customer_changes, 'alerts', start_from => 'latest');
 --
 -- `customer_changes` is a hudi_fdw foreign table with query_type 'incremental' (declare
 -- _hoodie_operation to see 'I', 'U' and 'D'). Each call returns the rows changed since the
 -- consumer's position and moves the position to the latest commit, in the caller's
 -- transaction: ROLLBACK replays the same changes, COMMIT acknowledges them. Concurrent calls
 -- of one consumer on one table queue on the position row. The caller needs SELECT on the
--- table; the function runs with the caller's privileges.
+-- table; the function runs with the caller's privileges. A new consumer starts from
+-- `start_from`: 'earliest' (the default: the whole history the timeline still holds),
+-- 'latest' (changes committed after its first call), or an instant or timestamp (changes
+-- completed after it). The range read is the consumer's, whatever hudi.start_instant and
+-- hudi.end_instant say.
 
 -- Positions are per role: a role sees only its own (row-level security below), and changes
--- them only through hudi.consume (hudi.claim_consumer_position, hudi.advance_consumer_position)
+-- them only through hudi.consume (hudi_internal.claim_consumer_position and
+-- hudi_internal.advance_consumer_position)
 -- and hudi.reset_consumer, which check that the role may read the table and that a position is
 -- the start ('') or a commit of the table. Every role with SELECT on a table can consume it, and
 -- no role can read, move or forge another's position, nor one that holds cleaning back.
@@ -29,7 +35,7 @@ CREATE POLICY own_positions ON hudi.consumer_positions FOR SELECT
 REVOKE ALL ON hudi.consumer_positions FROM PUBLIC;
 GRANT SELECT ON hudi.consumer_positions TO PUBLIC;
 
-CREATE FUNCTION hudi.consume(changes anyelement, consumer text)
+CREATE FUNCTION hudi.consume(changes anyelement, consumer text, start_from text DEFAULT 'earliest')
 RETURNS SETOF anyelement
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -53,8 +59,8 @@ BEGIN
         RAISE EXCEPTION 'permission denied for foreign table %', rel
             USING ERRCODE = 'insufficient_privilege';
     END IF;
-    last_position := hudi.claim_consumer_position(rel, consumer);
-    stop := hudi.latest_commit(rel);
+    last_position := hudi_internal.claim_consumer_position(rel, consumer, start_from);
+    SELECT l.completion_time INTO stop FROM hudi.latest_commit(rel) l;
     IF stop IS NULL OR stop <= last_position THEN
         RETURN;
     END IF;
@@ -63,8 +69,8 @@ BEGIN
     RETURN QUERY EXECUTE format('SELECT * FROM %s', rel);
     PERFORM set_config('hudi.start_instant', coalesce(saved_start, ''), true);
     PERFORM set_config('hudi.end_instant', coalesce(saved_end, ''), true);
-    PERFORM hudi.advance_consumer_position(rel, consumer, stop);
+    PERFORM hudi_internal.advance_consumer_position(rel, consumer, stop);
 END
 $$;
-COMMENT ON FUNCTION hudi.consume(anyelement, text) IS
-  'Changes of an incremental hudi_fdw table since the consumer''s position; the position moves in the same transaction';
+COMMENT ON FUNCTION hudi.consume(anyelement, text, text) IS
+  'Changes of an incremental hudi_fdw table since the consumer''s position (a new one starts from start_from: earliest, latest, an instant or a timestamp); the position moves in the same transaction';

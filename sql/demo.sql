@@ -43,7 +43,7 @@ SELECT count(*) AS nothing_new FROM hudi.consume(NULL::trip_changes, 'demo');
 \echo '-- writing: a new merge-on-read table, upserts from SQL, read back merged'
 DROP FOREIGN TABLE IF EXISTS customers;
 CREATE FOREIGN TABLE customers (id bigint, name text, country text, ts timestamptz)
-  SERVER lake OPTIONS (path 'customers', primary_key 'id', ordering_field 'ts',
+  SERVER lake OPTIONS (path 'customers', primary_key 'id,country', ordering_field 'ts',
                        partition_by 'country', buckets '4');
 SELECT hudi.create_table('customers');
 INSERT INTO customers SELECT g, 'customer ' || g, (ARRAY['nl', 'be', 'fr'])[1 + g % 3], now()

@@ -38,18 +38,19 @@ REVOKE ALL ON hudi.lookup_cache_state FROM PUBLIC;
 -- lag_commits, lag_seconds: the table's completed commits the cache does not hold, and the time
 -- from the cached commit's completion to the latest one's.
 CREATE VIEW hudi.lookup_caches AS
-SELECT k.relation::regclass AS "table", k.keys, k.kind, k.columns,
-       s.position AS cached_instant, lag.commits AS lag_commits, lag.seconds AS lag_seconds,
-       s.generation, s.rows,
-       hudi.lookup_cache_bytes(k.relation) AS bytes,
+SELECT k.relation::regclass AS relation, k.keys, k.kind, k.columns,
+       COALESCE(c.position, s.position) AS cached_instant, lag.commits AS lag_commits, lag.seconds AS lag_seconds,
+       s.generation, COALESCE(c.rows, s.rows) AS rows,
+       hudi_internal.lookup_cache_bytes(k.relation) AS bytes,
        CASE WHEN p.progress IS NULL THEN COALESCE(s.state, 'loading')
             WHEN s.generation IS NULL THEN 'loading'
             ELSE 'rebuilding' END AS state,
        p.progress, s.error, s.loaded_at, s.refreshed_at
 FROM hudi.lookup_cache_keys k
 LEFT JOIN hudi.lookup_cache_state s ON s.relation = k.relation
-CROSS JOIN LATERAL (SELECT hudi.lookup_cache_progress(k.relation) AS progress) p
-CROSS JOIN LATERAL hudi.lookup_cache_lag(k.relation, s.position) lag
-WHERE hudi.may_see_services(k.relation)
+CROSS JOIN LATERAL (SELECT hudi_internal.lookup_cache_progress(k.relation) AS progress) p
+CROSS JOIN LATERAL hudi_internal.lookup_cache_position(k.relation) c
+CROSS JOIN LATERAL hudi_internal.lookup_cache_lag(k.relation, COALESCE(c.position, s.position)) lag
+WHERE hudi_internal.may_see_services(k.relation)
 ORDER BY k.relation::regclass::text, k.keys;
 GRANT SELECT ON hudi.lookup_caches TO PUBLIC;

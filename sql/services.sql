@@ -38,7 +38,7 @@ CREATE INDEX ON hudi.service_runs (relation, id);
 REVOKE ALL ON hudi.service_runs FROM PUBLIC;
 
 -- Tables a role may see the services of.
-CREATE FUNCTION hudi.may_see_services(relation oid) RETURNS boolean
+CREATE FUNCTION hudi_internal.may_see_services(relation oid) RETURNS boolean
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT EXISTS (SELECT 1 FROM pg_class c WHERE c.oid = relation
@@ -47,7 +47,7 @@ $$;
 
 CREATE VIEW hudi.table_services AS
 WITH served AS (
-    SELECT c.oid AS relation, c.oid::regclass AS "table", s.n, s.service
+    SELECT c.oid AS relation, s.n, s.service
     FROM pg_catalog.pg_foreign_table t
     JOIN pg_catalog.pg_class c ON c.oid = t.ftrelid
     JOIN pg_catalog.pg_foreign_server fs ON fs.oid = t.ftserver
@@ -58,7 +58,7 @@ WITH served AS (
     SELECT a.pid, a.query, a.query_start FROM pg_catalog.pg_stat_activity a
     WHERE a.datname = pg_catalog.current_database() AND a.state = 'active' AND a.query LIKE 'pg_hudi: %'
 )
-SELECT served."table", served.service,
+SELECT served.relation::regclass AS relation, served.service,
        CASE WHEN r.pid IS NOT NULL THEN 'running'
             WHEN st.failures > 0 THEN 'failed'
             ELSE 'idle' END AS state,
@@ -74,13 +74,13 @@ SELECT served."table", served.service,
 FROM served
 LEFT JOIN hudi.service_state st ON st.relation = served.relation AND st.service = served.service
 LEFT JOIN running r ON pg_catalog.starts_with(r.query, pg_catalog.format('pg_hudi: %s of %s ', served.service, served.relation))
-WHERE hudi.may_see_services(served.relation)
-ORDER BY served."table"::text, served.n;
+WHERE hudi_internal.may_see_services(served.relation)
+ORDER BY served.relation::regclass::text, served.n;
 GRANT SELECT ON hudi.table_services TO PUBLIC;
 
 CREATE VIEW hudi.service_history AS
-SELECT r.relation::regclass AS "table", r.service, r.started, r.finished, r.finished - r.started AS duration,
+SELECT r.relation::regclass AS relation, r.service, r.started, r.finished, r.finished - r.started AS duration,
        r.outcome, r.detail
 FROM hudi.service_runs r
-WHERE hudi.may_see_services(r.relation);
+WHERE hudi_internal.may_see_services(r.relation);
 GRANT SELECT ON hudi.service_history TO PUBLIC;

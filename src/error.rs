@@ -49,6 +49,12 @@ pub fn raise(code: PgSqlErrorCode, message: impl Into<String>, hint: Option<Stri
     unreachable!("ERROR does not return")
 }
 
+/// [`raise`] with a DETAIL line.
+pub fn raise_with_detail(code: PgSqlErrorCode, message: impl Into<String>, detail: impl Into<String>, hint: impl Into<String>) -> ! {
+    ErrorReport::new(code, message.into(), "pg_hudi").set_detail(detail.into()).set_hint(hint.into()).report(PgLogLevel::ERROR);
+    unreachable!("ERROR does not return")
+}
+
 /// `engine::Result` → value, or an ERROR through [`report`].
 pub trait OrReport<T> {
     fn or_report(self) -> T;

@@ -241,7 +241,7 @@ pub fn register() {
     GucRegistry::define_string_guc(
         c"hudi.start_instant",
         c"Start (exclusive) of incremental reads of Hudi tables.",
-        c"A completion time on table version 8+, an instant time on version 6. Overrides the start_instant table option.",
+        c"A completion time on table version 8+, an instant time on version 6, or a timestamp (taken in UTC). Overrides the start_instant table option.",
         &START_INSTANT,
         GucContext::Userset,
         GucFlags::default(),
@@ -256,8 +256,8 @@ pub fn register() {
     );
     GucRegistry::define_string_guc(
         c"hudi.as_of_instant",
-        c"Reads Hudi tables as of this instant (yyyyMMddHHmmssSSS).",
-        c"Empty means the latest snapshot. Overrides the as_of_instant table option.",
+        c"Reads Hudi tables as of this instant (yyyyMMddHHmmssSSS) or timestamp.",
+        c"Empty means the latest snapshot. A timestamp names the instant of that moment in UTC. Overrides the as_of_instant table option.",
         &AS_OF_INSTANT,
         GucContext::Userset,
         GucFlags::default(),

@@ -22,6 +22,12 @@ mod xact;
 
 ::pgrx::pg_module_magic!();
 
+/// The schema of the helpers that views and `hudi.consume` call, out of the user's way: pgrx
+/// creates it for the functions declared `schema = "hudi_internal"`; sql/comments.sql lets every
+/// role use it (each helper checks the caller's privileges, as the `hudi.*` functions do).
+#[pg_schema]
+mod hudi_internal {}
+
 // The wrapper itself: hand-written SQL, created after the validator function it names.
 extension_sql_file!("../sql/fdw.sql", name = "fdw", requires = [fdw::options::hudi_fdw_validator]);
 extension_sql_file!(
@@ -30,14 +36,16 @@ extension_sql_file!(
     requires = ["fdw", api::tables::latest_commit, api::consumers::claim_consumer_position, api::consumers::advance_consumer_position]
 );
 extension_sql_file!("../sql/commit_intents.sql", name = "commit_intents", requires = ["fdw"]);
-extension_sql_file!("../sql/services.sql", name = "services", requires = ["fdw"]);
-extension_sql_file!("../sql/lookup.sql", name = "lookup", requires = ["services", api::lookup::lookup_cache_bytes, api::lookup::lookup_cache_progress, api::lookup::lookup_cache_lag]);
+extension_sql_file!("../sql/services.sql", name = "services", requires = ["fdw", hudi_internal]);
+extension_sql_file!("../sql/lookup.sql", name = "lookup", requires = ["services", api::lookup::lookup_cache_bytes, api::lookup::lookup_cache_progress, api::lookup::lookup_cache_position, api::lookup::lookup_cache_lag]);
+extension_sql_file!("../sql/comments.sql", name = "comments", finalize);
 
 /// Library load: GUCs always; the background worker only when loaded at server start.
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
     error::keep_panic_backtraces_in_the_server_log();
     guc::register();
+    fdw::on_conflict::install();
     // SAFETY: a plain global set by the postmaster while it loads preload libraries.
     if unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
         worker::register();

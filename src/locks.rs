@@ -77,3 +77,10 @@ pub(crate) fn try_lock_cache_writer(relid: pg_sys::Oid) -> bool {
 pub(crate) fn lock_cache_writer(relid: pg_sys::Oid) {
     acquire(&cache_writer_tag(relid), pg_sys::ExclusiveLock, true);
 }
+
+/// Gives up the writer's lock of `relid`'s lookup cache that this transaction took, before
+/// the transaction ends (a lookup's refresh in a reading transaction, which may run long).
+pub(crate) fn release_cache_writer(relid: pg_sys::Oid) {
+    // SAFETY: releases a lock this transaction holds (or does nothing).
+    unsafe { pg_sys::LockRelease(&cache_writer_tag(relid), pg_sys::ExclusiveLock as pg_sys::LOCKMODE, false) };
+}

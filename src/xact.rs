@@ -208,7 +208,7 @@ impl PreparedWrite {
             .unwrap_or_else(|| Err(engine::Error::new(engine::ErrorKind::InUse, "the backend was asked to terminate before the completion was done")));
         match completed {
             Ok(done) => {
-                crate::fdw::lookup::committed(write.relation, &done.completion);
+                crate::fdw::lookup::committed(&write.location, &done.completion);
                 crate::intents::completed_after_commit(intent.location, intent.commit.instant)
             }
             Err(e) => {
@@ -395,8 +395,9 @@ unsafe extern "C-unwind" fn on_transaction_event(event: pg_sys::XactEvent::Type,
             let holdoff = pg_sys::InterruptHoldoffCount;
             pg_sys::InterruptHoldoffCount += 1;
             let wake_worker = prepared.iter().any(|p| p.write.wakes_worker);
-            // A table with a lookup cache on this server: its refresh follows the commit.
-            let refresh_caches = prepared.iter().any(|p| crate::services::lookup_cache::cache_root(p.write.relation).exists());
+            // A database with lookup caches on this server: their refresh follows the commit
+            // (a cache of another foreign table on the same Hudi table needs it too).
+            let refresh_caches = crate::services::lookup_cache::database_has_caches();
             for write in prepared {
                 let instant = write.intent.commit.instant.clone();
                 if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| write.complete())).is_err() {

@@ -89,7 +89,7 @@ def lake(cluster):
     with new_lake(cluster) as (conn, root):
         conn.execute("""CREATE FOREIGN TABLE customers (id bigint, name text, country text, balance numeric(12, 2),
                           ts timestamptz) SERVER lake
-                        OPTIONS (path 'customers', primary_key 'id', ordering_field 'ts',
+                        OPTIONS (path 'customers', primary_key 'id,country', ordering_field 'ts',
                                  partition_by 'country', buckets '4')""")
         assert conn.execute("SELECT hudi.create_table('customers')").fetchone()[0] == f"file://{root}/customers"
         yield conn, root / "customers"

@@ -67,11 +67,11 @@ def test_a_consumer_holds_cleaning_back_until_it_has_read(lake, cluster):
     conn.execute("ALTER FOREIGN TABLE customers OPTIONS (ADD clean_retain_commits '1')")
     conn.execute("CREATE ROLE reader LOGIN")
     conn.execute(f"ALTER ROLE reader SET hudi.allowed_file_roots = '{table.parent}'")
-    conn.execute("CREATE FOREIGN TABLE customer_changes (_hoodie_record_key text, balance numeric(12, 2), "
+    conn.execute("CREATE FOREIGN TABLE customer_changes (id bigint, balance numeric(12, 2), "
                  "_hoodie_operation text) SERVER lake OPTIONS (path 'customers', query_type 'incremental')")
     conn.execute("GRANT SELECT ON customer_changes TO reader")
     conn.execute("GRANT USAGE ON SCHEMA hudi TO reader")
-    consume = "SELECT _hoodie_record_key, balance, _hoodie_operation FROM hudi.consume(NULL::customer_changes, 'etl')"
+    consume = "SELECT id, balance, _hoodie_operation FROM hudi.consume(NULL::customer_changes, 'etl')"
     with psycopg.connect(host="127.0.0.1", port=cluster.port, user="reader", dbname="postgres", autocommit=True) as reader:
         assert reader.execute(consume).fetchall() == []  # registered, nothing to read yet
         for n in range(3):
@@ -114,9 +114,9 @@ def test_a_consumer_on_another_server_holds_cleaning_back(lake, cluster):
         with second.connect() as other:
             other.execute("CREATE EXTENSION pg_hudi")
             other.execute(f"CREATE SERVER lake FOREIGN DATA WRAPPER hudi_fdw OPTIONS (base_uri 'file://{table.parent}')")
-            other.execute("CREATE FOREIGN TABLE customer_changes (_hoodie_record_key text, balance numeric(12, 2), "
+            other.execute("CREATE FOREIGN TABLE customer_changes (id bigint, balance numeric(12, 2), "
                           "_hoodie_operation text) SERVER lake OPTIONS (path 'customers', query_type 'incremental')")
-            consume = "SELECT _hoodie_record_key, balance, _hoodie_operation FROM hudi.consume(NULL::customer_changes, 'etl')"
+            consume = "SELECT id, balance, _hoodie_operation FROM hudi.consume(NULL::customer_changes, 'etl')"
             assert other.execute(consume).fetchall() == []
             # Its server's clean publishes the position (nothing to clean yet).
             assert other.execute("SELECT * FROM hudi.clean('customer_changes')").fetchall() == []

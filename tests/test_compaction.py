@@ -107,9 +107,9 @@ def test_only_the_owner_compacts(lake):
 
 def test_a_consumer_sees_updates_and_deletes_that_a_compaction_folded_away(lake):
     conn, _ = lake
-    conn.execute("CREATE FOREIGN TABLE customer_changes (_hoodie_record_key text, name text, _hoodie_operation text) "
+    conn.execute("CREATE FOREIGN TABLE customer_changes (id bigint, name text, _hoodie_operation text) "
                  "SERVER lake OPTIONS (path 'customers', query_type 'incremental')")
-    consume = ("SELECT _hoodie_record_key::int, name, _hoodie_operation "
+    consume = ("SELECT id, name, _hoodie_operation "
                "FROM hudi.consume(NULL::customer_changes, 'etl') ORDER BY 1")
     conn.execute("INSERT INTO customers SELECT g, 'c' || g, (ARRAY['nl','be','fr'])[g % 3 + 1], g, '2026-01-01' "
                  "FROM generate_series(1, 30) g")

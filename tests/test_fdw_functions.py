@@ -50,7 +50,7 @@ def test_consume_is_exactly_once_with_the_transaction(conn):
     conn.execute("CREATE FOREIGN TABLE trip_changes (_hoodie_commit_time text, _hoodie_record_key text, "
                  "rider text, _hoodie_operation text) SERVER lake "
                  "OPTIONS (path 'v6_trips_8i3d', query_type 'incremental')")
-    latest = conn.execute("SELECT hudi.latest_commit('trip_changes')").fetchone()[0]
+    latest = conn.execute("SELECT completion_time FROM hudi.latest_commit('trip_changes')").fetchone()[0]
     consume = "SELECT _hoodie_record_key, _hoodie_operation FROM hudi.consume(NULL::trip_changes, 'etl') ORDER BY 1"
     with conn.transaction(force_rollback=True):
         first = conn.execute(consume).fetchall()
@@ -78,3 +78,94 @@ def test_analyze_samples_rows_and_counts_them(conn):
     distinct = conn.execute("SELECT n_distinct FROM pg_stats WHERE tablename = 'v9_txns_simple_nometa' "
                             "AND attname = 'region'").fetchone()[0]
     assert (distinct if distinct > 0 else -distinct * reltuples) == 3  # apac, eu, us
+
+
+def santiago_literal(instant):
+    """A timestamptz literal of the moment a UTC instant names, in America/Santiago's offset."""
+    import datetime
+    import zoneinfo
+    moment = datetime.datetime.strptime(instant, "%Y%m%d%H%M%S%f").replace(tzinfo=datetime.timezone.utc)
+    return moment.astimezone(zoneinfo.ZoneInfo("America/Santiago")).isoformat(sep=" ", timespec="milliseconds")
+
+
+def test_consume_starts_a_new_consumer_where_it_asks(conn):
+    conn.execute("SET TimeZone = 'America/Santiago'")
+    conn.execute("CREATE FOREIGN TABLE trip_changes (uuid text, city text, rider text, _hoodie_operation text) "
+                 "SERVER lake OPTIONS (path 'v6_trips_8i3d', query_type 'incremental')")
+    (first,), (second,) = conn.execute("SELECT completion_time FROM hudi.timeline('trip_changes') ORDER BY 1").fetchall()
+    assert conn.execute("SELECT * FROM hudi.latest_commit('trip_changes')").fetchall() == [(second, second)]
+
+    def consume(consumer, start=None):
+        named = f", start_from => '{start}'" if start else ""
+        return sorted(conn.execute(f"SELECT uuid, city, _hoodie_operation FROM "
+                                   f"hudi.consume(NULL::trip_changes, '{consumer}'{named})").fetchall())
+
+    everything = consume("a", "earliest")
+    assert everything == consume("b") and len(everything) == 5, "earliest is the default"
+    assert consume("c", "latest") == [] and consume("c") == [], "latest: only what comes after"
+    deleted = consume("d", first)
+    assert len(deleted) == 3 and {op for _, _, op in deleted} == {"D"} and all(u and c for u, c, _ in deleted)
+    assert consume("e", santiago_literal(first)) == deleted, "a timestamp names the same instant"
+    assert consume("d", "earliest") == [], "an existing consumer keeps its position"
+    for bad in ("soon", "99991231235959999", ""):
+        with pytest.raises(psycopg.Error) as e:
+            consume("f", bad) if bad else conn.execute("SELECT * FROM hudi.consume(NULL::trip_changes, 'f', '')")
+        assert e.value.sqlstate == "22023", bad
+    assert conn.execute("SELECT count(*) FROM hudi.consumer_positions WHERE consumer = 'f'").fetchone() == (0,)
+
+
+def test_as_of_instant_takes_a_timestamp(conn):
+    conn.execute("SET TimeZone = 'America/Santiago'")
+    table = "v9_txns_simple_nometa"
+    instants = [i for (i,) in conn.execute(f"SELECT instant FROM hudi.timeline('{table}') ORDER BY 1")]
+    read = f"SELECT txn_id, amount FROM {table} ORDER BY 1"
+    seen = set()
+    for instant in instants:
+        conn.execute(f"SET hudi.as_of_instant = '{instant}'")
+        by_instant = conn.execute(read).fetchall()
+        conn.execute(f"SET hudi.as_of_instant = '{santiago_literal(instant)}'")
+        assert conn.execute(read).fetchall() == by_instant, instant
+        seen.add(tuple(by_instant))
+    assert len(seen) > 2, "the instants read different snapshots"
+    conn.execute("RESET hudi.as_of_instant")
+    conn.execute(f"ALTER FOREIGN TABLE {table} OPTIONS (ADD as_of_instant '{santiago_literal(instants[0])}')")
+    conn.execute(f"SET hudi.as_of_instant = '{instants[0]}'")
+    first = conn.execute(read).fetchall()
+    conn.execute("RESET hudi.as_of_instant")
+    assert conn.execute(read).fetchall() == first, "the table option takes a timestamp too"
+    # Not a time, or one that moves with the clock (PostgreSQL's 'now', 'yesterday').
+    for bad in ("next tuesday", "now", "yesterday"):
+        with pytest.raises(psycopg.Error) as e:
+            conn.execute(f"SET hudi.as_of_instant = '{bad}'")
+            conn.execute(read)
+        assert e.value.sqlstate == "22023", bad
+        conn.rollback()
+    with pytest.raises(psycopg.Error) as e:
+        conn.execute(f"ALTER FOREIGN TABLE {table} OPTIONS (SET as_of_instant 'infinity')")
+    assert e.value.sqlstate.startswith("HV")
+
+
+INTERNAL_HELPERS = {"claim_consumer_position", "advance_consumer_position", "lookup_cache_bytes",
+                    "lookup_cache_progress", "lookup_cache_position", "lookup_cache_lag", "may_see_services"}
+
+
+def test_the_sql_surface_is_named_and_commented(conn):
+    uncommented = conn.execute(
+        "SELECT p.oid::regprocedure::text FROM pg_proc p WHERE p.pronamespace = 'hudi'::regnamespace "
+        "AND obj_description(p.oid, 'pg_proc') IS NULL UNION ALL "
+        "SELECT c.oid::regclass::text FROM pg_class c WHERE c.relnamespace = 'hudi'::regnamespace "
+        "AND c.relkind = 'v' AND obj_description(c.oid, 'pg_class') IS NULL").fetchall()
+    assert uncommented == []
+    internal = {n for (n,) in conn.execute("SELECT proname FROM pg_proc WHERE pronamespace = 'hudi_internal'::regnamespace")}
+    assert internal == INTERNAL_HELPERS
+    public = {n for (n,) in conn.execute("SELECT proname FROM pg_proc WHERE pronamespace = 'hudi'::regnamespace")}
+    assert not public & INTERNAL_HELPERS
+    # The relation a row is about is a regclass named relation, in every view and function.
+    columns = conn.execute(
+        "SELECT c.relname, a.attname, a.atttypid::regtype::text FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
+        "WHERE c.relnamespace = 'hudi'::regnamespace AND c.relkind = 'v' AND a.attnum > 0 "
+        "AND (a.attname IN ('table', 'relation') OR a.atttypid IN ('oid'::regtype, 'regclass'::regtype))").fetchall()
+    assert sorted(columns) == [(v, "relation", "regclass") for v in
+                               ("lookup_caches", "pending_commits", "service_history", "table_services")]
+    assert "relation regclass" in conn.execute(
+        "SELECT pg_get_function_result('hudi.finish_pending_commits'::regproc)").fetchone()[0]

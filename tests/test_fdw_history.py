@@ -115,3 +115,66 @@ def test_operation_column_tells_inserts_updates_and_deletes(cluster, fixtures_ro
         conn.execute("CREATE FOREIGN TABLE snap (rider text, _hoodie_operation text) SERVER lake "
                      f"OPTIONS (path '{relative.stem}')")
         assert conn.execute("SELECT count(*) FROM snap WHERE _hoodie_operation IS NOT NULL").fetchone() == (0,)
+
+
+# Spark-written fixtures with deletes whose rows carry the meta fields a change read needs.
+DELETING_FIXTURES = [
+    "quickstart_trips_table/mor/avro/v6_trips_8i3d.zip",
+    "sample_table/cow/v9_txns_simple_meta.zip",
+    "sample_table/cow/v9_txns_nonpart_meta.zip",
+    "sample_table/cow/v9_timebasedkeygen_nonhivestyle.zip",
+    "sample_table/cow/v9_timebasedkeygen_unixtimestamp.zip",
+]
+
+
+def table_properties(base):
+    props = {}
+    for line in (base / ".hoodie" / "hoodie.properties").read_text().splitlines():
+        key, sep, value = line.partition("=")
+        if sep and not key.startswith("#"):
+            props[key] = value.replace("\\:", ":")
+    return props
+
+
+@pytest.mark.parametrize("fixture", DELETING_FIXTURES)
+def test_delete_rows_carry_the_deleted_rows_key_and_partition_columns(cluster, fixtures_root, fixture):
+    """Every `D` row of a change read has the deleted row's key columns, and its partition
+    columns where the key generator writes their values into the path (a time-based one writes
+    formatted times, so they stay NULL there)."""
+    relative = pathlib.Path(fixture)
+    with new_lake(cluster, fixtures_root, [relative]) as (conn, root):
+        base = root / relative.stem
+        props = table_properties(base)
+        keys = props["hoodie.table.recordkey.fields"].split(",")
+        partitions = [p.split(":")[0] for p in props.get("hoodie.table.partition.fields", "").split(",") if p]
+        timed = "TIMESTAMP" in props.get("hoodie.table.keygenerator.type", props.get("hoodie.table.keygenerator.class", "")).upper()
+        columns = keys + [p for p in partitions if p not in keys]
+        for schema in ("s", "inc"):
+            conn.execute(f"CREATE SCHEMA {schema}")
+            conn.execute(f"IMPORT FOREIGN SCHEMA root FROM SERVER lake INTO {schema}")
+        changes = f'inc."{relative.stem}"'
+        conn.execute(f"ALTER FOREIGN TABLE {changes} ADD COLUMN _hoodie_operation text")
+        conn.execute(f"ALTER FOREIGN TABLE {changes} OPTIONS (ADD query_type 'incremental')")
+        listed = ", ".join(f'"{c}"' for c in columns)
+        writes = completed_writes(base)
+        deletes = 0
+        for (before, start), (_, end) in zip(writes, writes[1:]):
+            conn.execute(f"SET hudi.start_instant = '{start}'")
+            conn.execute(f"SET hudi.end_instant = '{end}'")
+            deleted = conn.execute(f"SELECT _hoodie_record_key, {listed} FROM {changes} "
+                                   "WHERE _hoodie_operation = 'D'").fetchall()
+            if not deleted:
+                continue
+            conn.execute("RESET hudi.start_instant")
+            conn.execute("RESET hudi.end_instant")
+            conn.execute(f"SET hudi.as_of_instant = '{before}'")
+            alive = {r[0]: r[1:] for r in conn.execute(f'SELECT _hoodie_record_key, {listed} FROM s."{relative.stem}"')}
+            conn.execute("RESET hudi.as_of_instant")
+            for record_key, *values in deleted:
+                expected = list(alive[record_key])
+                if timed:
+                    expected = [v if c in keys else None for c, v in zip(columns, expected)]
+                assert values == expected, f"D row of {record_key}: {dict(zip(columns, values))}"
+                assert all(v is not None for c, v in zip(columns, values) if c in keys)
+                deletes += 1
+        assert deletes > 0, "the fixture deletes rows"

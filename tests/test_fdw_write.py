@@ -51,8 +51,8 @@ def test_one_deltacommit_per_transaction_and_rollback_leaves_nothing(lake):
 def test_bad_rows_are_errors_that_write_nothing(lake):
     conn, path = lake
     with pytest.raises(psycopg.Error) as e:
-        conn.execute("INSERT INTO customers VALUES (1, 'a', 'nl', 1, now()), (NULL, 'b', 'nl', 1, now())")
-    assert "row 2 has a NULL value in key column id" in str(e.value)
+        conn.execute("INSERT INTO customers VALUES (1, 'a', 'nl', 1, now()), (NULL, 'b', NULL, 1, now())")
+    assert "row 2 has no value in any of its key columns (id, country)" in str(e.value)
     with pytest.raises(psycopg.Error) as e:
         conn.execute("INSERT INTO customers VALUES (1, 'a', 'nl', 12345678901234, now())")
     with pytest.raises(psycopg.Error) as e:
@@ -75,7 +75,7 @@ def test_create_table_checks_options_and_existing_tables(lake):
         conn.execute("SELECT hudi.create_table('keyless')")
     assert e.value.sqlstate == "HV002"
     conn.execute("CREATE FOREIGN TABLE other (id bigint, name text, country text, balance numeric(12, 2), ts timestamptz) "
-                 "SERVER lake OPTIONS (path 'customers', primary_key 'id', ordering_field 'ts', partition_by 'country', buckets '8')")
+                 "SERVER lake OPTIONS (path 'customers', primary_key 'id,country', ordering_field 'ts', partition_by 'country', buckets '8')")
     with pytest.raises(psycopg.Error) as e:
         conn.execute("SELECT hudi.create_table('other')")
     assert 'its buckets is "4", not "8"' in str(e.value)

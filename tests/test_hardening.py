@@ -18,7 +18,7 @@ from conftest import (give_to_postgres, kill_backend_and_wait, new_lake, refused
                       serve_databases, set_heartbeat_expiry, wait_for)
 
 COLUMNS = "id bigint, name text, country text, ts timestamptz"
-KEYS = "primary_key 'id', ordering_field 'ts', partition_by 'country', buckets '2'"
+KEYS = "primary_key 'id,country', ordering_field 'ts', partition_by 'country', buckets '2'"
 
 
 def connect(cluster, user, dbname="postgres"):
@@ -161,25 +161,25 @@ def test_consumer_positions_cannot_be_forged(shared, cluster):
     conn.execute("CREATE FOREIGN TABLE changes (id bigint, name text) SERVER lake "
                  "OPTIONS (path 'customers', query_type 'incremental')")
     conn.execute("GRANT SELECT ON changes TO bob")
-    latest = conn.execute("SELECT hudi.latest_commit('customers')").fetchone()[0]
+    latest = conn.execute("SELECT completion_time FROM hudi.latest_commit('customers')").fetchone()[0]
     with connect(cluster, "bob") as bob:
         for sql in ("INSERT INTO hudi.consumer_positions VALUES ('changes', 'bob', 'x', '', 'infinity')",
                     "UPDATE hudi.consumer_positions SET updated_at = 'infinity'",
                     "DELETE FROM hudi.consumer_positions"):
             assert refused(bob, sql) == "42501", sql
         assert bob.execute("SELECT count(*) FROM hudi.consume(NULL::changes, 'etl')").fetchone() == (1,)
-        assert refused(bob, "SELECT hudi.advance_consumer_position('changes', 'etl', '99991231235959999')") == "22023"
-        assert refused(bob, "SELECT hudi.advance_consumer_position('changes', 'etl', '')") == "22023"  # backwards
+        assert refused(bob, "SELECT hudi_internal.advance_consumer_position('changes', 'etl', '99991231235959999')") == "22023"
+        assert refused(bob, "SELECT hudi_internal.advance_consumer_position('changes', 'etl', '')") == "22023"  # backwards
         assert refused(bob, "SELECT hudi.reset_consumer('changes', 'etl', '99991231235959999')") == "22023"
         assert refused(bob, "SELECT hudi.reset_consumer('changes', 'etl', 'infinity')") == "22023"
-        assert refused(bob, "SELECT hudi.claim_consumer_position('customers', 'etl')") == "42501"
-        assert refused(bob, "SELECT hudi.claim_consumer_position('changes', E'a\\nb')") == "22023"
-        assert refused(bob, "SELECT hudi.claim_consumer_position('changes', repeat('x', 300))") == "42622"
+        assert refused(bob, "SELECT hudi_internal.claim_consumer_position('customers', 'etl')") == "42501"
+        assert refused(bob, "SELECT hudi_internal.claim_consumer_position('changes', E'a\\nb')") == "22023"
+        assert refused(bob, "SELECT hudi_internal.claim_consumer_position('changes', repeat('x', 300))") == "42622"
         # The reset replays from where it is told, and only ever its own consumer.
         bob.execute("SELECT hudi.reset_consumer('changes', 'etl', '')")
         assert bob.execute("SELECT count(*) FROM hudi.consume(NULL::changes, 'etl')").fetchone() == (1,)
         # Many consumers at one position are one entry for the cleaners.
-        bob.execute("SELECT hudi.claim_consumer_position('changes', 'c' || g) FROM generate_series(1, 2000) g")
+        bob.execute("SELECT hudi_internal.claim_consumer_position('changes', 'c' || g) FROM generate_series(1, 2000) g")
         positions = bob.execute("SELECT position, updated_at <= now() FROM hudi.consumer_positions").fetchall()
         assert len(positions) == 2001 and {p for p, _ in positions} <= {"", latest} and all(ok for _, ok in positions)
     # Cleaning works (and publishes one entry per position, not per consumer).
@@ -204,7 +204,7 @@ def test_no_role_can_freeze_a_lookup_cache(shared, cluster):
         conn.execute("SELECT hudi.refresh_lookup_cache('customers')")
         conn.execute("INSERT INTO customers VALUES (2, 'new', 'be', '2026-01-02')")
         serve_databases(conn)
-        latest = conn.execute("SELECT hudi.latest_commit('customers')").fetchone()[0]
+        latest = conn.execute("SELECT completion_time FROM hudi.latest_commit('customers')").fetchone()[0]
         wait_for("the worker's refresh", lambda: conn.execute(
             "SELECT cached_instant FROM hudi.lookup_caches").fetchone() == (latest,), timeout=60)
 
@@ -238,11 +238,12 @@ def test_reports_leak_nothing_to_roles_without_privileges(shared, cluster):
     oid = conn.execute("SELECT 'customers'::regclass::oid").fetchone()[0]
     conn.execute("CREATE ROLE carol LOGIN")  # no USAGE on any server
     with connect(cluster, "bob") as bob, connect(cluster, "carol") as carol:
-        for sql in (f"SELECT hudi.lookup_cache_lag({oid}, '20260101000000000')",
-                    f"SELECT hudi.lookup_cache_bytes({oid})",
-                    f"SELECT hudi.lookup_cache_progress({oid})",
+        for sql in (f"SELECT hudi_internal.lookup_cache_lag({oid}, '20260101000000000')",
+                    f"SELECT hudi_internal.lookup_cache_bytes({oid})",
+                    f"SELECT hudi_internal.lookup_cache_progress({oid})",
+                    f"SELECT * FROM hudi_internal.lookup_cache_position({oid})",
                     "SELECT * FROM hudi.timeline('customers')",
-                    "SELECT hudi.latest_commit('customers')",
+                    "SELECT completion_time FROM hudi.latest_commit('customers')",
                     "SELECT * FROM customers",
                     "EXPLAIN SELECT * FROM customers",
                     "SELECT count(*) FROM customers WHERE id = 1"):
@@ -259,7 +260,7 @@ def test_reports_leak_nothing_to_roles_without_privileges(shared, cluster):
         names = [k for (k,) in bob.execute(f"SELECT key FROM hudi.table_properties('file://{root}/customers')")]
         assert "hoodie.table.name" in names
     # A relation that no longer exists reports nothing, as pg_relation_size does.
-    assert conn.execute("SELECT hudi.lookup_cache_bytes(4294967295)").fetchone() == (None,)
+    assert conn.execute("SELECT hudi_internal.lookup_cache_bytes(4294967295)").fetchone() == (None,)
 
 
 # The functions of schema hudi with their argument types, and values to try for each type.
@@ -277,12 +278,13 @@ FUNCTIONS = {
     "hudi.create_lookup_cache": ["regclass", "text[]", "text[]"],
     "hudi.drop_lookup_cache": ["regclass", "text[]"],
     "hudi.refresh_lookup_cache": ["regclass"],
-    "hudi.lookup_cache_lag": ["oid", "text"],
-    "hudi.lookup_cache_bytes": ["oid"],
-    "hudi.lookup_cache_progress": ["oid"],
+    "hudi_internal.lookup_cache_lag": ["oid", "text"],
+    "hudi_internal.lookup_cache_bytes": ["oid"],
+    "hudi_internal.lookup_cache_progress": ["oid"],
+    "hudi_internal.lookup_cache_position": ["oid"],
     "hudi.table_properties": ["text"],
-    "hudi.claim_consumer_position": ["regclass", "text"],
-    "hudi.advance_consumer_position": ["regclass", "text", "text"],
+    "hudi_internal.claim_consumer_position": ["regclass", "text", "text"],
+    "hudi_internal.advance_consumer_position": ["regclass", "text", "text"],
     "hudi.reset_consumer": ["regclass", "text", "text"],
 }
 VALUES = {
@@ -330,7 +332,7 @@ def test_every_function_refuses_bad_arguments_with_a_sqlstate(shared, cluster):
     assert refused(conn, "SELECT hudi.create_lookup_cache(NULL, NULL)") == "22004"
     assert refused(conn, "SELECT hudi.create_lookup_cache('customers', NULL)") == "22004"
     assert refused(conn, "SELECT hudi.drop_lookup_cache('customers', '{NULL}')") == "22004"
-    assert refused(conn, "SELECT * FROM hudi.lookup_cache_lag(NULL, NULL)") == "22004"
+    assert refused(conn, "SELECT * FROM hudi_internal.lookup_cache_lag(NULL, NULL)") == "22004"
     assert refused(conn, "SELECT hudi.create_lookup_cache('customers', '{id,id}')") == "22023"
     assert refused(conn, "SELECT hudi.create_lookup_cache('plain', '{id}')") == "42809"
     assert conn.execute("SELECT id FROM customers").fetchall() == [(1,)]
@@ -345,7 +347,7 @@ def test_an_idle_cache_creates_no_files(shared, cluster):
     conn.execute("SELECT hudi.create_lookup_cache('customers', '{id}')")
     conn.execute("ALTER SYSTEM SET hudi.lookup_refresh_interval = 100")
     serve_databases(conn)
-    latest = conn.execute("SELECT hudi.latest_commit('customers')").fetchone()[0]
+    latest = conn.execute("SELECT completion_time FROM hudi.latest_commit('customers')").fetchone()[0]
     wait_for("the load", lambda: conn.execute("SELECT cached_instant FROM hudi.lookup_caches").fetchone() == (latest,),
              timeout=60)
     data = conn.execute("SHOW data_directory").fetchone()[0]
@@ -533,12 +535,12 @@ def test_a_damaged_cached_table_is_reported_and_backs_off(shared, cluster):
              timeout=60)
     # A session that has not read the table before (and so loads it now) sees the view too.
     with cluster.connect() as fresh:
-        rows = fresh.execute('SELECT "table"::text, lag_commits, state, error IS NOT NULL FROM hudi.lookup_caches ORDER BY 1').fetchall()
+        rows = fresh.execute('SELECT relation::text, lag_commits, state, error IS NOT NULL FROM hudi.lookup_caches ORDER BY 1').fetchall()
     assert rows[0][:2] == ("customers", None) and rows[0][2] == "failed" and rows[0][3], rows
     # The other cache goes on being refreshed.
-    latest = conn.execute("SELECT hudi.latest_commit('good')").fetchone()[0]
+    latest = conn.execute("SELECT completion_time FROM hudi.latest_commit('good')").fetchone()[0]
     wait_for("the good cache", lambda: conn.execute(
-        "SELECT cached_instant FROM hudi.lookup_caches WHERE \"table\" = 'good'::regclass").fetchone() == (latest,))
+        "SELECT cached_instant FROM hudi.lookup_caches WHERE relation = 'good'::regclass").fetchone() == (latest,))
     # Waits double: after n failures in a row, 0.1 s * 2^n apart, so few attempts in a while.
     failures = conn.execute(state).fetchone()[1]
     assert failures < 12, failures

@@ -26,15 +26,16 @@ def _cache_dir(conn, table):
 def test_declared_caches_refresh_from_sql_and_follow_the_table(lake, cluster):
     conn, _ = lake
     _insert(conn, list(range(1, 101)), "a", "2026-01-01")
-    conn.execute("SELECT hudi.create_lookup_cache('customers', '{id}')")
+    # The record key's columns, in any order, are the unique index; one of them alone is not.
+    conn.execute("SELECT hudi.create_lookup_cache('customers', '{country, id}')")
     conn.execute("SELECT hudi.create_lookup_cache('customers', '{name}', '{balance}')")
     # Not loaded yet: the worker does that (these clusters serve no database until asked).
-    assert conn.execute(STATE).fetchall() == [(["id"], "unique", "loading", None, None, None),
+    assert conn.execute(STATE).fetchall() == [(["country", "id"], "unique", "loading", None, None, None),
                                               (["name"], "secondary", "loading", None, None, None)]
     assert conn.execute("SELECT DISTINCT lag_commits, lag_seconds FROM hudi.lookup_caches").fetchall() == [(None, None)]
-    latest = conn.execute("SELECT hudi.latest_commit('customers')").fetchone()[0]
+    latest = conn.execute("SELECT completion_time FROM hudi.latest_commit('customers')").fetchone()[0]
     assert conn.execute("SELECT hudi.refresh_lookup_cache('customers')").fetchone() == (latest,)
-    assert conn.execute(STATE).fetchall() == [(["id"], "unique", "ready", 100, latest, 1),
+    assert conn.execute(STATE).fetchall() == [(["country", "id"], "unique", "ready", 100, latest, 1),
                                               (["name"], "secondary", "ready", 100, latest, 1)]
     assert conn.execute("SELECT bool_and(bytes > 0) FROM hudi.lookup_caches").fetchone() == (True,)
     lag = "SELECT DISTINCT lag_commits, lag_seconds FROM hudi.lookup_caches"
@@ -46,14 +47,14 @@ def test_declared_caches_refresh_from_sql_and_follow_the_table(lake, cluster):
     # cached one's completion and the latest one's.
     (commits, seconds), = conn.execute(lag).fetchall()
     cached_at = conn.execute("SELECT max(cached_instant) FROM hudi.lookup_caches").fetchone()[0]
-    newest = conn.execute("SELECT hudi.latest_commit('customers')").fetchone()[0]
+    newest = conn.execute("SELECT completion_time FROM hudi.latest_commit('customers')").fetchone()[0]
     assert commits == 2
     assert seconds == conn.execute("SELECT extract(epoch FROM to_timestamp(%s, 'YYYYMMDDHH24MISSMS') - "
                                    "to_timestamp(%s, 'YYYYMMDDHH24MISSMS'))::float8", (newest, cached_at)).fetchone()[0]
     count = conn.execute("SELECT count(*) FROM customers").fetchone()[0]
-    latest = conn.execute("SELECT hudi.latest_commit('customers')").fetchone()[0]
+    latest = conn.execute("SELECT completion_time FROM hudi.latest_commit('customers')").fetchone()[0]
     assert conn.execute("SELECT hudi.refresh_lookup_cache('customers')").fetchone() == (latest,)
-    assert conn.execute(STATE).fetchall()[0] == (["id"], "unique", "ready", count, latest, 1)
+    assert conn.execute(STATE).fetchall()[0] == (["country", "id"], "unique", "ready", count, latest, 1)
     assert conn.execute(lag).fetchall() == [(0, 0.0)]
     # Nothing new: nothing changes.
     loaded = conn.execute("SELECT loaded_at FROM hudi.lookup_caches").fetchall()
@@ -62,7 +63,7 @@ def test_declared_caches_refresh_from_sql_and_follow_the_table(lake, cluster):
     # Another set of indexes is another cache: a new generation, loaded from the snapshot.
     conn.execute("SELECT hudi.drop_lookup_cache('customers', '{name}')")
     conn.execute("SELECT hudi.refresh_lookup_cache('customers')")
-    assert conn.execute(STATE).fetchall() == [(["id"], "unique", "ready", count, latest, 2)]
+    assert conn.execute(STATE).fetchall() == [(["country", "id"], "unique", "ready", count, latest, 2)]
     root = _cache_dir(conn, "customers")
     # The old generation is gone; this backend reads the new one (its directory in readers/).
     assert sorted(p.name for p in root.iterdir()) == ["2", "CURRENT", "readers"]
@@ -101,7 +102,7 @@ def test_the_worker_loads_refreshes_keeps_and_removes_caches(lake, cluster):
 
     def caught_up():
         count = conn.execute("SELECT count(*) FROM customers").fetchone()[0]
-        latest = conn.execute("SELECT hudi.latest_commit('customers')").fetchone()[0]
+        latest = conn.execute("SELECT completion_time FROM hudi.latest_commit('customers')").fetchone()[0]
         return conn.execute("SELECT bool_and(state = 'ready' AND rows = %s AND cached_instant = %s) FROM hudi.lookup_caches",
                             (count, latest)).fetchone() == (True,)
     wait_for("the worker's load", caught_up)
@@ -117,7 +118,7 @@ def test_the_worker_loads_refreshes_keeps_and_removes_caches(lake, cluster):
     serve_databases(conn)  # a start of a test cluster serves no database again
     # Queries use the kept cache at once.
     plan = plan_text(conn, "SELECT name FROM customers WHERE id = 3")
-    assert "Lookup: customers (id) = '3' [unique]" in plan, plan
+    assert "Lookup: customers (id) = '3' [secondary]" in plan, plan
     _insert(conn, [500], "c", "2026-01-03")
     wait_for("the refresh after the restart", caught_up)
     assert conn.execute("SELECT DISTINCT (generation, loaded_at)::text FROM hudi.lookup_caches").fetchone() == (loaded,)
@@ -138,6 +139,19 @@ def test_the_worker_loads_refreshes_keeps_and_removes_caches(lake, cluster):
     assert conn.execute("SELECT count(*) FROM hudi.lookup_cache_state").fetchone() == (0,)
 
 
+def test_statements_prepared_before_the_load_use_the_cache_after_it(lake, cluster):
+    """A loaded generation invalidates the table's plans: a statement prepared while the cache
+    was loading (planned for the lake) is planned again, with the lookup."""
+    conn, _ = lake
+    _insert(conn, list(range(1, 31)), "a", "2026-01-01")
+    conn.execute("SELECT hudi.create_lookup_cache('customers', '{id}')")
+    conn.execute("PREPARE point AS SELECT name FROM customers WHERE id = 3")
+    assert "Lookup" not in plan_text(conn, "EXECUTE point")
+    conn.execute("SELECT hudi.refresh_lookup_cache('customers')")
+    assert "Lookup: customers (id) = '3'" in plan_text(conn, "EXECUTE point")
+    assert conn.execute("EXECUTE point").fetchall() == [("a3",)]
+
+
 def test_a_cache_holds_cleaning_back_as_a_consumer_does(lake, cluster):
     """The cached instant is a consumer position: a clean keeps the files the next refresh
     reads, so it applies the changes to the same generation instead of loading a new one."""
@@ -152,9 +166,9 @@ def test_a_cache_holds_cleaning_back_as_a_consumer_does(lake, cluster):
     notices = []
     conn.add_notice_handler(lambda n: notices.append(n.message_primary))
     conn.execute("SELECT * FROM hudi.clean('customers')")
-    latest = conn.execute("SELECT hudi.latest_commit('customers')").fetchone()[0]
+    latest = conn.execute("SELECT completion_time FROM hudi.latest_commit('customers')").fetchone()[0]
     assert conn.execute("SELECT hudi.refresh_lookup_cache('customers')").fetchone() == (latest,)
-    assert conn.execute(STATE).fetchall() == [(["id"], "unique", "ready", 30, latest, 1)]
+    assert conn.execute(STATE).fetchall() == [(["id"], "secondary", "ready", 30, latest, 1)]
     # Without the cache, the same clean removes what it kept.
     conn.execute("SELECT hudi.drop_lookup_cache('customers', '{id}')")
     (cleaned,) = conn.execute("SELECT count(*) FROM hudi.clean('customers')").fetchone()

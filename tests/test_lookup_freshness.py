@@ -10,7 +10,7 @@ import time
 from conftest import create_lake_server, plan_text, refused, run_in_threads, serve_databases, wait_for
 
 COLUMNS = "id bigint, name text, country text, balance numeric(12, 2), ts timestamptz"
-OPTIONS = "path 'customers', primary_key 'id', ordering_field 'ts', partition_by 'country', buckets '4'"
+OPTIONS = "path 'customers', primary_key 'id,country', ordering_field 'ts', partition_by 'country', buckets '4'"
 
 
 def _p99(values):
@@ -18,7 +18,7 @@ def _p99(values):
 
 
 def _ready(conn):
-    latest = conn.execute("SELECT hudi.latest_commit('customers')").fetchone()[0]
+    latest = conn.execute("SELECT completion_time FROM hudi.latest_commit('customers')").fetchone()[0]
     return conn.execute("SELECT bool_and(state = 'ready' AND cached_instant = %s) FROM hudi.lookup_caches",
                         (latest,)).fetchone() == (True,)
 
@@ -71,6 +71,63 @@ def test_lookups_see_commits_within_a_second(lake, cluster):
     print(f"woken: p50 {sorted(woken)[50]:.3f} s, p99 {_p99(woken):.3f} s; polled: max {max(polled):.3f} s")
     assert _p99(woken) < 1.0, woken
     assert max(polled) < 1.0, polled
+
+
+def test_a_session_reads_its_writes_through_any_foreign_table_on_the_location(lake, cluster):
+    """Writes through a second foreign table on the same Hudi table are the session's own for
+    the first one's lookups: a point lookup right after them shows them, and so does a join
+    through the cache (which waits for the worker's refresh the commit woke). Prints the cost
+    of each against reading the lake; bench/lookup measures them at scale."""
+    conn, _ = lake
+    _cached_and_served(conn, "SELECT g, 'n' || g, 'nl', g, now() FROM generate_series(1, 500) g")
+    conn.execute(f"CREATE FOREIGN TABLE customers_too ({COLUMNS}) SERVER lake OPTIONS ({OPTIONS})")
+    conn.execute("CREATE TABLE wanted AS SELECT g::bigint AS id FROM generate_series(1, 5) g")
+    conn.execute("SET enable_hashjoin = off; SET enable_mergejoin = off")
+    point = "SELECT name FROM customers WHERE id = 1"
+    join = "SELECT w.id, c.name FROM wanted w JOIN customers c ON c.id = w.id ORDER BY 1"
+    assert "Lookup: customers" in plan_text(conn, point) and "Lookup: customers" in plan_text(conn, join)
+
+    def timed(sql):
+        started = time.perf_counter()
+        rows = conn.execute(sql, prepare=False).fetchall()
+        return rows, time.perf_counter() - started
+    waits = {"point": [], "join": [], "point, lake": [], "join, lake": []}
+    for i in range(20):
+        # Every other round reads the lake instead (a hash join), after a write as well.
+        lake = i % 2 == 1
+        if lake:
+            conn.execute("SET hudi.enable_lookup_cache = off; SET enable_hashjoin = on")
+        suffix = ", lake" if lake else ""
+        conn.execute("UPDATE customers_too SET name = %s WHERE id IN (1, 2)", (f"v{i}",))
+        rows, seconds = timed(point)
+        assert rows == [(f"v{i}",)], i
+        waits["point" + suffix].append(seconds)
+        conn.execute("INSERT INTO customers_too VALUES (3, %s, 'nl', 3, now())", (f"w{i}",))
+        rows, seconds = timed(join)
+        assert rows == [(1, f"v{i}"), (2, f"v{i}"), (3, f"w{i}"), (4, "n4"), (5, "n5")], i
+        waits["join" + suffix].append(seconds)
+        conn.execute("RESET hudi.enable_lookup_cache; SET enable_hashjoin = off")
+    print("right after a write:", ", ".join(f"{k} {sorted(v)[len(v) // 2] * 1000:.1f} ms" for k, v in waits.items()))
+
+
+def test_a_lookup_that_runs_once_reads_the_lake_until_the_cache_has_the_sessions_commit(lake, cluster):
+    """No worker serves the database: only refresh_lookup_cache moves the cache. After the
+    session's own commit a point lookup does not wait for a refresh that would not come; it
+    reads the lake, and the cache again once it holds the commit."""
+    conn, _ = lake
+    conn.execute("INSERT INTO customers SELECT g, 'n' || g, 'nl', g, now() FROM generate_series(1, 5) g")
+    conn.execute("SELECT hudi.create_lookup_cache('customers', '{id}')")
+    conn.execute("SELECT hudi.refresh_lookup_cache('customers')")
+    point = "(ANALYZE, COSTS OFF, TIMING OFF) SELECT name FROM customers WHERE id = 1"
+    assert "Lookup Probes: 1 keys, 1 rows" in plan_text(conn, point)
+    conn.execute("UPDATE customers SET name = 'mine' WHERE id = 1")
+    started = time.monotonic()
+    assert conn.execute("SELECT name FROM customers WHERE id = 1").fetchall() == [("mine",)]
+    assert time.monotonic() - started < 2.5, "it did not wait out the lookup's bounded wait (5 s)"
+    assert "Lookup Probes" not in plan_text(conn, point), "the lake answers"
+    conn.execute("SELECT hudi.refresh_lookup_cache('customers')")
+    assert "Lookup Probes: 1 keys, 1 rows" in plan_text(conn, point)
+    assert conn.execute("SELECT name FROM customers WHERE id = 1").fetchall() == [("mine",)]
 
 
 def test_lookup_max_lag_waits_fails_or_scans(lake, cluster):

@@ -136,7 +136,7 @@ def test_the_worker_alone_keeps_busy_tables_healthy(cluster):
         time.sleep(seconds)
         with cluster.connect() as conn:
             # Meanwhile the late consumer holds the cleaning of `held` back, and the view says so.
-            note = conn.execute("SELECT note FROM hudi.table_services WHERE \"table\" = 'held'::regclass "
+            note = conn.execute("SELECT note FROM hudi.table_services WHERE relation = 'held'::regclass "
                                 "AND service = 'clean'").fetchone()[0]
             assert note and "held back by a consumer" in note, note
     finally:

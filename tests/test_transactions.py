@@ -402,9 +402,9 @@ def test_a_plpgsql_function_reads_its_own_writes(lake):
 def test_consume_delivers_every_row_once_when_writers_commit_out_of_order(lake, cluster):
     """A starts, B commits, consume, A commits, consume: every row exactly once."""
     conn, _ = lake
-    conn.execute("CREATE FOREIGN TABLE customer_changes (_hoodie_record_key text, name text) "
+    conn.execute("CREATE FOREIGN TABLE customer_changes (id bigint, name text) "
                  "SERVER lake OPTIONS (path 'customers', query_type 'incremental')")
-    consume = "SELECT _hoodie_record_key::int, name FROM hudi.consume(NULL::customer_changes, 'etl') ORDER BY 1"
+    consume = "SELECT id, name FROM hudi.consume(NULL::customer_changes, 'etl') ORDER BY 1"
     with cluster.connect() as a, cluster.connect() as b:
         a.execute("BEGIN")
         a.execute("INSERT INTO customers SELECT g, 'a', 'nl', g, '2026-01-01' FROM generate_series(1, 20) g")

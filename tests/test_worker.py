@@ -135,7 +135,7 @@ def test_the_worker_compacts_and_cleans_tables_with_services_auto(lake, cluster)
 
     # What the worker did, as the views show it.
     services = {(t, s): (state, success, detail, error, failures, next_attempt) for t, s, state, success, detail, error, failures, next_attempt in
-                conn.execute("SELECT \"table\"::text, service, state, last_success, last_detail, last_error, failures, next_attempt "
+                conn.execute("SELECT relation::text, service, state, last_success, last_detail, last_error, failures, next_attempt "
                              "FROM hudi.table_services").fetchall()}
     assert {t for t, _ in services} == {"customers", "broken"}, "tables without services 'auto' are not listed"
     state, success, detail, error, failures, _ = services[("customers", "compaction")]
@@ -148,12 +148,12 @@ def test_the_worker_compacts_and_cleans_tables_with_services_auto(lake, cluster)
     # when its back-off ends.
     import datetime
     for table, service, next_due, next_attempt, now in conn.execute(
-            "SELECT \"table\"::text, service, next_due, next_attempt, now() FROM hudi.table_services").fetchall():
+            "SELECT relation::text, service, next_due, next_attempt, now() FROM hudi.table_services").fetchall():
         if table == "broken":
             assert next_due == next_attempt, (service, next_due, next_attempt)
         else:
             assert next_due is not None and next_due <= now + datetime.timedelta(seconds=1), (service, next_due, now)
-    history = conn.execute("SELECT service, outcome, detail FROM hudi.service_history WHERE \"table\" = 'customers'::regclass "
+    history = conn.execute("SELECT service, outcome, detail FROM hudi.service_history WHERE relation = 'customers'::regclass "
                            "ORDER BY started").fetchall()
     compactions = [d for s, o, d in history if s == "compaction" and o == "succeeded"]
     assert len(compactions) == count("commit"), "every compaction is in the history"
@@ -162,9 +162,9 @@ def test_the_worker_compacts_and_cleans_tables_with_services_auto(lake, cluster)
     conn.execute("CREATE ROLE onlooker LOGIN")
     conn.execute("GRANT SELECT ON customers TO onlooker")
     with cluster.connect(user="onlooker") as other:
-        seen = {t for (t,) in other.execute("SELECT DISTINCT \"table\"::text FROM hudi.table_services").fetchall()}
+        seen = {t for (t,) in other.execute("SELECT DISTINCT relation::text FROM hudi.table_services").fetchall()}
         assert seen == {"customers"}
-        assert other.execute("SELECT count(*) FROM hudi.service_history WHERE \"table\" = 'broken'::regclass").fetchone()[0] == 0
+        assert other.execute("SELECT count(*) FROM hudi.service_history WHERE relation = 'broken'::regclass").fetchone()[0] == 0
 
 
 def test_a_worker_waiting_on_storage_stops_at_once_on_sigterm(cluster):
@@ -197,7 +197,7 @@ def test_a_worker_waiting_on_storage_stops_at_once_on_sigterm(cluster):
             conn.execute("CREATE FOREIGN TABLE waiting (id bigint) SERVER silent OPTIONS (path 't', services 'auto')")
             assert accepted.wait(30), "the worker reached the store"
             (pid, state, progress), = conn.execute(
-                "SELECT pid, state, progress FROM hudi.table_services WHERE \"table\" = 'waiting'::regclass "
+                "SELECT pid, state, progress FROM hudi.table_services WHERE relation = 'waiting'::regclass "
                 "AND state = 'running'").fetchall()
             assert pid and state == "running", "the view shows the service running"
             backend, = conn.execute("SELECT backend_type FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()
@@ -370,7 +370,7 @@ def test_compaction_is_due_by_log_count_size_or_age(lake, cluster):
         conn.execute(f"ALTER FOREIGN TABLE {name} OPTIONS (SET services 'auto')")
 
     def compacted(name):
-        return conn.execute("SELECT min(started) FROM hudi.service_history WHERE \"table\" = %s::regclass "
+        return conn.execute("SELECT min(started) FROM hudi.service_history WHERE relation = %s::regclass "
                             "AND service = 'compaction' AND outcome = 'succeeded'", (name,)).fetchone()[0]
     assert wait_for(lambda: compacted("sized") and compacted("aged"), timeout=60)
     # The compaction's plan was made (its instant taken) once the log was 3 seconds old.
@@ -401,7 +401,7 @@ def test_a_commit_wakes_the_worker(lake, cluster):
     # naps with all its services.
     conn.execute("CREATE FOREIGN TABLE broken (id bigint) SERVER lake OPTIONS (path 'nowhere', services 'auto')")
     serve_databases(conn, naptime=3600)
-    assert wait_for(lambda: conn.execute("SELECT count(*) FROM hudi.service_history WHERE \"table\" = 'broken'::regclass "
+    assert wait_for(lambda: conn.execute("SELECT count(*) FROM hudi.service_history WHERE relation = 'broken'::regclass "
                                          "AND service = 'rollback'").fetchone()[0] == 1), "the first round ended"
     for n in range(3):
         conn.execute("INSERT INTO quiet SELECT g, 'v' FROM generate_series(1, 10) g")
@@ -409,7 +409,7 @@ def test_a_commit_wakes_the_worker(lake, cluster):
         conn.execute(f"INSERT INTO customers SELECT g, 'n{n}', 'nl', g, now() FROM generate_series(1, 10) g")
     started = time.monotonic()
     compacted = wait_for(lambda: conn.execute(
-        "SELECT detail FROM hudi.service_history WHERE \"table\" = 'customers'::regclass AND service = 'compaction' "
+        "SELECT detail FROM hudi.service_history WHERE relation = 'customers'::regclass AND service = 'compaction' "
         "AND outcome = 'succeeded'").fetchone(), timeout=30)
     assert compacted and compacted[0].startswith("compaction "), compacted
     assert time.monotonic() - started < 30
@@ -436,7 +436,7 @@ def test_a_worker_stopped_by_sigterm_gives_up_the_service_lease(lake, cluster):
         "AND starts_with(query, 'pg_hudi: clean of ') AND query LIKE '% files deleted%'").fetchone())
     assert found, "the worker paused in its clean"
     pid = found[0]
-    progress, shown_pid = conn.execute("SELECT progress, pid FROM hudi.table_services WHERE \"table\" = 'customers'::regclass "
+    progress, shown_pid = conn.execute("SELECT progress, pid FROM hudi.table_services WHERE relation = 'customers'::regclass "
                                        "AND service = 'clean' AND state = 'running'").fetchone()
     assert shown_pid == pid and progress.startswith("cleaning ") and progress.endswith(" files deleted"), progress
     done, total = progress.split(": ")[1].split(" ")[0].split("/")
@@ -485,7 +485,7 @@ def test_a_compaction_called_from_sql_shows_its_progress(lake, cluster):
         query, state = shown
         assert state == "active" and query.startswith("pg_hudi: compaction of "), shown
         running = conn.execute("SELECT state, pid, progress FROM hudi.table_services "
-                               "WHERE \"table\" = 'customers'::regclass AND service = 'compaction'").fetchone()
+                               "WHERE relation = 'customers'::regclass AND service = 'compaction'").fetchone()
         assert running[0] == "running" and running[1] == caller_pid and query.endswith(running[2]), running
     finally:
         thread.join(30)
@@ -495,6 +495,6 @@ def test_a_compaction_called_from_sql_shows_its_progress(lake, cluster):
     assert rows_written == 40 and file_groups >= 2
     assert wait_for(lambda: conn.execute("SELECT query FROM pg_stat_activity WHERE pid = %s", (caller_pid,)).fetchone()[0] == call)
     # (The worker, woken by the inserts, may be looking at the table meanwhile.)
-    assert conn.execute("SELECT pid FROM hudi.table_services WHERE \"table\" = 'customers'::regclass "
+    assert conn.execute("SELECT pid FROM hudi.table_services WHERE relation = 'customers'::regclass "
                         "AND service = 'compaction'").fetchone()[0] != caller_pid
     caller.close()

@@ -9,7 +9,8 @@ issue 14:
     CONCURRENTLY of a copy;
 (e) the private memory of 100 backends that have probed, for this dimension and one a tenth
     of its size;
-(f) probe latency p99 while a refresh applies a large commit, against idle."""
+(f) probe latency p99 while a refresh applies a large commit, against idle;
+(g) a session's lookups right after its own write, against the lake right after a write."""
 
 import pathlib
 import statistics
@@ -201,6 +202,33 @@ def main():
         report(out, ("(f) probe p99 during a refresh", f"idle {p99(idle):.2f} ms ({len(idle)} probes)",
                     f"during a {applied:.1f} s refresh of {n // 10:,} rows {p99(during):.2f} ms ({len(during)} probes)",
                     f"{p99(during) / p99(idle):.2f}x", "≤ 2x"))
+
+        # (g) a session's lookups right after its own write (a one-row upsert, newer than the
+        # row it replaces): a point query, which reads the lake until the cache holds the
+        # commit, and a 1,000-row join, which waits for the worker's refresh; against the same
+        # right after a write with the cache off (the lake; the join by hash).
+        newer = ROW.replace("g * 0.5", "g * 0.5 + 1").replace("g * interval '1 second'", "g * interval '1 second' + interval '1 day'")
+        written = iter(range(1, 1000))
+
+        def after_own_write(sql, cached, rounds=7):
+            times = []
+            conn.execute("SET enable_hashjoin = off; SET enable_mergejoin = off" if cached
+                         else "SET hudi.enable_lookup_cache = off")
+            for _ in range(rounds):
+                key = (next(written) * 104729) % n + 1  # each key written once: its new row wins
+                conn.execute(f"INSERT INTO dim SELECT {newer} FROM generate_series({key}, {key}) g")
+                started = time.perf_counter()
+                conn.execute(sql.format(key=key), prepare=False).fetchall()
+                times.append(time.perf_counter() - started)
+            conn.execute("RESET enable_hashjoin; RESET enable_mergejoin; RESET hudi.enable_lookup_cache")
+            return statistics.median(times)
+        point = "SELECT score FROM dim WHERE id = {key}"
+        join = "SELECT sum(c.score) FROM (SELECT id FROM outer_rows LIMIT 999 UNION ALL SELECT {key}) o JOIN dim c ON c.id = o.id"
+        cached_point, lake_point = after_own_write(point, True), after_own_write(point, False)
+        cached_join, lake_join = after_own_write(join, True), after_own_write(join, False)
+        report(out, ("(g) right after the session's own write, median", f"point query {cached_point * 1000:.1f} ms, "
+                     f"1,000-row join {cached_join * 1000:.0f} ms", f"lake {lake_point * 1000:.1f} ms, {lake_join * 1000:.0f} ms",
+                     f"{cached_point / lake_point:.2f}x, {cached_join / lake_join:.2f}x", "≤ 1x the lake"))
 
     print(f"| {n:,}-row dimension | pg_hudi | baseline | ratio | goal |")
     print("|---|---|---|---|---|")

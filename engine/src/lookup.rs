@@ -985,37 +985,48 @@ impl CacheGenerations {
         Ok(read_if_exists(&self.dir(next).join(LOAD_DIR).join(PROGRESS_FILE))?.and_then(|text| serde_json::from_slice(&text).ok()))
     }
 
+    /// The current generation's position (a completion time) and row count as its last flush
+    /// left them: what lookups read now, whoever applied it. `None` before the first load.
+    pub fn cached(&self) -> Result<Option<(Option<String>, u64)>> {
+        let Some(n) = self.current()? else { return Ok(None) };
+        Ok(Flushed::read(&self.dir(n)).map(|flushed| (flushed.position, flushed.rows)))
+    }
+
     /// Opens the current generation for reading, with the reader's own files in `own`.
     pub fn open_reader(&self, own: &Path, table_schema: &Schema) -> Result<Option<LookupCache>> {
         let Some(n) = self.current()? else { return Ok(None) };
         LookupCache::open_reader(&self.dir(n), own, table_schema).map(Some)
     }
 
+    /// Brings the current generation up to `reader`'s latest commit by applying the changes
+    /// since its position; `None` when that cannot be done and a new generation must be
+    /// loaded: there is none, its definition differs, or those changes were cleaned.
+    pub async fn refresh_current(&self, definition: &CacheDefinition, table_schema: &Schema, reader: &TableReader) -> Result<Option<Applied>> {
+        let Some(n) = self.current()? else { return Ok(None) };
+        // Nothing to apply (the usual case of an idle table): the database stays closed.
+        let target = latest_completion(reader);
+        if let Some(flushed) = Flushed::read(&self.dir(n)) {
+            let unchanged = flushed.position.is_some() && (target.is_none() || target == flushed.position);
+            if unchanged && flushed.definition == *definition && flushed.format == LAYOUT {
+                let position = flushed.position;
+                return Ok(Some(Applied { from: position.clone(), to: position, rows: flushed.rows, ..Default::default() }));
+            }
+        }
+        match LookupCache::open(&self.dir(n), definition, table_schema) {
+            Ok(mut cache) => cache.refresh(reader).await,
+            Err(e) if e.kind() == ErrorKind::InvalidArgument => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Brings the cache of `definition` up to `reader`'s latest commit: refreshes the current
     /// generation, or loads a new one when there is none, its definition differs, or the
     /// changes since its position were cleaned.
     pub async fn refresh(&self, definition: &CacheDefinition, table_schema: &Schema, reader: &TableReader) -> Result<Applied> {
-        let current = self.current()?;
-        if let Some(n) = current {
-            // Nothing to apply (the usual case of an idle table): the database stays closed.
-            let target = latest_completion(reader);
-            if let Some(flushed) = Flushed::read(&self.dir(n)) {
-                let unchanged = flushed.position.is_some() && (target.is_none() || target == flushed.position);
-                if unchanged && flushed.definition == *definition && flushed.format == LAYOUT {
-                    let position = flushed.position;
-                    return Ok(Applied { from: position.clone(), to: position, rows: flushed.rows, ..Default::default() });
-                }
-            }
-            match LookupCache::open(&self.dir(n), definition, table_schema) {
-                Ok(mut cache) => {
-                    if let Some(applied) = cache.refresh(reader).await? {
-                        return Ok(applied);
-                    }
-                }
-                Err(e) if e.kind() == ErrorKind::InvalidArgument => {}
-                Err(e) => return Err(e),
-            }
+        if let Some(applied) = self.refresh_current(definition, table_schema, reader).await? {
+            return Ok(applied);
         }
+        let current = self.current()?;
         let next = current.map_or(1, |n| n + 1);
         let dir = self.dir(next);
         // A load that did not finish (a crash) left its directory: it starts over.

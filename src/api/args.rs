@@ -42,6 +42,15 @@ unsafe impl<'fcx> pgrx::callconv::ArgAbi<'fcx> for RegClass {
     }
 }
 
+// SAFETY: returns the `oid` datum `into_datum` makes, which is never NULL; by value, so it
+// needs no memory context.
+unsafe impl pgrx::callconv::BoxRet for RegClass {
+    unsafe fn box_into<'fcx>(self, fcinfo: &mut pgrx::callconv::FcInfo<'fcx>) -> pgrx::datum::Datum<'fcx> {
+        // SAFETY: a by-value datum of the type the function is declared to return.
+        unsafe { fcinfo.return_raw_datum(pg_sys::Datum::from(self.0)) }
+    }
+}
+
 /// `value`, or 22004 naming the argument `name`.
 pub fn required<T>(value: Option<T>, name: &str) -> T {
     value.unwrap_or_else(|| raise(PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED, format!("{name} must not be NULL"), None))

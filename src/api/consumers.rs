@@ -33,20 +33,27 @@ fn consumer_of(changes: Option<RegClass>, consumer: Option<&str>) -> (pg_sys::Oi
     (table.oid(), consumer.to_owned())
 }
 
-/// The current role's position of `consumer` on `changes` (`''` for a new one, which this
-/// creates), locked until the end of the transaction: concurrent calls of one consumer queue.
-#[pg_extern(volatile)]
-fn claim_consumer_position(changes: Option<RegClass>, consumer: Option<&str>) -> String {
+/// The current role's position of `consumer` on `changes`, locked until the end of the
+/// transaction: concurrent calls of one consumer queue. A new consumer is created at
+/// `start_from`: `'earliest'` (the start, `''`), `'latest'` (the table's latest commit, so that
+/// it gets the changes after now) or an instant or timestamp (the changes completed after it).
+#[pg_extern(volatile, schema = "hudi_internal")]
+fn claim_consumer_position(
+    changes: Option<RegClass>,
+    consumer: Option<&str>,
+    start_from: default!(Option<&str>, "'earliest'"),
+) -> String {
     let (relid, consumer) = consumer_of(changes, consumer);
+    let start = start_position(relid, name(start_from, "start_from").trim());
     // SAFETY: a plain read of the backend's current user.
     let role = unsafe { pg_sys::GetUserId() };
-    let args: Vec<DatumWithOid> = vec![relid.into(), role.into(), consumer.as_str().into()];
+    let args: Vec<DatumWithOid> = vec![relid.into(), role.into(), consumer.as_str().into(), start.into()];
     as_pg_hudi(|| {
         Spi::connect_mut(|client| {
             client
                 .update(
                     "INSERT INTO hudi.consumer_positions (relation, role, consumer, position, updated_at) \
-                     VALUES ($1, $2, $3, '', pg_catalog.now()) ON CONFLICT DO NOTHING",
+                     VALUES ($1, $2, $3, $4, pg_catalog.now()) ON CONFLICT DO NOTHING",
                     None,
                     &args,
                 )
@@ -56,7 +63,7 @@ fn claim_consumer_position(changes: Option<RegClass>, consumer: Option<&str>) ->
                     "SELECT position FROM hudi.consumer_positions WHERE relation OPERATOR(pg_catalog.=) $1 \
                      AND role OPERATOR(pg_catalog.=) $2 AND consumer OPERATOR(pg_catalog.=) $3 FOR UPDATE",
                     None,
-                    &args,
+                    &args[..3],
                 )
                 .unwrap_or_else(|e| spi_error(e))
                 .first()
@@ -67,20 +74,35 @@ fn claim_consumer_position(changes: Option<RegClass>, consumer: Option<&str>) ->
     })
 }
 
-/// The latest completed commit of `relid`: how far a position may move.
+/// Where a new consumer of `relid` starts ([`claim_consumer_position`]'s `start_from`).
+fn start_position(relid: pg_sys::Oid, start_from: &str) -> String {
+    let position = match start_from {
+        "earliest" => return String::new(),
+        "latest" => return latest_commit(relid).unwrap_or_default(),
+        other => crate::fdw::options::instant_of(other).unwrap_or_else(|| {
+            raise(
+                PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+                format!("invalid start_from \"{other}\""),
+                Some("A consumer starts from 'earliest', 'latest', a Hudi instant (yyyyMMddHHmmssSSS) or a timestamp.".into()),
+            )
+        }),
+    };
+    check_position(relid, &position);
+    position
+}
+
+/// The completion time of the latest completed commit of `relid`: how far a position may move.
 fn latest_commit(relid: pg_sys::Oid) -> Option<String> {
-    let reader = ForeignHudiTable::for_function(relid).open_reader();
-    let timeline = reader.timeline();
-    timeline.completed_writes().filter_map(|i| timeline.completion_time(&i.timestamp)).max().map(str::to_owned)
+    crate::api::tables::latest_write(relid).map(|(_, completion)| completion)
 }
 
 /// Moves the current role's position of `consumer` on `changes` to `position`, a commit of the
 /// table (at most its latest) not before the current position, and stamps it now. The
 /// position is claimed first ([`claim_consumer_position`]).
-#[pg_extern(volatile)]
+#[pg_extern(volatile, schema = "hudi_internal")]
 fn advance_consumer_position(changes: Option<RegClass>, consumer: Option<&str>, position: Option<&str>) {
     let position = required(position, "position");
-    let current = claim_consumer_position(changes, consumer);
+    let current = claim_consumer_position(changes, consumer, Some("earliest"));
     let (relid, consumer) = consumer_of(changes, consumer);
     if position < current.as_str() {
         raise(
@@ -92,17 +114,25 @@ fn advance_consumer_position(changes: Option<RegClass>, consumer: Option<&str>, 
     set_position(relid, &consumer, Some(position));
 }
 
+/// Refuses a position of `relid` other than `''` or an instant no later than its latest commit.
+fn check_position(relid: pg_sys::Oid, position: &str) {
+    if position.is_empty() {
+        return;
+    }
+    if !engine::timeline::instant::is_instant_time(position) || latest_commit(relid).is_none_or(|latest| position > latest.as_str()) {
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("position \"{position}\" is not a commit of the table"),
+            Some("A position is '' (the start) or a completion time no later than that of hudi.latest_commit(table).".into()),
+        );
+    }
+}
+
 /// Sets the current role's `consumer` of `relid` to `position` (`None`: removes it), which
 /// must be `''` or a completion time of the table no later than its latest commit.
 fn set_position(relid: pg_sys::Oid, consumer: &str, position: Option<&str>) {
-    if let Some(position) = position.filter(|p| !p.is_empty()) {
-        if !engine::timeline::instant::is_instant_time(position) || latest_commit(relid).is_none_or(|latest| position > latest.as_str()) {
-            raise(
-                PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-                format!("position \"{position}\" is not a commit of the table"),
-                Some("A position is '' (the start) or a completion time no later than hudi.latest_commit(table).".into()),
-            );
-        }
+    if let Some(position) = position {
+        check_position(relid, position);
     }
     // SAFETY: a plain read of the backend's current user.
     let role = unsafe { pg_sys::GetUserId() };

@@ -20,8 +20,9 @@ fn list(value: Option<&String>) -> Vec<String> {
 }
 
 /// Creates the merge-on-read table (version 8, simple bucket index) that `table` declares
-/// with its columns and the options `primary_key`, `ordering_field`, `partition_by`,
-/// `buckets` and `merge_mode`; returns its location. An existing table with the same keys,
+/// with its columns and the options `primary_key`, `ordering_field`, `partition_by` (columns
+/// that are also in `primary_key`, so that a key has one row), `buckets` and `merge_mode`;
+/// returns its location. An existing table with the same keys,
 /// partitioning, buckets and columns is accepted; a different one is an error. Writing a
 /// table's `hoodie.properties` is for the foreign table's owner. A foreign table without the
 /// option `services` gets `services 'auto'`: the background worker maintains the tables
@@ -65,6 +66,19 @@ fn create_table(table: Option<RegClass>) -> String {
             None,
         );
     }
+    let partition_fields = list(options.get("partition_by"));
+    // PostgreSQL's rule for unique keys of partitioned tables: Hudi finds a key's row within
+    // its partition only, so a key without the partition columns could hold a row in each.
+    if let Some(outside) = partition_fields.iter().find(|p| !record_key_fields.contains(p)) {
+        let with_partitions: Vec<&str> =
+            record_key_fields.iter().chain(partition_fields.iter().filter(|p| !record_key_fields.contains(p))).map(String::as_str).collect();
+        crate::error::raise_with_detail(
+            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            format!("the primary key of Hudi table \"{name}\" must include all its partition columns"),
+            format!("primary_key lacks column \"{outside}\", which is in partition_by: a key is unique only within its partition."),
+            format!("Use primary_key '{}'.", with_partitions.join(",")),
+        );
+    }
     let merge_mode = match options.get("merge_mode").map_or("event_time", String::as_str) {
         "commit_time" => MergeMode::CommitTimeOrdering,
         "partial_update" => MergeMode::PartialUpdate,
@@ -75,7 +89,7 @@ fn create_table(table: Option<RegClass>) -> String {
         schema: Schema::new(fields),
         record_key_fields,
         ordering_field: options.get("ordering_field").cloned(),
-        partition_fields: list(options.get("partition_by")),
+        partition_fields,
         buckets: options.get("buckets").and_then(|b| b.parse().ok()).unwrap_or(16),
         merge_mode,
     };

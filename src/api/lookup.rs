@@ -145,10 +145,10 @@ fn reported(relation: Option<pg_sys::Oid>) -> Option<pg_sys::Oid> {
     Some(relid)
 }
 
-/// `hudi.lookup_cache_progress(relation)`: how far the load of the table's next cache
+/// `hudi_internal.lookup_cache_progress(relation)`: how far the load of the table's next cache
 /// generation got, while one runs (NULL otherwise): its file slices read and rows, or its last
 /// step, the merge of what it read into the cache's files.
-#[pg_extern(stable)]
+#[pg_extern(stable, schema = "hudi_internal")]
 fn lookup_cache_progress(relation: Option<pg_sys::Oid>) -> Option<String> {
     let progress = CacheGenerations::new(&cache_root(reported(relation)?)).loading().ok()??;
     Some(if progress.merging {
@@ -158,12 +158,27 @@ fn lookup_cache_progress(relation: Option<pg_sys::Oid>) -> Option<String> {
     })
 }
 
-/// `hudi.lookup_cache_lag(relation, position)`: how far a cache at `position` (its cached
+/// `hudi_internal.lookup_cache_position(relation)`: the commit (a completion time) the table's
+/// cache holds and its rows, as lookups read them now: also after a session brought it up to
+/// its own commit, before the worker's round records that in `hudi.lookup_cache_state`. One
+/// row, of NULLs before the first load.
+#[pg_extern(stable, schema = "hudi_internal")]
+fn lookup_cache_position(
+    relation: Option<pg_sys::Oid>,
+) -> TableIterator<'static, (name!(position, Option<String>), name!(rows, Option<i64>))> {
+    let cached = reported(relation).and_then(|relid| CacheGenerations::new(&cache_root(relid)).cached().ok().flatten());
+    TableIterator::once(match cached {
+        Some((position, rows)) => (position, Some(rows as i64)),
+        None => (None, None),
+    })
+}
+
+/// `hudi_internal.lookup_cache_lag(relation, position)`: how far a cache at `position` (its cached
 /// instant) is behind the table's latest completed commit: the commits it does not hold, and
 /// the seconds between that commit's completion and the cached one's. One row, of NULLs
 /// before the first load, and when the table cannot be read (its error is the cache's, in
 /// `hudi.lookup_caches`): one damaged table does not make the view fail for everyone.
-#[pg_extern(stable)]
+#[pg_extern(stable, schema = "hudi_internal")]
 fn lookup_cache_lag(
     relation: Option<pg_sys::Oid>,
     position: Option<&str>,
@@ -178,8 +193,8 @@ fn lookup_cache_lag(
     TableIterator::once((lag.as_ref().map(|l| l.commits as i64), lag.map(|l| l.behind_ms as f64 / 1000.0)))
 }
 
-/// `hudi.lookup_cache_bytes(relation)`: the bytes the table's caches take on disk (NULL: none).
-#[pg_extern(stable)]
+/// `hudi_internal.lookup_cache_bytes(relation)`: the bytes the table's caches take on disk (NULL: none).
+#[pg_extern(stable, schema = "hudi_internal")]
 fn lookup_cache_bytes(relation: Option<pg_sys::Oid>) -> Option<i64> {
     fn size(path: &std::path::Path) -> u64 {
         match std::fs::symlink_metadata(path) {

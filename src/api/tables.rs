@@ -72,19 +72,26 @@ fn file_slices(
     TableIterator::new(rows)
 }
 
-/// `hudi.latest_commit(table)`: the completion time (table version 8+; the instant time on
-/// version 6) of the table's latest completed write, or NULL for a table without writes. It
-/// is the end bound that makes an incremental read catch up completely.
+/// `hudi.latest_commit(table)`: the table's latest completed write as `(instant,
+/// completion_time)` — its requested instant time, and the time it completed (table version
+/// 8+; on version 6, which records none, the instant time again) — or no row for a table
+/// without writes. The completion time is the end bound that makes an incremental read catch up
+/// completely, and what consumer positions hold.
 #[pg_extern(volatile, parallel_safe)]
-fn latest_commit(table: Option<RegClass>) -> Option<String> {
-    let table = hudi_table(table);
-    let reader = ForeignHudiTable::for_function(table.oid()).open_reader();
+fn latest_commit(
+    table: Option<RegClass>,
+) -> TableIterator<'static, (name!(instant, String), name!(completion_time, String))> {
+    TableIterator::new(latest_write(hudi_table(table).oid()))
+}
+
+/// The latest completed write of the Hudi table `relid`: `(instant, completion time)`.
+pub(crate) fn latest_write(relid: pgrx::pg_sys::Oid) -> Option<(String, String)> {
+    let reader = ForeignHudiTable::for_function(relid).open_reader();
     let timeline = reader.timeline();
     timeline
         .completed_writes()
-        .filter_map(|i| timeline.completion_time(&i.timestamp))
-        .max()
-        .map(str::to_owned)
+        .filter_map(|i| timeline.completion_time(&i.timestamp).map(|done| (i.timestamp.clone(), done.to_owned())))
+        .max_by(|a, b| a.1.cmp(&b.1))
 }
 
 /// `hudi.rollback_failed_writes(table)`: rolls back the table's pending writes whose writer's
@@ -108,7 +115,7 @@ fn rollback_failed_writes(
 #[pg_extern(volatile)]
 fn finish_pending_commits() -> TableIterator<
     'static,
-    (name!(relation, pgrx::pg_sys::Oid), name!(instant, String), name!(outcome, String), name!(detail, Option<String>)),
+    (name!(relation, RegClass), name!(instant, String), name!(outcome, String), name!(detail, Option<String>)),
 > {
     use crate::intents::Finished;
     crate::fdw::table_state::forget_all();
@@ -118,7 +125,7 @@ fn finish_pending_commits() -> TableIterator<
             Finished::Lost(e) => ("lost", Some(e)),
             Finished::Failed(e) => ("failed", Some(e)),
         };
-        (intent.relation, intent.commit.instant, outcome.to_owned(), detail)
+        (RegClass(intent.relation), intent.commit.instant, outcome.to_owned(), detail)
     });
     TableIterator::new(rows.collect::<Vec<_>>())
 }

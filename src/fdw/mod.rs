@@ -5,6 +5,7 @@ pub mod aggregate;
 pub mod import;
 pub mod lookup;
 pub mod modify;
+pub mod on_conflict;
 pub mod options;
 pub mod parallel;
 pub mod positions;
@@ -66,6 +67,8 @@ pub extern "C-unwind" fn hudi_fdw_handler(_fcinfo: pg_sys::FunctionCallInfo) -> 
     routine.BeginForeignModify = Some(modify::begin_foreign_modify);
     routine.BeginForeignInsert = Some(modify::begin_foreign_insert);
     routine.ExecForeignInsert = Some(modify::exec_foreign_insert);
+    routine.GetForeignModifyBatchSize = Some(modify::get_foreign_modify_batch_size);
+    routine.ExecForeignBatchInsert = Some(modify::exec_foreign_batch_insert);
     routine.AddForeignUpdateTargets = Some(modify::add_foreign_update_targets);
     routine.ExecForeignUpdate = Some(modify::exec_foreign_update);
     routine.ExecForeignDelete = Some(modify::exec_foreign_delete);

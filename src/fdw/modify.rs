@@ -1,18 +1,27 @@
 //! INSERT, COPY, UPDATE and DELETE on Hudi foreign tables: rows become upserts (or deletes) by
 //! record key, buffered per table and written as log files of the bucket file groups (xact.rs
 //! commits them). UPDATE and DELETE find their rows through a whole-row identity column, so an
-//! UPDATE writes the complete new row.
+//! UPDATE writes the complete new row, and DELETE … RETURNING returns the old one.
+//! `INSERT … ON CONFLICT DO NOTHING` skips rows whose key the table already holds (checked in
+//! batches when nothing needs the rows one by one).
 
+use std::cell::{Cell, RefCell};
+use std::cmp::Ordering;
+use std::collections::HashSet;
 use std::ffi::CStr;
 
+use engine::read::live_keys::RowKey;
 use engine::read::schema::is_reader_column;
+use engine::read::TableReader;
+use engine::table::MergeMode;
 use engine::write::{BaseRow, Transaction};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
 
-use crate::datum::{self, PgKind};
+use crate::datum::{self, PgKind, RowBuffer};
 use crate::error::{raise, OrReport};
+use crate::fdw::scan::ReadSpec;
 use crate::fdw::table::ForeignHudiTable;
 use crate::writer::writer_id;
 use crate::runtime::block_on;
@@ -52,9 +61,32 @@ struct Targets {
     ctid: Option<(pg_sys::AttrNumber, String)>,
     /// Attribute indexes of the key and partition columns, which UPDATE must not change.
     identity: Vec<usize>,
+    /// Attribute indexes of the ordering fields, when the table merges by them (event time,
+    /// partial updates) and declares them all: an UPDATE whose new values order below the old
+    /// ones does not show.
+    ordering: Vec<usize>,
+    /// The table merges partial updates: a NULL written does not replace a value.
+    partial_update: bool,
+    /// Rows of an UPDATE that will not show (see `ordering`), and rows whose NULLs keep the old
+    /// values (`partial_update`): told once at the end of the statement.
+    losing: Cell<u64>,
+    nulls_kept: Cell<u64>,
+    /// For `INSERT … ON CONFLICT DO NOTHING`.
+    skip_existing: Option<RefCell<SkipExisting>>,
+    /// The foreign table's name, for messages.
+    name: String,
     /// Reset after every row: what PostgreSQL allocates for one row (detoasted old rows,
     /// output texts) does not pile up over a statement of millions of rows.
     row_memory: pg_sys::MemoryContext,
+}
+
+/// What `INSERT … ON CONFLICT DO NOTHING` knows while its statement runs: the snapshot it
+/// checks rows against (opened at its first row, with the transaction's earlier writes), and
+/// the keys the statement inserted itself.
+#[derive(Default)]
+struct SkipExisting {
+    reader: Option<TableReader>,
+    inserted: HashSet<RowKey>,
 }
 
 /// The modify state of a result relation: a [`Targets`] that lives in a memory context of its
@@ -135,6 +167,7 @@ unsafe fn targets(relation: pg_sys::Relation, data_schema: &arrow::datatypes::Sc
                 Some((index, kind))
             })
             .collect();
+    let attribute_of = |field: &str| columns.iter().position(|c| c.as_ref().is_some_and(|(index, _)| data_schema.field(*index).name() == field));
     let identity = columns
         .iter()
         .enumerate()
@@ -143,10 +176,24 @@ unsafe fn targets(relation: pg_sys::Relation, data_schema: &arrow::datatypes::Sc
             config.record_key_fields.iter().chain(&config.partition_fields).any(|k| k == field).then_some(i)
         })
         .collect();
-    Targets { columns, whole_row: None, ctid: None, identity, row_memory: std::ptr::null_mut() }
+    let by_ordering = matches!(config.merge_mode, MergeMode::EventTimeOrdering | MergeMode::PartialUpdate);
+    let ordering = config.ordering_fields.iter().map(|f| attribute_of(f)).collect::<Option<Vec<usize>>>().filter(|_| by_ordering).unwrap_or_default();
+    Targets {
+        columns,
+        whole_row: None,
+        ctid: None,
+        identity,
+        ordering,
+        partial_update: config.merge_mode == MergeMode::PartialUpdate,
+        losing: Cell::new(0),
+        nulls_kept: Cell::new(0),
+        skip_existing: None,
+        name: name.to_owned(),
+        row_memory: std::ptr::null_mut(),
+    }
 }
 
-unsafe fn begin(rinfo: *mut pg_sys::ResultRelInfo, plan_targets: *mut pg_sys::List) {
+unsafe fn begin(rinfo: *mut pg_sys::ResultRelInfo, plan_targets: *mut pg_sys::List, skip_existing: bool) {
     if pg_sys::GetCurrentTransactionNestLevel() > 1 {
         raise(
             PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
@@ -177,6 +224,7 @@ unsafe fn begin(rinfo: *mut pg_sys::ResultRelInfo, plan_targets: *mut pg_sys::Li
                 let attno = pg_sys::ExecFindJunkAttributeInTlist(plan_targets, CTID.as_ptr());
                 targets.ctid = (attno > 0).then(|| (attno, table.uri.to_string()));
             }
+            targets.skip_existing = skip_existing.then(Default::default);
             install_targets(rinfo, targets);
         },
     );
@@ -193,13 +241,24 @@ pub unsafe extern "C-unwind" fn begin_foreign_modify(
     if eflags & pg_sys::EXEC_FLAG_EXPLAIN_ONLY as i32 == 0 {
         let subplan = (*mtstate).ps.lefttree;
         let plan_targets = if subplan.is_null() { std::ptr::null_mut() } else { (*(*subplan).plan).targetlist };
-        begin(rinfo, plan_targets);
+        begin(rinfo, plan_targets, does_nothing_on_conflict(mtstate));
     }
 }
 
+/// Whether the statement of `mtstate` is an `INSERT … ON CONFLICT DO NOTHING` (`DO UPDATE`
+/// is refused at parse analysis, see [`crate::fdw::on_conflict`]).
+unsafe fn does_nothing_on_conflict(mtstate: *mut pg_sys::ModifyTableState) -> bool {
+    if mtstate.is_null() || (*mtstate).ps.plan.is_null() {
+        return false;
+    }
+    let plan = (*mtstate).ps.plan as *mut pg_sys::ModifyTable;
+    (*plan).operation == pg_sys::CmdType::CMD_INSERT && (*plan).onConflictAction == pg_sys::OnConflictAction::ONCONFLICT_NOTHING
+}
+
+/// COPY, and INSERT into a partitioned table routed to this foreign table (`mtstate` then).
 #[pg_guard]
-pub unsafe extern "C-unwind" fn begin_foreign_insert(_mtstate: *mut pg_sys::ModifyTableState, rinfo: *mut pg_sys::ResultRelInfo) {
-    begin(rinfo, std::ptr::null_mut());
+pub unsafe extern "C-unwind" fn begin_foreign_insert(mtstate: *mut pg_sys::ModifyTableState, rinfo: *mut pg_sys::ResultRelInfo) {
+    begin(rinfo, std::ptr::null_mut(), does_nothing_on_conflict(mtstate));
 }
 
 /// One row of a slot as the table's data columns.
@@ -221,8 +280,9 @@ unsafe fn slot_values<'a>(slot: *mut pg_sys::TupleTableSlot) -> (&'a [pg_sys::Da
     (std::slice::from_raw_parts((*slot).tts_values, natts), std::slice::from_raw_parts((*slot).tts_isnull, natts))
 }
 
-/// The old row of an UPDATE or DELETE, from its whole-row column: values and nulls.
-unsafe fn old_row(rinfo: *mut pg_sys::ResultRelInfo, targets: &Targets, plan_slot: *mut pg_sys::TupleTableSlot) -> (Vec<pg_sys::Datum>, Vec<bool>) {
+/// The old row of an UPDATE or DELETE, from its whole-row column (detoasted in the row's
+/// memory).
+unsafe fn old_tuple(targets: &Targets, plan_slot: *mut pg_sys::TupleTableSlot) -> pg_sys::HeapTupleData {
     let attno = targets.whole_row.unwrap_or_else(|| {
         raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, "the whole-row identity column is missing", None)
     });
@@ -235,6 +295,11 @@ unsafe fn old_row(rinfo: *mut pg_sys::ResultRelInfo, targets: &Targets, plan_slo
     let mut tuple: pg_sys::HeapTupleData = std::mem::zeroed();
     tuple.t_len = pgrx::varsize_any(header as *const pg_sys::varlena) as u32;
     tuple.t_data = header;
+    tuple
+}
+
+/// [`old_tuple`] as values and nulls.
+unsafe fn old_row(rinfo: *mut pg_sys::ResultRelInfo, mut tuple: pg_sys::HeapTupleData) -> (Vec<pg_sys::Datum>, Vec<bool>) {
     let tupdesc = (*(*rinfo).ri_RelationDesc).rd_att;
     let natts = (*tupdesc).natts as usize;
     let (mut old_values, mut old_nulls) = (vec![pg_sys::Datum::from(0); natts], vec![true; natts]);
@@ -286,6 +351,37 @@ unsafe fn buffer_row(rinfo: *mut pg_sys::ResultRelInfo, targets: &Targets, value
     );
 }
 
+/// Which of `slots`' rows insert a new key: not live in the snapshot of the statement's first
+/// check (which holds the transaction's earlier writes), nor inserted by an earlier row of the
+/// statement. The first of two rows of one key in the statement is the one inserted.
+unsafe fn new_keys(rinfo: *mut pg_sys::ResultRelInfo, targets: &Targets, skip: &RefCell<SkipExisting>, slots: &[*mut pg_sys::TupleTableSlot]) -> Vec<bool> {
+    let relid = (*(*rinfo).ri_RelationDesc).rd_id;
+    let keys = xact::with_open_write(
+        relid,
+        || unreachable!("begun in BeginForeignModify"),
+        |write| {
+            let schema = write.transaction.data_schema().clone();
+            let mut rows = RowBuffer::new(schema.clone());
+            for &slot in slots {
+                let (values, nulls) = slot_values(slot);
+                let row = table_row(targets, schema.fields().len(), values, nulls);
+                rows.push(&row).unwrap_or_else(|why| raise(PgSqlErrorCode::ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE, why, None));
+            }
+            write.transaction.keys_of(&rows.take()).or_report()
+        },
+    );
+    let mut skip = skip.borrow_mut();
+    if skip.reader.is_none() {
+        // Outside the open write: opening the snapshot writes out the transaction's buffered rows.
+        let table = ForeignHudiTable::of_relation(relid);
+        let latest = ReadSpec::Snapshot { bound: engine::timeline::ReadBound::Latest, read_optimized: false };
+        skip.reader = Some(crate::fdw::scan::open_for(&table, &latest));
+    }
+    let reader = skip.reader.as_ref().expect("opened above");
+    let live = block_on(reader.live_keys(&keys)).or_report();
+    keys.into_iter().map(|key| !live.contains(&key) && skip.inserted.insert(key)).collect()
+}
+
 #[pg_guard]
 pub unsafe extern "C-unwind" fn exec_foreign_insert(
     _estate: *mut pg_sys::EState,
@@ -293,11 +389,66 @@ pub unsafe extern "C-unwind" fn exec_foreign_insert(
     slot: *mut pg_sys::TupleTableSlot,
     _plan_slot: *mut pg_sys::TupleTableSlot,
 ) -> *mut pg_sys::TupleTableSlot {
-    per_row(rinfo, |targets| {
+    let inserted = per_row(rinfo, |targets| {
+        if let Some(skip) = &targets.skip_existing {
+            if !new_keys(rinfo, targets, skip, &[slot])[0] {
+                return false;
+            }
+        }
         let (values, nulls) = slot_values(slot);
         buffer_row(rinfo, targets, values, nulls, Change::Upsert, None);
+        true
     });
-    slot
+    // NULL: the row was not inserted (not counted, no RETURNING, no AFTER trigger).
+    if inserted { slot } else { std::ptr::null_mut() }
+}
+
+/// Rows per [`exec_foreign_batch_insert`] call: `ON CONFLICT DO NOTHING` checks a batch's keys
+/// in one read. Other inserts, and those whose rows are needed one by one (RETURNING, WITH
+/// CHECK OPTION, row triggers), take rows one at a time; they are buffered all the same.
+const SKIP_EXISTING_BATCH: i32 = 1000;
+
+#[pg_guard]
+pub unsafe extern "C-unwind" fn get_foreign_modify_batch_size(rinfo: *mut pg_sys::ResultRelInfo) -> i32 {
+    let targets = (*rinfo).ri_FdwState as *const Targets;
+    let triggers = (*rinfo).ri_TrigDesc;
+    let row_triggers = !triggers.is_null() && ((*triggers).trig_insert_before_row || (*triggers).trig_insert_after_row || (*triggers).trig_insert_instead_row);
+    let one_by_one = !(*rinfo).ri_projectReturning.is_null() || !(*rinfo).ri_WithCheckOptions.is_null() || row_triggers;
+    if targets.is_null() || (*targets).skip_existing.is_none() || one_by_one { 1 } else { SKIP_EXISTING_BATCH }
+}
+
+/// A batch of `ON CONFLICT DO NOTHING` rows: those with new keys are buffered, and come first
+/// in `slots` (swapped there, so that the array keeps every slot for the executor to clear);
+/// `num_slots` becomes their count.
+#[pg_guard]
+pub unsafe extern "C-unwind" fn exec_foreign_batch_insert(
+    _estate: *mut pg_sys::EState,
+    rinfo: *mut pg_sys::ResultRelInfo,
+    slots: *mut *mut pg_sys::TupleTableSlot,
+    _plan_slots: *mut *mut pg_sys::TupleTableSlot,
+    num_slots: *mut i32,
+) -> *mut *mut pg_sys::TupleTableSlot {
+    let slots_of_batch = std::slice::from_raw_parts_mut(slots, (*num_slots).max(0) as usize);
+    let keep = per_row(rinfo, |targets| {
+        let keep = match &targets.skip_existing {
+            Some(skip) => new_keys(rinfo, targets, skip, slots_of_batch),
+            None => vec![true; slots_of_batch.len()],
+        };
+        for (&slot, _) in slots_of_batch.iter().zip(&keep).filter(|(_, keep)| **keep) {
+            let (values, nulls) = slot_values(slot);
+            buffer_row(rinfo, targets, values, nulls, Change::Upsert, None);
+        }
+        keep
+    });
+    let mut kept = 0;
+    for (i, keep) in keep.into_iter().enumerate() {
+        if keep {
+            slots_of_batch.swap(kept, i);
+            kept += 1;
+        }
+    }
+    *num_slots = kept as i32;
+    slots
 }
 
 /// A value's text form: what key and partition paths are made of.
@@ -316,7 +467,7 @@ pub unsafe extern "C-unwind" fn exec_foreign_update(
     plan_slot: *mut pg_sys::TupleTableSlot,
 ) -> *mut pg_sys::TupleTableSlot {
     per_row(rinfo, |targets| {
-        let (old_values, old_nulls) = old_row(rinfo, targets, plan_slot);
+        let (old_values, old_nulls) = old_row(rinfo, old_tuple(targets, plan_slot));
         let (values, nulls) = slot_values(slot);
         let tupdesc = (*(*rinfo).ri_RelationDesc).rd_att;
         let attributes = (*tupdesc).attrs.as_slice((*tupdesc).natts as usize);
@@ -332,9 +483,43 @@ pub unsafe extern "C-unwind" fn exec_foreign_update(
                 );
             }
         }
+        count_hidden_changes(targets, attributes, (&old_values, &old_nulls), (values, nulls));
         buffer_row(rinfo, targets, values, nulls, Change::Upsert, read_at(targets, plan_slot));
     });
     slot
+}
+
+/// Counts an updated row that the merge rules will not show as written: its ordering values
+/// order below the old row's (a NULL below any value), or, in a partial-update table, it sets
+/// a column to NULL, which keeps the old value.
+unsafe fn count_hidden_changes(targets: &Targets, attributes: &[pg_sys::FormData_pg_attribute], old: (&[pg_sys::Datum], &[bool]), new: (&[pg_sys::Datum], &[bool])) {
+    let order = targets.ordering.iter().map(|&i| match (old.1[i], new.1[i]) {
+        (true, true) => Some(Ordering::Equal),
+        (false, true) => Some(Ordering::Less),
+        (true, false) => Some(Ordering::Greater),
+        (false, false) => compare(attributes[i].atttypid, new.0[i], old.0[i]),
+    });
+    // The first difference decides; a pair that cannot be compared says nothing.
+    if let Some(Some(Ordering::Less)) = order.into_iter().find(|o| *o != Some(Ordering::Equal)) {
+        targets.losing.set(targets.losing.get() + 1);
+    }
+    if targets.partial_update {
+        let written = targets.columns.iter().enumerate().filter(|(i, c)| c.is_some() && !targets.ordering.contains(i));
+        if written.into_iter().any(|(i, _)| new.1[i] && !old.1[i]) {
+            targets.nulls_kept.set(targets.nulls_kept.get() + 1);
+        }
+    }
+}
+
+/// `a` against `b` by their type's btree order (text in the C collation: the byte order in
+/// which the engine compares strings); `None` for types without one.
+unsafe fn compare(type_oid: pg_sys::Oid, a: pg_sys::Datum, b: pg_sys::Datum) -> Option<Ordering> {
+    let cache = pg_sys::lookup_type_cache(type_oid, pg_sys::TYPECACHE_CMP_PROC_FINFO as i32);
+    if cache.is_null() || (*cache).cmp_proc_finfo.fn_oid == pg_sys::InvalidOid {
+        return None;
+    }
+    let result = pg_sys::FunctionCall2Coll(&mut (*cache).cmp_proc_finfo, pg_sys::C_COLLATION_OID, a, b);
+    Some((result.value() as i32).cmp(&0))
 }
 
 /// DELETE removes the old row's key, whatever its ordering value.
@@ -346,7 +531,16 @@ pub unsafe extern "C-unwind" fn exec_foreign_delete(
     plan_slot: *mut pg_sys::TupleTableSlot,
 ) -> *mut pg_sys::TupleTableSlot {
     per_row(rinfo, |targets| {
-        let (old_values, old_nulls) = old_row(rinfo, targets, plan_slot);
+        let mut tuple = old_tuple(targets, plan_slot);
+        if !(*rinfo).ri_projectReturning.is_null() {
+            // RETURNING shows the deleted row: a copy the slot owns (the row's memory is reset
+            // before RETURNING is computed).
+            let previous = pg_sys::MemoryContextSwitchTo((*slot).tts_mcxt);
+            let copy = pg_sys::heap_copytuple(&mut tuple);
+            pg_sys::MemoryContextSwitchTo(previous);
+            pg_sys::ExecForceStoreHeapTuple(copy, slot, true);
+        }
+        let (old_values, old_nulls) = old_row(rinfo, tuple);
         buffer_row(rinfo, targets, &old_values, &old_nulls, Change::Delete, read_at(targets, plan_slot));
     });
     slot
@@ -357,8 +551,36 @@ pub unsafe extern "C-unwind" fn end_foreign_modify(_estate: *mut pg_sys::EState,
     let targets = (*rinfo).ri_FdwState as *mut Targets;
     if !targets.is_null() {
         xact::finish_flush((*(*rinfo).ri_RelationDesc).rd_id);
+        tell_hidden_changes(&*targets);
         // Deleting the state's context drops the targets (`drop_targets`).
         pg_sys::MemoryContextDelete((*(*targets).row_memory).parent);
         (*rinfo).ri_FdwState = std::ptr::null_mut();
+    }
+}
+
+/// One NOTICE per statement for the rows [`count_hidden_changes`] counted.
+fn tell_hidden_changes(targets: &Targets) {
+    use pgrx::pg_sys::panic::ErrorReport;
+    let name = &targets.name;
+    let (losing, nulls_kept) = (targets.losing.get(), targets.nulls_kept.get());
+    if losing > 0 {
+        ErrorReport::new(
+            PgSqlErrorCode::ERRCODE_WARNING,
+            format!("{losing} updated rows of \"{name}\" will not show: their new ordering value is lower than the old one, or NULL"),
+            "pg_hudi",
+        )
+        .set_detail("In a Hudi table merged by event time, the version of a key with the greatest ordering value wins.")
+        .set_hint("Write an ordering value at least the row's; see \"Merge rules\" in the README.")
+        .report(PgLogLevel::NOTICE);
+    }
+    if nulls_kept > 0 {
+        ErrorReport::new(
+            PgSqlErrorCode::ERRCODE_WARNING,
+            format!("{nulls_kept} updated rows of \"{name}\" keep their old values where the UPDATE set NULL"),
+            "pg_hudi",
+        )
+        .set_detail("A partial_update table keeps the non-NULL value of each column: NULL means \"not written\".")
+        .set_hint("See \"Merge rules\" in the README.")
+        .report(PgLogLevel::NOTICE);
     }
 }

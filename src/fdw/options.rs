@@ -346,9 +346,33 @@ fn validate_by_sql(name: &str, value: &str, query: &str, expected: &str) {
 
 /// Instants are Hudi timeline timestamps: `yyyyMMddHHmmssSSS` (or the older 14 digits).
 fn validate_instant(name: &str, value: &str) {
-    if !engine::timeline::instant::is_instant_time(value) {
-        bad_value(name, value, "expected a Hudi instant such as 20261130120000000 (yyyyMMddHHmmssSSS)")
+    if instant_of(value).is_none() {
+        bad_value(name, value, INSTANT_FORMS)
     }
+}
+
+/// What [`instant_of`] takes, for errors.
+pub const INSTANT_FORMS: &str =
+    "expected a Hudi instant such as 20261130120000000 (yyyyMMddHHmmssSSS) or a timestamp such as '2026-11-30 12:00:00+00'";
+
+/// The Hudi instant an instant option or setting names: an instant as it is, or a finite
+/// timestamp (with a time zone, or in the session's `TimeZone`) as the instant of that moment
+/// in UTC, the time zone of pg_hudi's timelines and of Hudi's with
+/// `hoodie.table.timeline.timezone=UTC`. `None` for anything else, also for PostgreSQL's
+/// special inputs (`now`, `yesterday`, `epoch`, ...): a pinned instant is a time written out,
+/// not one that moves with the clock.
+pub fn instant_of(value: &str) -> Option<String> {
+    use std::str::FromStr;
+    if engine::timeline::instant::is_instant_time(value) {
+        return Some(value.to_owned());
+    }
+    if !value.bytes().any(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let time = pgrx::datum::TimestampWithTimeZone::from_str(value).ok().filter(|t| t.is_finite())?;
+    // Microseconds since 2000-01-01 UTC, PostgreSQL's epoch, 946,684,800 s after Unix's.
+    let unix_ms = time.into_inner().div_euclid(1000) + 946_684_800_000;
+    Some(engine::write::time::format_instant(unix_ms)).filter(|i| engine::timeline::instant::is_instant_time(i))
 }
 
 /// `file://` locations are open to superusers anywhere and to other roles only under

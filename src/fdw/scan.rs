@@ -162,7 +162,7 @@ pub(crate) enum ReadSpec {
     Incremental { range: ChangeRange },
 }
 
-/// A session GUC if set, else the table option.
+/// A session GUC if set, else the table option, as an instant ([`crate::fdw::options::instant_of`]).
 fn instant_setting(
     setting: &pgrx::GucSetting<Option<std::ffi::CString>>,
     table: &ForeignHudiTable,
@@ -170,16 +170,15 @@ fn instant_setting(
 ) -> Option<String> {
     let session = guc::string_value(setting);
     let value = if session.trim().is_empty() { table.options.get(option).cloned() } else { Some(session) };
-    if let Some(instant) = &value {
-        if !engine::timeline::instant::is_instant_time(instant) {
+    value.map(|value| {
+        crate::fdw::options::instant_of(value.trim()).unwrap_or_else(|| {
             raise(
                 PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-                format!("invalid instant \"{instant}\" for {option} (hudi.{option} or the table option)"),
-                Some("Use a Hudi instant such as 20261130120000000 (yyyyMMddHHmmssSSS).".into()),
-            );
-        }
-    }
-    value
+                format!("invalid instant \"{value}\" for {option} (hudi.{option} or the table option)"),
+                Some(format!("{}.", crate::fdw::options::INSTANT_FORMS.replacen("expected", "Use", 1))),
+            )
+        })
+    })
 }
 
 pub(crate) fn read_spec(table: &ForeignHudiTable) -> ReadSpec {

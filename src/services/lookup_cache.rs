@@ -21,6 +21,13 @@ pub(crate) fn cache_root(relid: pg_sys::Oid) -> PathBuf {
     databases_root().join(database.to_u32().to_string()).join(relid.to_u32().to_string())
 }
 
+/// Whether this database has a lookup cache on this server (on disk, loaded or loading).
+pub(crate) fn database_has_caches() -> bool {
+    // SAFETY: a plain read of a backend global.
+    let database = unsafe { pg_sys::MyDatabaseId };
+    std::fs::read_dir(databases_root().join(database.to_u32().to_string())).is_ok_and(|mut entries| entries.next().is_some())
+}
+
 fn databases_root() -> PathBuf {
     // SAFETY: DataDir is set before any backend runs SQL.
     let data = unsafe { std::ffi::CStr::from_ptr(pg_sys::DataDir) }.to_string_lossy().into_owned();
@@ -101,6 +108,10 @@ pub(crate) fn refresh(relid: pg_sys::Oid) -> Result<Option<String>, String> {
     });
     if let Ok(applied) = &outcome {
         if applied.loaded_generation.is_some() {
+            // Plans of the table made without this generation's indexes (prepared statements
+            // planned before the load) are made again at their next use, when this commits.
+            // SAFETY: queues an invalidation of an existing relation, in a transaction.
+            unsafe { pg_sys::CacheInvalidateRelcacheByRelid(relid) };
             // Backends that read an old generation keep its files open (a secondary instance
             // opens every file) until their next statement opens the new one; one that was
             // opening it just now fails and reads the lake for that statement.
@@ -108,6 +119,29 @@ pub(crate) fn refresh(relid: pg_sys::Oid) -> Result<Option<String>, String> {
         }
     }
     outcome.map(|applied| applied.to)
+}
+
+/// Brings `relid`'s loaded cache up to the table's latest commit here and now, as the table's
+/// owner `owner` (as the worker would), when no other writer holds it: a lookup that needs its
+/// session's own commit gets it sooner than a worker's round would start. Only applies changes
+/// (a load is the worker's) and records nothing in `hudi.lookup_cache_state` (the reading
+/// transaction may be read-only): the worker's round, which the commit asked for, finds the
+/// cache current and records it. Errors are the worker's to report. Whether it applied them.
+pub(crate) fn catch_up_here(relid: pg_sys::Oid, owner: pg_sys::Oid) -> bool {
+    // SAFETY: a plain read of backend state.
+    if unsafe { pg_sys::IsInParallelMode() } || !crate::locks::try_lock_cache_writer(relid) {
+        return false;
+    }
+    let applied = crate::role::in_subtransaction(|| {
+        crate::role::as_role(owner, || {
+            let definition = definition(relid);
+            let reader = ForeignHudiTable::of_relation(relid).load_reader();
+            let generations = CacheGenerations::new(&cache_root(relid));
+            block_on(generations.refresh_current(&definition, reader.schema(), &reader)).is_ok_and(|applied| applied.is_some())
+        })
+    });
+    crate::locks::release_cache_writer(relid);
+    applied == Ok(true)
 }
 
 /// The worker's round of the lookup caches of this database: refreshes each (skipping one a

@@ -469,6 +469,13 @@ impl ScanFilter {
 pub struct RecordKeys(Vec<String>);
 
 impl RecordKeys {
+    /// These keys, sorted and distinct.
+    pub fn new(mut keys: Vec<String>) -> RecordKeys {
+        keys.sort_unstable();
+        keys.dedup();
+        RecordKeys(keys)
+    }
+
     pub fn contains(&self, key: &str) -> bool {
         self.0.binary_search_by(|k| k.as_str().cmp(key)).is_ok()
     }

@@ -11,6 +11,7 @@ pub mod aggregate;
 pub mod base_ordering;
 pub mod chunk_bytes;
 pub mod filter;
+pub mod live_keys;
 pub mod merge;
 pub mod merge_cache;
 pub mod prefetch;
@@ -147,7 +148,9 @@ pub struct ReaderState {
 #[derive(Debug, Clone)]
 pub struct TableReader {
     storage: Storage,
-    config: TableConfig,
+    /// Shared by clones: change reads hand it to slices to read keys back (see
+    /// [`crate::table::keygen::key_field_values`]).
+    config: Arc<TableConfig>,
     timeline: Timeline,
     /// The timeline directory's listing the timeline was parsed from, sorted: what
     /// [`Self::refreshed`] compares to tell whether the table changed.
@@ -280,7 +283,7 @@ impl TableReader {
         let changes_schema = Arc::new(Schema::new(fields));
         Ok(TableReader {
             storage,
-            config,
+            config: Arc::new(config),
             timeline,
             timeline_listing: Arc::new(sorted(timeline_listing)),
             timeline_subdirs,
@@ -528,11 +531,16 @@ impl TableReader {
                 let instants = self.timeline.writes_in_range(range.start.as_deref(), range.end.as_deref());
                 let bound = self.change_bound(range);
                 let start = self.range_start(slice, range, &bound, &instants).await?;
+                // A base file completed by the range start holds no change of the range (one
+                // a compaction completed inside it may hold the versions of logs it folded).
+                let base_before = |start: &str| self.timeline.completion_time(&slice.base_instant).is_some_and(|c| c <= start);
+                let changes_in_blocks = range.start.as_deref().is_some_and(|start| slice.base_file.is_none() || base_before(start));
                 let kind = SliceOutput::Changes {
                     instants,
-                    with_deletes: *with_deletes,
+                    with_deletes: with_deletes.then(|| self.config.clone()),
                     changes_schema: self.changes_schema.clone(),
                     start,
+                    changes_in_blocks,
                 };
                 (bound, kind)
             }
@@ -685,6 +693,16 @@ impl TableReader {
                 };
                 (blocks, kept_merge)
             }
+        };
+        // A change read of a slice whose changes are all in the range's blocks merges only the
+        // keys those blocks write or delete (with their earlier versions, which say `I` or `U`):
+        // a small commit to a large file group costs its own size, not the group's.
+        let (blocks, record_keys, nothing) = match (&kind, record_keys) {
+            (SliceOutput::Changes { instants, changes_in_blocks: true, .. }, None) if !nothing => match keys_written_by(&blocks, instants)? {
+                Some(keys) if keys.as_slice().is_empty() => (Vec::new(), None, true),
+                keys => (blocks, keys, false),
+            },
+            (_, record_keys) => (blocks, record_keys, nothing),
         };
         let reusing = matches!(kept_merge, KeptMerge::Reuse(..));
         if reusing {
@@ -1198,6 +1216,31 @@ fn selected_positions(groups: &[Range<u64>], selection: &RowSelection) -> Vec<Ra
         }
     }
     positions
+}
+
+/// The record keys that the `blocks` written by the range's `instants` write or delete; `None`
+/// when a data block does not say (no record key column), so that no key may be left out.
+fn keys_written_by(blocks: &[(String, String, LogBlock)], instants: &WritesInRange) -> Result<Option<RecordKeys>> {
+    use crate::error::ResultExt;
+    use crate::log::data::{decode_block, BlockContent};
+    let key_column = schema::META_FIELDS[schema::RECORD_KEY_COLUMN];
+    let only_keys: HashSet<String> = [key_column.to_owned()].into();
+    let mut keys = Vec::new();
+    for (path, _, block) in blocks.iter().filter(|(_, instant, _)| instants.contains(instant)) {
+        match decode_block(block, Some(&only_keys), None).context(|| format!("reading block at {} of {path}", block.offset))? {
+            Some(BlockContent::Data(batches)) => {
+                for batch in batches {
+                    let Some(column) = batch.column_by_name(key_column).and_then(|c| c.as_string_opt::<i32>()) else {
+                        return Ok(None);
+                    };
+                    keys.extend(column.iter().flatten().map(str::to_owned));
+                }
+            }
+            Some(BlockContent::Deletes(records)) => keys.extend(records.into_iter().map(|r| r.record_key)),
+            None => {}
+        }
+    }
+    Ok(Some(RecordKeys::new(keys)))
 }
 
 #[cfg(test)]

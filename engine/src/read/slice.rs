@@ -23,6 +23,7 @@ use crate::read::chunk_bytes::ChunkBytes;
 use crate::read::merge_cache::{self, MergeKey};
 use crate::read::schema::{self, NullColumns};
 use crate::read::{OPERATION_COLUMN, ROW_POSITION_COLUMN};
+use crate::table::{keygen, TableConfig};
 use crate::timeline::WritesInRange;
 
 /// What a slice read returns.
@@ -31,8 +32,17 @@ pub(crate) enum SliceOutput {
     /// The merged rows.
     Snapshot,
     /// The rows changed by the commits whose requested instants are `instants`, with
-    /// `_hoodie_operation` (`changes_schema`), and `D` rows when `with_deletes`.
-    Changes { instants: WritesInRange, with_deletes: bool, changes_schema: SchemaRef, start: Option<RangeStart> },
+    /// `_hoodie_operation` (`changes_schema`), and `D` rows when `with_deletes` is the table's
+    /// configuration (which tells how to read key and partition fields back for them).
+    /// `changes_in_blocks`: the slice's base file was completed before the range, so that
+    /// every change is in the blocks the range wrote, and only their keys need merging.
+    Changes {
+        instants: WritesInRange,
+        with_deletes: Option<Arc<TableConfig>>,
+        changes_schema: SchemaRef,
+        start: Option<RangeStart>,
+        changes_in_blocks: bool,
+    },
 }
 
 /// What a change read needs beyond the slice when the slice's base file was written inside
@@ -231,7 +241,7 @@ impl SliceRead {
             SliceOutput::Snapshot if self.row_positions => merged.rows.map(|rows| with_positions(rows, merged.base_positions)).transpose(),
             SliceOutput::Snapshot => Ok(merged.rows),
             SliceOutput::Changes { instants, with_deletes, changes_schema, .. } => {
-                changes(merged, start, instants, *with_deletes, changes_schema)
+                changes(merged, start, instants, with_deletes.as_deref(), changes_schema)
             }
         }
     }
@@ -416,7 +426,7 @@ fn with_positions(rows: RecordBatch, positions: Option<UInt64Array>) -> Result<R
 
 /// The rows of a change read from a merge with change tracking: each key's latest version in
 /// the range, `I` if the key did not exist before the range and `U` if it did; with
-/// `with_deletes`, also a `D` row (key and partition path only) for each key the range
+/// `with_deletes`, also a `D` row (key and partition fields only) for each key the range
 /// deleted. Whether a key existed before the range is what the slice's versions show, or,
 /// with a `start`, whether it was alive at the range start; then a key the range deleted is
 /// one alive at the start and not at the end.
@@ -424,7 +434,7 @@ fn changes(
     mut merged: Merged,
     start: Option<StartState>,
     instants: &WritesInRange,
-    with_deletes: bool,
+    with_deletes: Option<&TableConfig>,
     changes_schema: &SchemaRef,
 ) -> Result<Option<RecordBatch>> {
     let mut parts = Vec::new();
@@ -449,8 +459,8 @@ fn changes(
             parts.push(changed);
         }
     }
-    if with_deletes && !deleted.is_empty() {
-        parts.push(delete_rows(&deleted, changes_schema)?);
+    if let Some(config) = with_deletes.filter(|_| !deleted.is_empty()) {
+        parts.push(delete_rows(&deleted, config, changes_schema)?);
     }
     match parts.len() {
         0 => Ok(None),
@@ -469,23 +479,36 @@ fn string_column(rows: &RecordBatch, column: usize) -> Result<&StringArray> {
         .ok_or_else(|| Error::new(ErrorKind::Internal, format!("{} is not a string column", rows.schema().field(column).name())))
 }
 
-/// `D` rows: commit time, record key and partition path of each deleted key.
-fn delete_rows(deleted: &[DeletedKey], changes_schema: &SchemaRef) -> Result<RecordBatch> {
+/// `D` rows: commit time, record key and partition path of each deleted key, and the key and
+/// partition fields that the table's key generator lets be read back from those
+/// ([`keygen::key_field_values`]); the other columns are NULL.
+fn delete_rows(deleted: &[DeletedKey], config: &TableConfig, changes_schema: &SchemaRef) -> Result<RecordBatch> {
     let n = deleted.len();
-    let columns: Vec<ArrayRef> = changes_schema
+    let strings = |values: Vec<Option<&str>>| Arc::new(StringArray::from(values)) as ArrayRef;
+    let fields: Vec<_> =
+        deleted.iter().map(|d| keygen::key_field_values(config, &d.record_key, d.partition_path.as_deref())).collect();
+    let columns = changes_schema
         .fields()
         .iter()
-        .map(|field| -> ArrayRef {
-            let strings = |values: Vec<Option<&str>>| Arc::new(StringArray::from(values)) as ArrayRef;
-            match field.name().as_str() {
+        .map(|field| -> Result<ArrayRef> {
+            Ok(match field.name().as_str() {
                 "_hoodie_commit_time" => strings(deleted.iter().map(|d| Some(d.instant.as_str())).collect()),
                 "_hoodie_record_key" => strings(deleted.iter().map(|d| Some(d.record_key.as_str())).collect()),
                 "_hoodie_partition_path" => strings(deleted.iter().map(|d| d.partition_path.as_deref()).collect()),
                 OPERATION_COLUMN => strings(vec![Some("D"); n]),
+                name if fields.iter().any(|f| f.contains_key(name)) => {
+                    let texts = strings(fields.iter().map(|f| f.get(name).and_then(Option::as_deref)).collect());
+                    // A text that is not a value of the column's type (a key Spark wrote in
+                    // another form) stays unknown rather than failing the read.
+                    let options = arrow::compute::CastOptions { safe: true, ..Default::default() };
+                    arrow::compute::cast_with_options(&texts, field.data_type(), &options).map_err(|e| {
+                        Error::new(ErrorKind::Internal, format!("cannot read {name} back from record keys")).with_source(e)
+                    })?
+                }
                 _ => new_null_array(field.data_type(), n),
-            }
+            })
         })
-        .collect();
+        .collect::<Result<Vec<_>>>()?;
     RecordBatch::try_new(changes_schema.clone(), columns)
         .map_err(|e| Error::new(ErrorKind::Internal, "cannot assemble delete rows").with_source(e))
 }

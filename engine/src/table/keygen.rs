@@ -14,8 +14,9 @@ use crate::table::TableConfig;
 pub enum KeyFormat {
     /// The single key field's value (the simple and non-partitioned generators).
     Value,
-    /// `f1:v1,f2:v2` (the complex generator; also Spark's for one field), an empty value
-    /// written as `__empty__`.
+    /// `f1:v1,f2:v2` (the complex generator; also Spark's for one field), a NULL value
+    /// written as `__null__` and an empty one as `__empty__`; a key whose every value is NULL
+    /// or empty is NULL (Hudi refuses to write it).
     Named,
 }
 
@@ -27,7 +28,7 @@ impl KeyFormat {
 }
 
 /// The record keys of rows whose key fields `fields` have the values `columns` (of any type
-/// with a text form; NULLs make NULL keys). An error unless there is one column per field and
+/// with a text form; see [`KeyFormat`] for which NULLs make NULL keys). An error unless there is one column per field and
 /// at least one field: no key is made of nothing.
 pub fn record_keys(fields: &[String], columns: &[ArrayRef], format: KeyFormat) -> Result<StringArray> {
     if fields.is_empty() || fields.len() != columns.len() {
@@ -56,13 +57,17 @@ pub fn record_keys(fields: &[String], columns: &[ArrayRef], format: KeyFormat) -
             use std::fmt::Write;
             let mut keys = arrow::array::StringBuilder::with_capacity(rows, rows * 16 * fields.len());
             for row in 0..rows {
-                if text.iter().any(|c| c.is_null(row)) {
+                // As Hudi's complex generator: a part may be NULL or empty, not every part.
+                if text.iter().all(|c| c.is_null(row) || c.value(row).is_empty()) {
                     keys.append_null();
                     continue;
                 }
                 for (i, (field, column)) in fields.iter().zip(&text).enumerate() {
-                    let value = column.value(row);
-                    let value = if value.is_empty() { "__empty__" } else { value };
+                    let value = match column.is_null(row) {
+                        true => "__null__",
+                        false if column.value(row).is_empty() => "__empty__",
+                        false => column.value(row),
+                    };
                     let _ = write!(keys, "{}{field}:{value}", if i > 0 { "," } else { "" });
                 }
                 keys.append_value("");
@@ -89,6 +94,80 @@ pub fn possible_record_keys(config: &TableConfig, values: &[&str]) -> Option<Vec
     })
 }
 
+/// The values, as texts, of the key and partition fields of a record whose record key and
+/// partition path are `record_key` and `partition_path`, as far as the table's key generator
+/// lets them be read back: key fields from the record key (every built-in generator writes a
+/// key field's value as it is), partition fields from the path when its levels are the values
+/// ([`partition_values`]; a timestamp-based generator's levels are formatted times and tell
+/// nothing). A field in both is taken from the key, which holds it exactly. A field it cannot
+/// tell is absent; one whose value was NULL is `None`. What a `D` row of a change read carries.
+pub fn key_field_values(config: &TableConfig, record_key: &str, partition_path: Option<&str>) -> BTreeMap<String, Option<String>> {
+    let mut values = partition_path.and_then(|path| partition_values(config, path)).unwrap_or_default();
+    if let Some(keys) = record_key_values(config, record_key) {
+        values.extend(config.record_key_fields.iter().cloned().zip(keys));
+    }
+    values
+}
+
+/// The values of the key fields a record key was made of, one per field of
+/// `config.record_key_fields`: `None` for a NULL (`__null__`), `""` for `__empty__`. `None`
+/// altogether when the key generator is one Hudi does not ship, or the key is not of the form
+/// `f1:v1,f2:v2` that several fields make.
+fn record_key_values(config: &TableConfig, record_key: &str) -> Option<Vec<Option<String>>> {
+    let fields = &config.record_key_fields;
+    let generator = generator_name(config);
+    let known = matches!(
+        generator.as_deref(),
+        None | Some("SIMPLE" | "COMPLEX" | "NON_PARTITION" | "TIMESTAMP" | "CUSTOM")
+    );
+    if !known || fields.is_empty() {
+        return None;
+    }
+    let named_value = |text: &str| match text {
+        "__null__" => None,
+        "__empty__" => Some(String::new()),
+        text => Some(text.to_owned()),
+    };
+    if let [field] = fields.as_slice() {
+        // The simple, time-based and non-partitioned generators write one field's value as it
+        // is; the complex one `field:value` (Hudi 1.x may write the value alone).
+        let named = record_key.strip_prefix(field.as_str()).and_then(|rest| rest.strip_prefix(':'));
+        return Some(vec![match named {
+            Some(text) if matches!(generator.as_deref(), None | Some("COMPLEX")) => named_value(text),
+            _ => Some(record_key.to_owned()),
+        }]);
+    }
+    // `f1:v1,f2:v2`: a value runs up to the next field's `,name:`.
+    let mut rest = record_key.strip_prefix(fields[0].as_str())?.strip_prefix(':')?;
+    let mut values = Vec::with_capacity(fields.len());
+    for next in &fields[1..] {
+        let separator = format!(",{next}:");
+        let end = rest.find(&separator)?;
+        values.push(named_value(&rest[..end]));
+        rest = &rest[end + separator.len()..];
+    }
+    values.push(named_value(rest));
+    Some(values)
+}
+
+/// The table's key generator as a type name (`SIMPLE`, `COMPLEX`, `NON_PARTITION`,
+/// `TIMESTAMP`, `CUSTOM`), from `hoodie.table.keygenerator.type` or Hudi's class for it
+/// (the Avro variants too); the class name itself, upper-cased, for one Hudi does not ship;
+/// `None` when the table names none.
+fn generator_name(config: &TableConfig) -> Option<String> {
+    let generator = config.key_generator.as_deref()?;
+    let name = generator.rsplit('.').next().unwrap_or(generator).to_ascii_uppercase();
+    let builtin = !generator.contains('.') || generator.starts_with("org.apache.hudi.keygen.");
+    Some(match name.trim_end_matches("KEYGENERATOR").trim_end_matches("AVRO").trim_end_matches('_') {
+        "SIMPLE" if builtin => "SIMPLE".to_owned(),
+        "COMPLEX" if builtin => "COMPLEX".to_owned(),
+        "NONPARTITIONED" | "NON_PARTITION" if builtin => "NON_PARTITION".to_owned(),
+        "TIMESTAMPBASED" | "TIMESTAMP" if builtin => "TIMESTAMP".to_owned(),
+        "CUSTOM" if builtin => "CUSTOM".to_owned(),
+        _ => name,
+    })
+}
+
 /// The partition level of a NULL or empty value (Hive's convention, which Hudi follows).
 pub const DEFAULT_PARTITION: &str = "__HIVE_DEFAULT_PARTITION__";
 
@@ -101,20 +180,7 @@ const LEGACY_DEFAULT_PARTITION: &str = "default";
 /// and non-partitioned generators. Timestamp-based, custom and user-defined generators format or transform values
 /// (`yyyy/MM/dd` of a timestamp, `field:type` specs), and their levels are not the values.
 fn writes_values_verbatim(config: &TableConfig) -> bool {
-    let Some(generator) = config.key_generator.as_deref() else { return true };
-    let name = generator.rsplit('.').next().unwrap_or(generator).to_ascii_uppercase();
-    matches!(
-        name.as_str(),
-        "SIMPLE"
-            | "COMPLEX"
-            | "NON_PARTITION"
-            | "SIMPLEKEYGENERATOR"
-            | "SIMPLEAVROKEYGENERATOR"
-            | "COMPLEXKEYGENERATOR"
-            | "COMPLEXAVROKEYGENERATOR"
-            | "NONPARTITIONEDKEYGENERATOR"
-            | "NONPARTITIONEDAVROKEYGENERATOR"
-    )
+    matches!(generator_name(config).as_deref(), None | Some("SIMPLE" | "COMPLEX" | "NON_PARTITION"))
 }
 
 /// The partition field values a partition path encodes: hive style (`f=v/g=w`) or plain
@@ -177,6 +243,19 @@ mod tests {
         assert_eq!(record_keys(&["id".into()], &[ids], KeyFormat::Named).unwrap().value(1), "id:2");
     }
 
+    /// As Hudi's complex generator writes them: NULL and empty parts have placeholders, and
+    /// only a key with no part that has a value is NULL.
+    #[test]
+    fn composite_keys_name_null_and_empty_parts() {
+        let ids: ArrayRef = std::sync::Arc::new(arrow::array::Int64Array::from(vec![Some(1), None, None, Some(4)]));
+        let cities: ArrayRef = std::sync::Arc::new(StringArray::from(vec![None, Some(""), None, Some("")]));
+        let keys = record_keys(&["id".into(), "city".into()], &[ids.clone(), cities], KeyFormat::Named).unwrap();
+        assert_eq!(keys.value(0), "id:1,city:__null__");
+        assert!(keys.is_null(1) && keys.is_null(2), "no part with a value");
+        assert_eq!(keys.value(3), "id:4,city:__empty__");
+        assert!(record_keys(&["id".into()], &[ids], KeyFormat::Value).unwrap().is_null(1));
+    }
+
     #[test]
     fn verbatim_generators_give_values_back() {
         let plain = config(&[]);
@@ -191,6 +270,36 @@ mod tests {
         assert_eq!(value(&encoded, "a%2Fb%25"), Some(Some("a/b%".into())));
         let class = config(&[("hoodie.table.keygenerator.class", "org.apache.hudi.keygen.ComplexKeyGenerator")]);
         assert_eq!(value(&class, "x"), Some(Some("x".into())));
+    }
+
+    /// `D` rows read their key fields back from record keys of every built-in generator, and
+    /// partition fields from paths whose levels are values.
+    #[test]
+    fn key_fields_are_read_back_from_keys_and_paths() {
+        let values = |c: &TableConfig, key: &str, path: Option<&str>| {
+            key_field_values(c, key, path).into_iter().collect::<Vec<(String, Option<String>)>>()
+        };
+        let some = |f: &str, v: &str| (f.to_owned(), Some(v.to_owned()));
+        // Ours and Spark's simple generator: the value as it is, even one that looks named.
+        let simple = TableConfig::for_tests("city", &[("hoodie.table.keygenerator.type", "SIMPLE")]);
+        assert_eq!(values(&simple, "id:7", Some("paris")), [some("city", "paris"), some("id", "id:7")]);
+        // The complex generator names one field or several; placeholders are NULL and empty.
+        let complex = TableConfig::for_tests(
+            "city",
+            &[("hoodie.table.keygenerator.class", "org.apache.hudi.keygen.ComplexAvroKeyGenerator")],
+        );
+        assert_eq!(values(&complex, "id:7", None), [some("id", "7")]);
+        assert_eq!(values(&complex, "7", None), [some("id", "7")], "Hudi 1.x's encoding of one field");
+        let mut two = complex.clone();
+        two.record_key_fields = vec!["id".into(), "city".into()];
+        assert_eq!(values(&two, "id:7,city:a,city:b", Some("x")), [some("city", "a,city:b"), some("id", "7")]);
+        assert_eq!(values(&two, "id:__null__,city:__empty__", None), [("city".into(), Some(String::new())), ("id".into(), None)]);
+        assert_eq!(values(&two, "7|a", None), [], "not the form several fields make");
+        // Time-based: the key is the value; the path's levels are formatted times.
+        let timed = TableConfig::for_tests("city", &[("hoodie.table.keygenerator.type", "TIMESTAMP_AVRO")]);
+        assert_eq!(values(&timed, "TXN-1", Some("2024/01/15/10")), [some("id", "TXN-1")]);
+        let unknown = TableConfig::for_tests("city", &[("hoodie.table.keygenerator.class", "com.example.SimpleKeyGenerator")]);
+        assert_eq!(values(&unknown, "7", Some("paris")), []);
     }
 
     #[test]

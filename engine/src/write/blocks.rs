@@ -105,22 +105,31 @@ impl BlockEncoder {
         Ok(EncodedBlocks { first_sequence, blocks })
     }
 
+    /// The partition path and record key of each of `rows` (data columns by name), as an
+    /// upsert of them would write them.
+    pub fn keys_of(&self, rows: &RecordBatch) -> Result<Vec<(String, String)>> {
+        let data = crate::read::schema::align_batch(rows, &self.data_schema)
+            .map_err(|e| Error::new(ErrorKind::InvalidArgument, e.detail()))?;
+        let keys = self.record_keys(&data)?;
+        let partitions = self.partition_paths(&data)?;
+        Ok(partitions.into_iter().enumerate().map(|(row, p)| (p, keys.value(row).to_owned())).collect())
+    }
+
     /// The record key of each row: the value of a single key field, or `f1:v1,f2:v2` for
-    /// composite keys. A NULL key is an error naming the row.
+    /// composite keys (where a part may be NULL or empty, not every part). A NULL key is an
+    /// error naming the row.
     fn record_keys(&self, batch: &RecordBatch) -> Result<StringArray> {
         let fields = &self.record_key_fields;
         let columns = text_columns(batch, fields, "key")?;
-        if columns.iter().any(|c| c.null_count() > 0) {
-            for row in 0..batch.num_rows() {
-                if let Some((field, _)) = fields.iter().zip(&columns).find(|(_, c)| c.is_null(row)) {
-                    return Err(Error::new(
-                        ErrorKind::InvalidArgument,
-                        format!("row {} has a NULL value in key column {field}", row + 1),
-                    ));
-                }
-            }
+        let keys = crate::table::keygen::record_keys(fields, &columns, crate::table::keygen::KeyFormat::written_for(fields.len()))?;
+        if let Some(row) = (0..keys.len()).find(|&row| keys.is_null(row)) {
+            let message = match fields.as_slice() {
+                [field] => format!("row {} has a NULL value in key column {field}", row + 1),
+                _ => format!("row {} has no value in any of its key columns ({})", row + 1, fields.join(", ")),
+            };
+            return Err(Error::new(ErrorKind::InvalidArgument, message));
         }
-        crate::table::keygen::record_keys(fields, &columns, crate::table::keygen::KeyFormat::written_for(fields.len()))
+        Ok(keys)
     }
 
     /// The hive-style partition path of each row.

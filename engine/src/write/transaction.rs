@@ -233,6 +233,12 @@ impl Transaction {
         self.encoder.start(change, rows, positions, self.sequence)
     }
 
+    /// The partition path and record key each of `rows` (data columns by name) is written
+    /// with: what identifies a row in a Hudi table.
+    pub fn keys_of(&self, rows: &RecordBatch) -> Result<Vec<(String, String)>> {
+        self.encoder.keys_of(rows)
+    }
+
     /// Upserts `rows` (the data columns of [`Self::data_schema`], by name): one Parquet data
     /// block per touched file group, in a new log file.
     pub async fn upsert(&mut self, rows: &RecordBatch) -> Result<()> {

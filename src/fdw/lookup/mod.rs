@@ -12,8 +12,10 @@
 //! plan whose cache is gone by execution reads the lake instead (the rechecked quals keep its
 //! answer the same).
 //!
-//! Freshness: after this session committed to the table, its lookups wait (a bounded while)
-//! for the cache to hold that commit — it reads its writes. A table with `lookup_max_lag`
+//! Freshness: after this session committed to the Hudi table (through any foreign table on
+//! its location), its lookups read their writes: a scan that runs once reads the lake while
+//! the cache misses that commit, and a join's probes wait (a bounded while) for the cache to
+//! hold it. A table with `lookup_max_lag`
 //! whose cache misses a commit older than that waits for the cache too (`lookup_on_stale
 //! 'wait'`, the default), fails (`'error'`), or reads the lake (`'scan'`). A wait that runs out
 //! reads the lake.

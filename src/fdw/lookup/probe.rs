@@ -5,7 +5,7 @@ use arrow::datatypes::{Schema, SchemaRef};
 use engine::lookup::{Index, Projection};
 use pgrx::pg_sys;
 
-use super::readers::{cached_position, freshness_target, refresh_open, wait_for, with_open};
+use super::readers::{cached_position, freshness_target, refresh_open, wait_for, with_open, Freshness};
 use super::LookupPlan;
 use crate::datum::{PgKind, RowBuffer};
 use crate::error::OrReport;
@@ -40,10 +40,21 @@ pub unsafe fn begin(node: *mut pg_sys::ForeignScanState, relid: pg_sys::Oid, pla
         return None;
     }
     let position = cached_position(relid).unwrap_or_default();
-    match freshness_target(relid, &position) {
+    let target = match freshness_target(relid, &position) {
         Err(()) => return None,
-        Ok(Some(target)) if !wait_for(relid, &target, &mut schema) => return None,
-        Ok(_) => {}
+        Ok(Freshness::Current) => None,
+        // Only the session's own commit is missing, and the scan runs once (its keys are
+        // constants or the statement's parameters, no outer row's): one read of the lake
+        // answers, sooner than the worker's refresh would (which the commit asked for). A
+        // join's probes wait instead: the lake would be read again for every outer row.
+        Ok(Freshness::OwnCommit(_)) if (*(*node).ss.ps.plan).extParam.is_null() => return None,
+        Ok(Freshness::OwnCommit(target) | Freshness::Latest(target)) => Some(target),
+    };
+    if let Some(target) = target {
+        let owner = (*(*(*node).ss.ss_currentRelation).rd_rel).relowner;
+        if !wait_for(relid, owner, &target, &mut schema) {
+            return None;
+        }
     }
     let (key_schema, projection) = with_open(relid, |cache| {
         let fields = plan.columns.iter().map(|c| cache.schema().field_with_name(c).cloned().ok()).collect::<Option<Vec<_>>>()?;

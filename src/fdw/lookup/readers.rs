@@ -23,42 +23,55 @@ thread_local! {
     static OPEN: RefCell<HashMap<u32, OpenCache>> = RefCell::new(HashMap::new());
     /// The reader directories this backend made, removed when it exits.
     static READER_DIRS: RefCell<Vec<PathBuf>> = const { RefCell::new(Vec::new()) };
-    /// The completion time of this session's latest commit to each table.
-    static COMMITTED: RefCell<HashMap<u32, String>> = RefCell::new(HashMap::new());
+    /// The completion time of this session's latest commit to each Hudi table, by location:
+    /// a commit through one foreign table is the session's own for every foreign table on it.
+    static COMMITTED: RefCell<HashMap<String, String>> = RefCell::new(HashMap::new());
 }
 
 /// How long a lookup waits for its cache to take in a commit before it reads the lake.
 const FRESHNESS_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Records that this session's commit to `relid` completed at `completion`: its later
-/// lookups of the table see it.
-pub fn committed(relid: pg_sys::Oid, completion: &str) {
+/// Records that this session's commit to the Hudi table at `location` completed at
+/// `completion`: its later lookups of the table, through any foreign table, see it.
+pub fn committed(location: &str, completion: &str) {
     COMMITTED.with(|c| {
         let mut c = c.borrow_mut();
-        let latest = c.entry(relid.to_u32()).or_default();
+        let latest = c.entry(location.to_owned()).or_default();
         if latest.as_str() < completion {
             *latest = completion.to_owned();
         }
     });
 }
 
-/// The commit (a completion time) that `relid`'s open cache at `position` must hold for this
-/// lookup: this session's latest, and under `lookup_max_lag` the table's latest when the
-/// cache misses one older than that. `Err(())`: read the lake instead.
-pub(super) unsafe fn freshness_target(relid: pg_sys::Oid, position: &str) -> Result<Option<String>, ()> {
+/// The commit (a completion time) that a lookup's cache must hold before it answers.
+pub(super) enum Freshness {
+    /// The cache at its position will do.
+    Current,
+    /// This session's own latest commit to the table, which the cache misses.
+    OwnCommit(String),
+    /// Under `lookup_max_lag` with `lookup_on_stale 'wait'`: the table's latest commit (and
+    /// the session's own), as the cache misses one older than the lag allows.
+    Latest(String),
+}
+
+/// What `relid`'s open cache at `position` must hold for this lookup ([`Freshness`]).
+/// `Err(())`: read the lake instead.
+pub(super) unsafe fn freshness_target(relid: pg_sys::Oid, position: &str) -> Result<Freshness, ()> {
     // The last refresh failed (hudi.lookup_caches shows why): the cache may stay behind for
     // as long as it keeps failing, so the lake answers until a refresh succeeds.
     if last_refresh_failed(relid) {
         return Err(());
     }
-    let own = COMMITTED.with(|c| c.borrow().get(&relid.to_u32()).cloned()).filter(|c| c.as_str() > position);
+    let location = crate::fdw::table::foreign_table_location(relid).ok_or(())?.to_string();
+    let own = COMMITTED.with(|c| c.borrow().get(&location).cloned()).filter(|c| c.as_str() > position);
+    let current = || Ok(own.clone().map_or(Freshness::Current, Freshness::OwnCommit));
     let options = crate::fdw::table::options_of((*pg_sys::GetForeignTable(relid)).options);
-    let Some(max_lag) = options.get("lookup_max_lag") else { return Ok(own) };
+    let Some(max_lag) = options.get("lookup_max_lag") else { return current() };
     let reader = crate::fdw::table::ForeignHudiTable::of_relation(relid).open_reader();
     let lag = engine::lookup::Lag::of(&reader, position);
-    let Some(latest) = lag.latest.clone() else { return Ok(own) };
+    let Some(latest) = lag.latest.clone() else { return current() };
     if (lag.oldest_missing_age_ms as f64) <= interval_ms(max_lag) {
-        return Ok(own);
+        return current();
     }
     match options.get("lookup_on_stale").map_or("wait", String::as_str) {
         "scan" => Err(()),
@@ -72,7 +85,7 @@ pub(super) unsafe fn freshness_target(relid: pg_sys::Oid, position: &str) -> Res
             ),
             Some("Wait for the worker's refresh, call hudi.refresh_lookup_cache, or set lookup_on_stale to 'wait' or 'scan'.".into()),
         ),
-        _ => Ok(Some(match own {
+        _ => Ok(Freshness::Latest(match own {
             Some(own) => own.max(latest),
             None => latest,
         })),
@@ -104,10 +117,13 @@ fn interval_ms(value: &str) -> f64 {
 }
 
 /// Waits, a bounded while, for `relid`'s open cache to hold the commit completed at
-/// `target`: asks the worker for a refresh and catches up until then. Whether it got there.
-pub(super) fn wait_for(relid: pg_sys::Oid, target: &str, table_schema: &mut dyn FnMut() -> SchemaRef) -> bool {
-    // SAFETY: plain reads of backend globals.
-    crate::worker::wake::request_cache_refresh(unsafe { pg_sys::MyDatabaseId });
+/// `target`: refreshes it here (as its owner `owner`) when no other writer is at it, else asks
+/// the worker for a refresh and catches up until then. Whether it got there.
+pub(super) fn wait_for(relid: pg_sys::Oid, owner: pg_sys::Oid, target: &str, table_schema: &mut dyn FnMut() -> SchemaRef) -> bool {
+    if !crate::services::lookup_cache::catch_up_here(relid, owner) {
+        // SAFETY: plain reads of backend globals.
+        crate::worker::wake::request_cache_refresh(unsafe { pg_sys::MyDatabaseId });
+    }
     let deadline = std::time::Instant::now() + FRESHNESS_WAIT;
     loop {
         // Caught up again within this statement: it waits for this, before any row.
