@@ -110,10 +110,10 @@ def test_a_session_reads_its_writes_through_any_foreign_table_on_the_location(la
     print("right after a write:", ", ".join(f"{k} {sorted(v)[len(v) // 2] * 1000:.1f} ms" for k, v in waits.items()))
 
 
-def test_a_lookup_that_runs_once_reads_the_lake_until_the_cache_has_the_sessions_commit(lake, cluster):
-    """No worker serves the database: only refresh_lookup_cache moves the cache. After the
-    session's own commit a point lookup does not wait for a refresh that would not come; it
-    reads the lake, and the cache again once it holds the commit."""
+def test_lookups_after_the_sessions_commit_read_the_lake_or_catch_the_cache_up(lake, cluster):
+    """No worker serves the database. After the session's own commit a point lookup does not
+    wait for a refresh that would not come: it reads the lake, and the cache again once it
+    holds the commit. A join's lookups apply the commit to the cache themselves."""
     conn, _ = lake
     conn.execute("INSERT INTO customers SELECT g, 'n' || g, 'nl', g, now() FROM generate_series(1, 5) g")
     conn.execute("SELECT hudi.create_lookup_cache('customers', '{id}')")
@@ -128,6 +128,19 @@ def test_a_lookup_that_runs_once_reads_the_lake_until_the_cache_has_the_sessions
     conn.execute("SELECT hudi.refresh_lookup_cache('customers')")
     assert "Lookup Probes: 1 keys, 1 rows" in plan_text(conn, point)
     assert conn.execute("SELECT name FROM customers WHERE id = 1").fetchall() == [("mine",)]
+    # A join's lookups bring the cache up to the session's commit themselves, and the view
+    # shows the commit they hold (before anything records it in hudi.lookup_cache_state).
+    conn.execute("CREATE TABLE wanted AS SELECT 1::bigint AS id")
+    conn.execute("SET enable_hashjoin = off; SET enable_mergejoin = off")
+    join = "SELECT c.name FROM wanted w JOIN customers c ON c.id = w.id"
+    conn.execute("UPDATE customers SET name = 'again' WHERE id = 1")
+    started = time.monotonic()
+    shown = plan_text(conn, "(ANALYZE, COSTS OFF, TIMING OFF) " + join)
+    assert time.monotonic() - started < 2.5, "it did not wait out the lookup's bounded wait (5 s)"
+    assert "Lookup Probes: 1 keys, 1 rows" in shown, shown
+    assert conn.execute(join).fetchall() == [("again",)]
+    latest = conn.execute("SELECT completion_time FROM hudi.latest_commit('customers')").fetchone()[0]
+    assert conn.execute("SELECT cached_instant, lag_commits FROM hudi.lookup_caches").fetchone() == (latest, 0)
 
 
 def test_lookup_max_lag_waits_fails_or_scans(lake, cluster):

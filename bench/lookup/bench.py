@@ -223,7 +223,7 @@ def main():
             conn.execute("RESET enable_hashjoin; RESET enable_mergejoin; RESET hudi.enable_lookup_cache")
             return statistics.median(times)
         point = "SELECT score FROM dim WHERE id = {key}"
-        join = "SELECT sum(c.score) FROM (SELECT id FROM outer_rows LIMIT 999 UNION ALL SELECT {key}) o JOIN dim c ON c.id = o.id"
+        join = "SELECT sum(c.score) FROM ((SELECT id FROM outer_rows LIMIT 999) UNION ALL SELECT {key}) o JOIN dim c ON c.id = o.id"
         cached_point, lake_point = after_own_write(point, True), after_own_write(point, False)
         cached_join, lake_join = after_own_write(join, True), after_own_write(join, False)
         report(out, ("(g) right after the session's own write, median", f"point query {cached_point * 1000:.1f} ms, "

@@ -128,8 +128,9 @@ pub(crate) fn refresh(relid: pg_sys::Oid) -> Result<Option<String>, String> {
 /// transaction may be read-only): the worker's round, which the commit asked for, finds the
 /// cache current and records it. Errors are the worker's to report. Whether it applied them.
 pub(crate) fn catch_up_here(relid: pg_sys::Oid, owner: pg_sys::Oid) -> bool {
-    // SAFETY: a plain read of backend state.
-    if unsafe { pg_sys::IsInParallelMode() } || !crate::locks::try_lock_cache_writer(relid) {
+    // A standby takes no such lock, and a parallel query no subtransaction.
+    // SAFETY: plain reads of backend state.
+    if unsafe { pg_sys::RecoveryInProgress() || pg_sys::IsInParallelMode() } || !crate::locks::try_lock_cache_writer(relid) {
         return false;
     }
     let applied = crate::role::in_subtransaction(|| {
