@@ -81,6 +81,14 @@ def test_on_conflict_do_nothing_keeps_existing_rows(app):
         assert returned == [(41, "y")], t
     assert rows(app, hudi) == rows(app, heap)
     assert [r[2] for r in rows(app, hudi) if r[0] in (9, 10)] == ["first", "new"]
+    # A conflict target: the primary key, as on the heap table; any other column is 42P10 on
+    # both (no unique index matches it), and changes nothing.
+    for t in (hudi, heap):
+        cur = app.execute(f"INSERT INTO {t} (id, name, ts) VALUES (9, 'x', '2026-05-01'), (42, 'z', '2026-05-01') ON CONFLICT (id) DO NOTHING")
+        assert cur.rowcount == 1, t
+        for target in ("(name)", "(id, name)"):
+            assert refused(app, f"INSERT INTO {t} (id, name) VALUES (43, 'w') ON CONFLICT {target} DO NOTHING") == "42P10", (t, target)
+    assert rows(app, hudi) == rows(app, heap)
     # In a transaction, after its own earlier writes (and a delete of one of them).
     with app.transaction():
         for t in (hudi, heap):
@@ -130,6 +138,13 @@ def test_partition_columns_outside_the_key_are_refused(app):
     app.execute("INSERT INTO split (id, country, ts) VALUES (9, 'es', '2026-05-01')")
     app.execute("INSERT INTO split (id, country, ts) VALUES (9, 'es', '2026-05-01'), (9, 'nl', '2026-05-01')")
     assert app.execute("SELECT id, country FROM split ORDER BY 2").fetchall() == [(9, "es"), (9, "nl")]
+    # The conflict target is the whole key, as a heap table's must match its primary key.
+    with pytest.raises(psycopg.Error) as e:
+        app.execute("INSERT INTO split (id, country, ts) VALUES (9, 'fr', '2026-05-01') ON CONFLICT (id) DO NOTHING")
+    assert e.value.sqlstate == "42P10" and "(id, country)" in e.value.diag.message_hint
+    cur = app.execute("INSERT INTO split (id, country, ts) VALUES (9, 'es', '2026-06-01'), (9, 'fr', '2026-05-01') ON CONFLICT (country, id) DO NOTHING")
+    assert cur.rowcount == 1
+    assert app.execute("SELECT id, country FROM split ORDER BY 2").fetchall() == [(9, "es"), (9, "fr"), (9, "nl")]
 
 
 def test_a_key_column_may_be_null_while_another_has_a_value(app):
@@ -206,6 +221,10 @@ class Scenario:
     def country(self):
         return self.rng.choice(COUNTRIES) if self.partitioned else "nl"
 
+    def conflict_target(self, rng):
+        """No target, or the primary key's columns in either order."""
+        return rng.choice(["", " (country, id)", " (id, country)"] if self.partitioned else ["", " (id)"])
+
     def known_keys(self, heap):
         return self.conn.execute(f"SELECT id, country FROM {heap}").fetchall()
 
@@ -223,7 +242,8 @@ class Scenario:
             keys = [rng.choice(known) if known and rng.random() < 0.5 else (rng.randrange(1, self.next_id + 5), self.country())
                     for _ in range(rng.randrange(1, 8))]
             self.next_id = max([self.next_id] + [k[0] + 1 for k in keys])
-            return f"INSERT INTO {{t}} VALUES {values_sql(self.conn, [random_row(rng, *k) for k in keys])} ON CONFLICT DO NOTHING{returning}"
+            return (f"INSERT INTO {{t}} VALUES {values_sql(self.conn, [random_row(rng, *k) for k in keys])}"
+                    f" ON CONFLICT{self.conflict_target(rng)} DO NOTHING{returning}")
         if kind == "nothing_select":
             low = rng.randrange(1, self.next_id + 1)
             high = low + rng.randrange(0, 300)
@@ -231,7 +251,7 @@ class Scenario:
             country = f"(ARRAY{COUNTRIES!r})[1 + g % 3]" if self.partitioned else "'nl'"
             return (f"INSERT INTO {{t}} (id, country, name, balance, ts) SELECT g, {country}, 'g' || g, g / 7.0,"
                     f" timestamptz '2026-01-01' + g * interval '1 minute' FROM generate_series({low}, {high}) g"
-                    f" ON CONFLICT DO NOTHING{returning}")
+                    f" ON CONFLICT{self.conflict_target(rng)} DO NOTHING{returning}")
         m, r = rng.randrange(2, 9), rng.randrange(0, 2)
         if kind == "update":
             sets = rng.choice(["name = coalesce(name, '') || 'u'", "balance = balance + 1, ok = NOT ok", "score = NULL, day = day + 1"])
