@@ -2,9 +2,11 @@
 
 The FDW hands simple quals (`column op constant`, `column IN (constants)`) to the engine, which
 skips partitions (by their paths), buckets (`key = constant` on bucket-indexed tables) and
-Parquet row groups (by their statistics, in file slices without log files). PostgreSQL still
-checks every qual on the rows it gets back, so the one way pushdown can change a result is by
-skipping data that had matching rows.
+Parquet row groups (by their statistics, in file slices without log files). The quals the
+engine evaluates exactly as PostgreSQL does (comparisons, IN lists, IS NULL, AND/OR/NOT of them)
+also become the scan's row filter, which drops the rows that fail them after merging, before
+they become datums; PostgreSQL checks the others. So pushdown can change a result by skipping
+data that had matching rows, or by a row filter that decides a row otherwise than PostgreSQL.
 
 Each test is a seeded differential test. For every table it makes a heap copy of all the rows
 (read with no qual pushed: "the unfiltered rows, filtered by PostgreSQL"), then runs random
@@ -422,6 +424,7 @@ class Pruning:
     slices: int = 0
     row_groups: int = 0
     row_groups_max_total: int = 0
+    row_filtered: int = 0  # scans whose row filter (the engine's exact filter) removed rows
 
     def add(self, plan_lines):
         fields = {"Partitions": "partitions", "File Slices": "slices", "Row Groups": "row_groups"}
@@ -430,6 +433,8 @@ class Pruning:
                 self.scans += 1
             elif "Hudi Filters:" in line:
                 self.pushed += 1
+            elif m := re.search(r"Rows Removed by Hudi Row Filter: (\d+)", line):
+                self.row_filtered += int(m.group(1)) > 0
             elif m := re.search(r"Hudi (Partitions|File Slices|Row Groups): (\d+) of (\d+)", line):
                 kept, total = int(m.group(2)), int(m.group(3))
                 if kept < total:
@@ -440,7 +445,7 @@ class Pruning:
     def __str__(self):
         return (f"{self.scans} scans explained: filters pushed in {self.pushed}, fewer partitions in "
                 f"{self.partitions}, fewer file slices in {self.slices}, fewer row groups in {self.row_groups} "
-                f"(largest table: {self.row_groups_max_total} row groups)")
+                f"(largest table: {self.row_groups_max_total} row groups), rows removed by the row filter in {self.row_filtered}")
 
 
 @dataclasses.dataclass
@@ -631,6 +636,8 @@ class Differential:
         p = self.pruning
         if p.pushed < p.scans / 3:
             problems.append(f"filters were pushed in only {p.pushed} of {p.scans} sampled scans")
+        if p.row_filtered < p.scans / 5:
+            problems.append(f"the row filter removed rows in only {p.row_filtered} of {p.scans} sampled scans")
         for what in expect_pruned:
             if getattr(p, what) < max(1, p.scans // 50):
                 problems.append(f"too few sampled scans pruned {what}: {getattr(p, what)} of {p.scans}")

@@ -8,17 +8,17 @@
 use std::ffi::CStr;
 
 use arrow::array::{Array, AsArray};
-use arrow::datatypes::{Decimal256Type, Int64Type, Schema};
+use arrow::datatypes::{Decimal256Type, Int64Type};
 use arrow::record_batch::RecordBatch;
-use engine::read::aggregate::{Aggregate, AggregateQuery, AggregateStats, Column, Condition, Operand, Reading};
-use engine::read::filter::{Op, Scalar};
+use engine::read::aggregate::{Aggregate, AggregateQuery, AggregateStats, Condition, ParameterAnswers, Reading};
 use engine::read::{ScanOptions, SliceQuery};
 use pgrx::pg_sys;
 use pgrx::PgSqlErrorCode;
 
 use crate::datum::{ColumnReader, ColumnType};
 use crate::error::{raise, OrReport};
-use crate::fdw::pushdown::{self, list_items, strip, FieldNames};
+use crate::fdw::conditions::{bytewise, RuntimeValues, Translator};
+use crate::fdw::pushdown::list_items;
 use crate::fdw::scan::{self, ReadSpec};
 use crate::fdw::table::ForeignHudiTable;
 use crate::runtime::block_on;
@@ -33,60 +33,7 @@ struct AggregatePlan {
     options: ScanOptions,
 }
 
-/// How PostgreSQL reads a column of type `type_oid` over a field of `data_type`, when the
-/// engine can compute with those values exactly (`None`: it cannot, and nothing is pushed).
-fn reading_of(type_oid: pg_sys::Oid, data_type: &arrow::datatypes::DataType) -> Option<Reading> {
-    use arrow::datatypes::DataType as D;
-    let reading = match type_oid {
-        // Narrower declarations than the field would make PostgreSQL reject wide values.
-        pg_sys::INT2OID if matches!(data_type, D::Int8 | D::Int16) => Reading::Int,
-        pg_sys::INT4OID if matches!(data_type, D::Int8 | D::Int16 | D::Int32 | D::UInt8 | D::UInt16) => Reading::Int,
-        pg_sys::INT8OID => Reading::Int,
-        pg_sys::FLOAT4OID => Reading::Float4,
-        pg_sys::FLOAT8OID => Reading::Float8,
-        pg_sys::NUMERICOID => Reading::Decimal,
-        pg_sys::BOOLOID => Reading::Bool,
-        pg_sys::TEXTOID | pg_sys::VARCHAROID => Reading::Text,
-        pg_sys::DATEOID => Reading::Date,
-        pg_sys::TIMESTAMPOID | pg_sys::TIMESTAMPTZOID => Reading::Timestamp,
-        _ => return None,
-    };
-    reading.reads(data_type).then_some(reading)
-}
-
-/// Whether strings compare by their bytes under `collation`, as the engine compares them.
-unsafe fn bytewise(collation: pg_sys::Oid) -> bool {
-    match collation {
-        pg_sys::C_COLLATION_OID | pg_sys::POSIX_COLLATION_OID => true,
-        pg_sys::DEFAULT_COLLATION_OID => {
-            let setting = pg_sys::GetConfigOption(c"lc_collate".as_ptr(), true, false);
-            !setting.is_null() && matches!(CStr::from_ptr(setting).to_bytes(), b"C" | b"POSIX")
-        }
-        _ => false,
-    }
-}
-
-/// Turns planner expressions of one relation into the engine's terms.
-struct Translator<'a> {
-    relid: u32,
-    fields: &'a FieldNames,
-    schema: &'a Schema,
-    /// Operands evaluated at execution (`fdw_exprs`): parameters, stable expressions.
-    params: Vec<*mut pg_sys::Node>,
-}
-
 impl Translator<'_> {
-    /// A plain column of the relation that the engine reads exactly.
-    unsafe fn column(&self, node: *mut pg_sys::Node) -> Option<Column> {
-        self.field_column(pushdown::column_of(node, self.relid, self.fields)?)
-    }
-
-    /// The column of `field`, declared of type `type_oid`, when the engine reads it exactly.
-    fn field_column(&self, (field, type_oid): (String, pg_sys::Oid)) -> Option<Column> {
-        let reading = reading_of(type_oid, self.schema.field_with_name(&field).ok()?.data_type())?;
-        Some(Column { field, reading })
-    }
-
     /// A built-in aggregate of a column, computed as PostgreSQL computes it.
     unsafe fn aggregate(&self, aggref: *mut pg_sys::Aggref) -> Option<Aggregate> {
         let a = &*aggref;
@@ -132,87 +79,6 @@ impl Translator<'_> {
         };
         expected.then_some(aggregate)
     }
-
-    /// A qual the engine evaluates exactly, with SQL's three-valued logic.
-    unsafe fn condition(&mut self, node: *mut pg_sys::Node) -> Option<Condition> {
-        let node = strip(node);
-        match (*node).type_ {
-            pg_sys::NodeTag::T_BoolExpr => {
-                let expr = node as *mut pg_sys::BoolExpr;
-                let items = list_items::<pg_sys::Node>((*expr).args).into_iter().map(|arg| self.condition(arg)).collect::<Option<Vec<_>>>()?;
-                Some(match (*expr).boolop {
-                    pg_sys::BoolExprType::AND_EXPR => Condition::And(items),
-                    pg_sys::BoolExprType::OR_EXPR => Condition::Or(items),
-                    _ => Condition::Not(Box::new(items.into_iter().next()?)),
-                })
-            }
-            pg_sys::NodeTag::T_NullTest => {
-                let test = node as *mut pg_sys::NullTest;
-                if (*test).argisrow {
-                    return None;
-                }
-                let column = self.column((*test).arg as *mut pg_sys::Node)?;
-                Some(Condition::IsNull { column, negated: (*test).nulltesttype == pg_sys::NullTestType::IS_NOT_NULL })
-            }
-            pg_sys::NodeTag::T_Var => self.column(node).filter(|c| c.reading == Reading::Bool).map(Condition::IsTrue),
-            pg_sys::NodeTag::T_OpExpr | pg_sys::NodeTag::T_ScalarArrayOpExpr => self.comparison(node),
-            _ => None,
-        }
-    }
-
-    unsafe fn comparison(&mut self, node: *mut pg_sys::Node) -> Option<Condition> {
-        let comparison = pushdown::column_comparison(node, self.relid, self.fields)?;
-        let column = self.field_column(comparison.column.clone())?;
-        let collation = match (*node).type_ {
-            pg_sys::NodeTag::T_OpExpr => (*(node as *mut pg_sys::OpExpr)).inputcollid,
-            _ => (*(node as *mut pg_sys::ScalarArrayOpExpr)).inputcollid,
-        };
-        if column.reading == Reading::Text && !matches!(comparison.op, Op::Eq | Op::NotEq) && !bytewise(collation) {
-            return None;
-        }
-        let other = strip(comparison.other);
-        let other_type = pg_sys::exprType(other);
-        if comparison.any {
-            // A constant list without NULLs (one would make a mismatch unknown, not false).
-            let constant = (*other).type_ == pg_sys::NodeTag::T_Const && !(*(other as *mut pg_sys::Const)).constisnull;
-            if !constant {
-                return None;
-            }
-            let array = (*(other as *mut pg_sys::Const)).constvalue;
-            let (element_type, items) = pushdown::array_elements(array);
-            if pg_sys::array_contains_nulls(pg_sys::pg_detoast_datum(array.cast_mut_ptr()).cast()) || !pushdown::same_family(comparison.column.1, element_type) {
-                return None;
-            }
-            let values = items.into_iter().map(|item| pushdown::scalar_of(item, element_type)).collect::<Option<Vec<_>>>()?;
-            return Some(Condition::In { column, values });
-        }
-        if !pushdown::same_family(comparison.column.1, other_type) {
-            return None;
-        }
-        let operand = match (*other).type_ {
-            pg_sys::NodeTag::T_Const if (*(other as *mut pg_sys::Const)).constisnull => Operand::Null,
-            pg_sys::NodeTag::T_Const => Operand::Value(pushdown::scalar_of((*(other as *mut pg_sys::Const)).constvalue, other_type)?),
-            // Known at execution: parameters, and expressions of no column that give one value
-            // for the statement (`now() - interval '1 day'`).
-            _ if is_runtime_value(other) => {
-                self.params.push(other);
-                Operand::Param(self.params.len() - 1)
-            }
-            _ => return None,
-        };
-        // Constants the engine cannot compare (a NaN numeric) fail the query's check.
-        Some(Condition::Compare { column, op: comparison.op, operand })
-    }
-}
-
-/// An expression without columns, volatile functions, aggregates or subplans: one value per
-/// scan, evaluated at its start.
-unsafe fn is_runtime_value(node: *mut pg_sys::Node) -> bool {
-    !pg_sys::contain_var_clause(node)
-        && !pg_sys::contain_volatile_functions(node)
-        && !pg_sys::contain_agg_clause(node)
-        && !pg_sys::contain_subplans(node)
-        && !pg_sys::expression_returns_set(node)
 }
 
 /// `GetForeignUpperPaths`: adds a pushed-aggregate path for `GROUP BY`/aggregate queries
@@ -255,11 +121,7 @@ pub unsafe extern "C-unwind" fn get_foreign_upper_paths(
         let Some(condition) = translator.condition((*restriction).clause as *mut pg_sys::Node) else { return };
         conditions.push(condition);
     }
-    let condition = match conditions.len() {
-        0 => None,
-        1 => conditions.pop(),
-        _ => Some(Condition::And(conditions)),
-    };
+    let condition = Condition::all(conditions);
     // The grouping target: group columns, and expressions of aggregates.
     let target = (*output_rel).reltarget;
     let mut keys: Vec<*mut pg_sys::Node> = Vec::new();
@@ -369,13 +231,18 @@ pub unsafe fn is_pushed(node: *mut pg_sys::ForeignScanState) -> bool {
 /// Executor state of a pushed aggregate.
 struct AggregateScan {
     plan: AggregatePlan,
-    params: Vec<(*mut pg_sys::ExprState, pg_sys::Oid)>,
+    params: RuntimeValues,
     /// The groups, once computed (at the first row asked for).
     result: Option<RecordBatch>,
     /// Readers of `result`'s columns, one per output column.
     outputs: Vec<Output>,
     next_row: usize,
     stats: Option<AggregateStats>,
+    /// Runs so far (each rescan runs the query again).
+    runs: u32,
+    /// The answers for every value of the condition's parameter, made at the second run of a
+    /// query grouped by it ([`AggregateQuery::grouped_by_parameter`]).
+    answers: Option<(usize, ParameterAnswers)>,
 }
 
 unsafe fn plan_of(node: *mut pg_sys::ForeignScanState) -> Option<AggregatePlan> {
@@ -389,51 +256,49 @@ pub unsafe fn begin(node: *mut pg_sys::ForeignScanState, eflags: i32) {
     let Some(plan) = plan_of(node) else {
         raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, "a pushed aggregate without its plan", None)
     };
-    let exprs = (*((*node).ss.ps.plan as *mut pg_sys::ForeignScan)).fdw_exprs;
-    let states = list_items::<pg_sys::ExprState>(pg_sys::ExecInitExprList(exprs, node as *mut pg_sys::PlanState));
-    let types = list_items::<pg_sys::Node>(exprs).into_iter().map(|e| pg_sys::exprType(e));
-    let params = states.into_iter().zip(types).collect();
-    scan::install_state(node, AggregateScan { plan, params, result: None, outputs: Vec::new(), next_row: 0, stats: None });
-}
-
-/// A value for a condition's operand; floats may be NaN or infinite here (the plan's JSON
-/// carries no such constant, but the engine compares them).
-unsafe fn operand_value(datum: pg_sys::Datum, type_oid: pg_sys::Oid) -> Scalar {
-    use pgrx::FromDatum;
-    let float = match type_oid {
-        pg_sys::FLOAT4OID => f32::from_datum(datum, false).map(f64::from),
-        pg_sys::FLOAT8OID => f64::from_datum(datum, false),
-        _ => None,
-    };
-    if let Some(x) = float {
-        return Scalar::Float(if x.is_nan() { f64::NAN } else { x });
-    }
-    pushdown::scalar_of(datum, type_oid).unwrap_or_else(|| {
-        raise(
-            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-            "a pushed aggregate's condition compares with a value the engine cannot represent (an infinite date or timestamp, or a NaN or infinite numeric)",
-            Some("SET hudi.aggregate_pushdown = off to aggregate in PostgreSQL.".into()),
-        )
-    })
+    let params = RuntimeValues::init(node, (*((*node).ss.ps.plan as *mut pg_sys::ForeignScan)).fdw_exprs);
+    let state = AggregateScan { plan, params, result: None, outputs: Vec::new(), next_row: 0, stats: None, runs: 0, answers: None };
+    scan::install_state(node, state);
 }
 
 impl AggregateScan {
     unsafe fn run(&mut self, node: *mut pg_sys::ForeignScanState) {
-        let context = (*node).ss.ps.ps_ExprContext;
-        let values: Vec<Option<Scalar>> = self
-            .params
-            .iter()
-            .map(|&(state, type_oid)| {
-                let mut is_null = false;
-                let datum = pg_sys::ExecEvalExprSwitchContext(state, context, &mut is_null);
-                (!is_null).then(|| operand_value(datum, type_oid))
-            })
-            .collect();
+        let values = self.params.evaluate(node);
+        self.runs += 1;
+        if self.runs == 2 {
+            // Run again with another value of its parameter, as a correlated subquery is for
+            // each outer row: one read of the table answers every value from now on.
+            if let Some((param, grouped)) = self.plan.query.grouped_by_parameter() {
+                let (result, report) = self.aggregate(&grouped.bind(&values).or_report(), true);
+                let (empty, _) = self.aggregate(&self.plan.query.bind(&vec![None; values.len()]).or_report(), false);
+                self.answers = Some((param, ParameterAnswers::new(result, empty).or_report()));
+                self.stats = Some(report);
+            }
+        }
+        if let Some((param, answers)) = &self.answers {
+            let result = answers.answer(values.get(*param).and_then(Option::as_ref)).or_report();
+            self.outputs = outputs(&self.plan.query, &result, (*(*node).ss.ss_ScanTupleSlot).tts_tupleDescriptor);
+            self.result = Some(result);
+            self.next_row = 0;
+            return;
+        }
         let query = self.plan.query.bind(&values).or_report();
+        let (result, report) = self.aggregate(&query, true);
+        self.outputs = outputs(&self.plan.query, &result, (*(*node).ss.ss_ScanTupleSlot).tts_tupleDescriptor);
+        self.result = Some(result);
+        self.stats = Some(report);
+        self.next_row = 0;
+    }
+
+    /// `query` over the table's slices (or over none, without `read`).
+    unsafe fn aggregate(&self, query: &AggregateQuery, read: bool) -> (RecordBatch, AggregateStats) {
         let table = ForeignHudiTable::of_relation(pg_sys::Oid::from(self.plan.relid));
         let spec = scan::read_spec(&table);
         let reader = scan::open_for(&table, &spec);
-        let (slices, stats) = scan::slices_to_read(&reader, &spec, &self.plan.options);
+        let (mut slices, stats) = scan::slices_to_read(&reader, &spec, &self.plan.options);
+        if !read {
+            slices.clear();
+        }
         let slice_query = match spec {
             ReadSpec::Snapshot { bound, .. } => SliceQuery::Snapshot(bound),
             ReadSpec::Incremental { range } => {
@@ -443,11 +308,7 @@ impl AggregateScan {
         };
         let options = ScanOptions { ignore_record_positions: !crate::guc::USE_RECORD_POSITIONS.get(), ..self.plan.options.clone() };
         let depth = crate::guc::read_ahead_slices();
-        let (result, report) = block_on(reader.aggregate(&query, slice_query, options, slices, stats, depth)).or_report();
-        self.outputs = outputs(&self.plan.query, &result, (*(*node).ss.ss_ScanTupleSlot).tts_tupleDescriptor);
-        self.result = Some(result);
-        self.stats = Some(report);
-        self.next_row = 0;
+        block_on(reader.aggregate(query, slice_query, options, slices, stats, depth)).or_report()
     }
 }
 
@@ -568,12 +429,17 @@ pub unsafe fn explain(node: *mut pg_sys::ForeignScanState, es: *mut pg_sys::Expl
             }
         };
         pushed.push_str(&format!("; answered from statistics: {from_statistics} of {slices} file slices"));
+        if state.is_some_and(|s| s.answers.is_some()) {
+            pushed.push_str("; every parameter value answered by one read");
+        }
         if let Some(reused) = state.and_then(|s| s.stats).map(|s| s.scan.merges_reused).filter(|&n| n > 0) {
             pushed.push_str(&format!("; merges reused: {reused}"));
         }
     }
     scan::explain_text("Aggregate pushed", &pushed, es);
     if (*es).verbose {
+        let fields = plan.query.fields().join(", ");
+        scan::explain_text("Hudi Columns Read", if fields.is_empty() { "none" } else { &fields }, es);
         if let Some(condition) = &plan.query.condition {
             scan::explain_text("Hudi Condition", &condition.to_string(), es);
         }

@@ -2,6 +2,7 @@
 //! scans and `IMPORT FOREIGN SCHEMA`.
 
 pub mod aggregate;
+pub mod conditions;
 pub mod import;
 pub mod lookup;
 pub mod modify;
@@ -61,6 +62,7 @@ pub extern "C-unwind" fn hudi_fdw_handler(_fcinfo: pg_sys::FunctionCallInfo) -> 
     routine.InitializeDSMForeignScan = Some(parallel::initialize_dsm);
     routine.ReInitializeDSMForeignScan = Some(parallel::reinitialize_dsm);
     routine.InitializeWorkerForeignScan = Some(parallel::initialize_worker);
+    routine.ShutdownForeignScan = Some(parallel::shutdown);
     routine.AnalyzeForeignTable = Some(scan::analyze_foreign_table);
     routine.ImportForeignSchema = Some(import::import_foreign_schema);
     routine.IsForeignRelUpdatable = Some(modify::is_foreign_rel_updatable);

@@ -10,7 +10,7 @@
 //! Only the partial path is parallel-safe: the other paths of a Hudi table never run inside a
 //! worker, where they would read the table as of another moment than the leader.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use engine::read::prefetch::ScanUnit;
 use engine::read::{ReaderState, ScanOptions, ScanStats, TableReader};
@@ -41,6 +41,8 @@ const UNITS_PER_PROCESS: usize = 16;
 struct Shared {
     /// The next unit to hand out.
     next: AtomicU32,
+    /// Rows the row filter removed, in all processes (for EXPLAIN ANALYZE).
+    filtered: AtomicU64,
     /// Bytes of JSON that follow.
     length: u32,
 }
@@ -64,9 +66,17 @@ pub unsafe extern "C-unwind" fn is_foreign_scan_parallel_safe(
     !crate::xact::writes_to(&table.uri.to_string())
 }
 
-/// Adds the partial path of a scan of `slices` slices of `bytes`, `rows` rows in all, when
-/// the table is large enough for PostgreSQL's `min_parallel_table_scan_size`.
-pub unsafe fn add_partial_path(root: *mut pg_sys::PlannerInfo, baserel: *mut pg_sys::RelOptInfo, rows: f64, slices: usize, bytes: u64) {
+/// Adds the partial path of a scan of `slices` slices of `bytes`, `rows` rows in all, whose
+/// serial run costs `(startup, run)`, when the table is large enough for PostgreSQL's
+/// `min_parallel_table_scan_size`.
+pub unsafe fn add_partial_path(
+    root: *mut pg_sys::PlannerInfo,
+    baserel: *mut pg_sys::RelOptInfo,
+    rows: f64,
+    slices: usize,
+    bytes: u64,
+    (startup, run): (f64, f64),
+) {
     let large = bytes >= pg_sys::min_parallel_table_scan_size.max(0) as u64 * pg_sys::BLCKSZ as u64;
     let workers = (pg_sys::max_parallel_workers_per_gather.max(0) as usize).min(slices.saturating_sub(1));
     if !(*baserel).consider_parallel || !large || workers == 0 {
@@ -74,14 +84,14 @@ pub unsafe fn add_partial_path(root: *mut pg_sys::PlannerInfo, baserel: *mut pg_
     }
     // PostgreSQL's divisor of a partial scan's rows: the leader scans too, less with more workers.
     let leader = if pg_sys::parallel_leader_participation { (1.0 - 0.3 * workers as f64).max(0.0) } else { 0.0 };
-    let partial_rows = rows / (workers as f64 + leader);
+    let share = 1.0 / (workers as f64 + leader);
     let path = pg_sys::create_foreignscan_path(
         root,
         baserel,
         std::ptr::null_mut(),
-        partial_rows,
-        100.0,
-        100.0 + partial_rows * 0.02,
+        rows * share,
+        startup,
+        startup + run * share,
         std::ptr::null_mut(),
         std::ptr::null_mut(),
         std::ptr::null_mut(),
@@ -117,11 +127,16 @@ pub unsafe extern "C-unwind" fn estimate_dsm(node: *mut pg_sys::ForeignScanState
 pub unsafe extern "C-unwind" fn initialize_dsm(node: *mut pg_sys::ForeignScanState, pcxt: *mut pg_sys::ParallelContext, coordinate: *mut std::ffi::c_void) {
     let shared = coordinate as *mut Shared;
     let (json, units) = shared_scan(node, pcxt).unwrap_or_default();
-    std::ptr::write(shared, Shared { next: AtomicU32::new(0), length: json.len() as u32 });
+    std::ptr::write(shared, Shared { next: AtomicU32::new(0), filtered: AtomicU64::new(0), length: json.len() as u32 });
     std::ptr::copy_nonoverlapping(json.as_ptr(), (shared as *mut u8).add(std::mem::size_of::<Shared>()), json.len());
     // The leader takes units from the counter too.
-    if let Some(ScanState { source: Source::Lake(scan), .. }) = ((*node).fdw_state as *mut ScanState).as_mut() {
-        scan.claiming(claims(shared), units);
+    if let Some(state @ ScanState { source: Source::Lake(_), .. }) = ((*node).fdw_state as *mut ScanState).as_mut() {
+        let mut removed = 0;
+        if let Source::Lake(scan) = &mut state.source {
+            scan.claiming(claims(shared), units);
+            removed = scan.rows_filtered();
+        }
+        state.filtered_count = Some(FilteredCount { shared: &(*shared).filtered, added: removed, total: None });
     }
 }
 
@@ -143,9 +158,46 @@ pub unsafe extern "C-unwind" fn initialize_worker(node: *mut pg_sys::ForeignScan
     engine::read::merge_cache::set_capacity(crate::guc::merge_cache_bytes());
     let reader = block_on(TableReader::at_state(table.storage(), &plan.state)).or_report();
     let stats = ScanStats { slices_total: plan.slices.len(), slices_kept: plan.slices.len(), ..Default::default() };
-    let mut state = scan::lake_scan(node, &table, scan::read_spec(&table), reader, plan.options, plan.slices, stats);
+    let converted = scan::PlanInfo::of_plan(node).converted;
+    let mut state = scan::lake_scan(node, &table, scan::read_spec(&table), reader, plan.options, plan.slices, stats, converted.as_deref());
     if let Source::Lake(scan) = &mut state.source {
         scan.claiming(claims(shared), plan.units);
     }
+    state.filtered_count = Some(FilteredCount { shared: &(*shared).filtered, added: 0, total: None });
     scan::install_state(node, state);
+}
+
+/// The count of rows a parallel scan's row filter removed, kept in the scan's shared memory:
+/// each process adds what its own filter removed.
+pub(crate) struct FilteredCount {
+    shared: *const AtomicU64,
+    /// What this process added so far.
+    added: u64,
+    /// The total, read when the leader's scan shuts down (its shared memory goes after).
+    pub(crate) total: Option<u64>,
+}
+
+impl FilteredCount {
+    /// Adds what this process's filter removed since the last call (`removed` in all).
+    pub(crate) fn report(&mut self, removed: u64) {
+        if self.total.is_none() && removed > self.added {
+            // SAFETY: the shared memory outlives the scan's reads (see `claims`).
+            unsafe { (*self.shared).fetch_add(removed - self.added, Ordering::Relaxed) };
+            self.added = removed;
+        }
+    }
+}
+
+/// `ShutdownForeignScan`: the leader keeps the processes' count before the shared memory goes.
+#[pgrx::pg_guard]
+pub unsafe extern "C-unwind" fn shutdown(node: *mut pg_sys::ForeignScanState) {
+    if crate::fdw::aggregate::is_pushed(node) {
+        return;
+    }
+    if let Some(ScanState { source: Source::Lake(scan), filtered_count: Some(count), .. }) = ((*node).fdw_state as *mut ScanState).as_mut() {
+        count.report(scan.rows_filtered());
+        if count.total.is_none() {
+            count.total = Some((*count.shared).load(Ordering::Relaxed));
+        }
+    }
 }

@@ -1,6 +1,7 @@
 //! What a scan can hand to the engine: simple quals (`column op constant`, `column IN
 //! (constants)`) as a [`ScanFilter`] that lets it skip partitions, buckets and row groups, and
-//! the columns the query uses. PostgreSQL still evaluates every qual on the returned rows.
+//! the columns the query uses. Which rows pass is decided by the row filter
+//! ([`crate::fdw::conditions`]) and by PostgreSQL, never by this filter alone.
 
 use std::collections::BTreeMap;
 use std::ffi::CStr;
@@ -207,11 +208,53 @@ unsafe fn predicate_of(clause: *mut pg_sys::Node, relid: u32, fields: &FieldName
         let values = items.into_iter().map(|item| scalar_of(item, element_type)).collect::<Option<Vec<_>>>()?;
         return Some(Predicate::In { column, values });
     }
-    if !same_family(column_type, type_oid) {
-        return None;
-    }
-    let value = scalar_of(datum, type_oid)?;
+    let (op, value) = constant_comparison(column_type, op, datum, type_oid)?;
     pushable(op, &value).then_some(Predicate::Compare { column, op, value })
+}
+
+/// Microseconds in a day.
+const DAY_MICROS: i64 = 86_400_000_000;
+
+/// Days since 1970 of 294277-01-01, the first date PostgreSQL cannot make a timestamp of; the
+/// first it can is 4714-11-24 BC.
+const TIMESTAMP_END_DAYS: i64 = 106_762_940;
+const TIMESTAMP_START_DAYS: i64 = -2_440_588;
+
+/// `column op constant` as a comparison of the column's values with a constant of their own
+/// family, which the engine makes exactly (`None`: there is none). A constant of the same
+/// family is itself. A timestamp against a date column, which PostgreSQL compares as the
+/// date's midnight, is the date comparison that holds for the same dates (`d < '2024-01-01
+/// 12:00'` is `d < '2024-01-02'`); a date against a timestamp column is its midnight. (Against
+/// `timestamptz` the midnight depends on `TimeZone`: such operators are not immutable and never
+/// get here.)
+pub(crate) unsafe fn constant_comparison(column_type: pg_sys::Oid, op: Op, datum: pg_sys::Datum, type_oid: pg_sys::Oid) -> Option<(Op, Scalar)> {
+    if same_family(column_type, type_oid) {
+        return Some((op, scalar_of(datum, type_oid)?));
+    }
+    match (column_type, scalar_of(datum, type_oid)?) {
+        (pg_sys::DATEOID, Scalar::TimestampMicros(t)) => {
+            let day = t.div_euclid(DAY_MICROS);
+            let midnight = t.rem_euclid(DAY_MICROS) == 0;
+            // The first date whose midnight is at or after t.
+            let ceiling = day + i64::from(!midnight);
+            let (op, day) = match op {
+                Op::Lt => (Op::Lt, ceiling),
+                Op::LtEq => (Op::LtEq, day),
+                Op::Gt => (Op::Gt, day),
+                Op::GtEq => (Op::GtEq, ceiling),
+                // No date's midnight equals a t of another time of day.
+                Op::Eq | Op::NotEq if midnight => (op, day),
+                Op::Eq | Op::NotEq => return None,
+            };
+            Some((op, Scalar::Date(i32::try_from(day).ok()?)))
+        }
+        (pg_sys::TIMESTAMPOID, Scalar::Date(d)) => {
+            let d = i64::from(d);
+            // Outside these PostgreSQL raises an error, which it must still raise.
+            (TIMESTAMP_START_DAYS..TIMESTAMP_END_DAYS).contains(&d).then(|| (op, Scalar::TimestampMicros(d * DAY_MICROS)))
+        }
+        _ => None,
+    }
 }
 
 /// The pushable part of a relation's restriction clauses.
@@ -236,11 +279,18 @@ pub unsafe fn wants_row_positions(baserel: *mut pg_sys::RelOptInfo) -> bool {
 /// The fields the query reads (target list and quals), or `None` for all of them (a whole-row
 /// reference).
 pub unsafe fn used_columns(baserel: *mut pg_sys::RelOptInfo, fields: &FieldNames) -> Option<Vec<String>> {
+    let quals = list_items::<pg_sys::RestrictInfo>((*baserel).baserestrictinfo).into_iter().map(|info| (*info).clause as *mut pg_sys::Node);
+    columns_of(baserel, quals, fields)
+}
+
+/// The fields the relation's target list and `quals` read, or `None` for all of them (a
+/// whole-row reference).
+pub unsafe fn columns_of(baserel: *mut pg_sys::RelOptInfo, quals: impl Iterator<Item = *mut pg_sys::Node>, fields: &FieldNames) -> Option<Vec<String>> {
     let relid = (*baserel).relid;
     let mut attrs: *mut pg_sys::Bitmapset = std::ptr::null_mut();
     pg_sys::pull_varattnos((*(*baserel).reltarget).exprs as *mut pg_sys::Node, relid, &mut attrs);
-    for info in list_items::<pg_sys::RestrictInfo>((*baserel).baserestrictinfo) {
-        pg_sys::pull_varattnos((*info).clause as *mut pg_sys::Node, relid, &mut attrs);
+    for qual in quals {
+        pg_sys::pull_varattnos(qual, relid, &mut attrs);
     }
     let mut columns = Vec::new();
     let mut member = -1;

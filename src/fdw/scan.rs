@@ -7,6 +7,7 @@ use std::ffi::{c_void, CStr};
 use arrow::array::{Array, AsArray, UInt64Array};
 use arrow::datatypes::Schema;
 use arrow::record_batch::RecordBatch;
+use engine::read::condition::Condition;
 use engine::read::schema::is_reader_column;
 use engine::read::prefetch::SliceScan;
 use engine::read::{ChangeRange, ScanOptions, ScanStats, SliceQuery, TableReader, OPERATION_COLUMN, ROW_POSITION_COLUMN};
@@ -20,8 +21,9 @@ use pgrx::PgSqlErrorCode;
 use crate::datum::{self, ColumnReader, ColumnType};
 use crate::error::{raise, OrReport};
 use crate::fdw::lookup::{self, CacheShape, LookupPlan};
+use crate::fdw::conditions::{self, RuntimeValues};
 use crate::fdw::positions;
-use crate::fdw::pushdown::{self, FieldNames};
+use crate::fdw::pushdown::{self, list_items, FieldNames};
 use crate::fdw::table::ForeignHudiTable;
 use crate::guc;
 use crate::runtime::block_on;
@@ -122,12 +124,24 @@ pub(crate) struct PlanInfo {
     /// Bytes of the slices kept.
     #[serde(default)]
     bytes: u64,
+    /// Rows of the slices kept, about: those the scan decodes.
+    #[serde(default)]
+    read_rows: f64,
     /// The attributes' Hudi fields.
     pub(crate) fields: FieldNames,
     /// The table's lookup cache, when a latest-snapshot read may use it.
     cache: Option<CacheShape>,
     /// What a lookup scan probes (its values in the plan's `fdw_exprs`).
     pub(crate) lookup: Option<LookupPlan>,
+    /// The restriction clauses the engine evaluates exactly (by index in `baserestrictinfo`):
+    /// a lake scan's plan makes them its row filter ([`ScanOptions::row_filter`]), whose
+    /// runtime operands are the plan's `fdw_exprs`.
+    #[serde(default)]
+    pushed: Vec<(usize, Condition)>,
+    /// The fields made into datums: those of the target list and of the quals PostgreSQL
+    /// evaluates (`None`: all). The row filter's other columns are decoded but not converted.
+    #[serde(default)]
+    pub(crate) converted: Option<Vec<String>>,
 }
 
 impl PlanInfo {
@@ -142,6 +156,11 @@ impl PlanInfo {
     /// What planning found for the scan of a Hudi table's relation `baserel`.
     pub(crate) unsafe fn of_rel(baserel: *mut pg_sys::RelOptInfo) -> Option<PlanInfo> {
         crate::fdw::from_private_list((*baserel).fdw_private as *mut pg_sys::List)
+    }
+
+    /// What the plan of the scan `node` decided.
+    pub(crate) unsafe fn of_plan(node: *mut pg_sys::ForeignScanState) -> PlanInfo {
+        PlanInfo::from_list((*((*node).ss.ps.plan as *mut pg_sys::ForeignScan)).fdw_private)
     }
 }
 
@@ -255,6 +274,25 @@ pub(crate) fn slices_to_read(reader: &TableReader, spec: &ReadSpec, options: &Sc
 }
 
 
+/// Sets the table's rows (`tuples`) and the rows the scan returns (`rows`), the way
+/// PostgreSQL estimates a heap table's: the rows per byte of the last ANALYZE (its
+/// `reltuples` over `relpages`, pages of the files' bytes) times the files' bytes now, or
+/// before any ANALYZE about one row per 50 bytes of compressed Parquet; then the selectivity
+/// of the quals from the ANALYZE statistics (`clauselist_selectivity`).
+unsafe fn estimate_size(root: *mut pg_sys::PlannerInfo, baserel: *mut pg_sys::RelOptInfo, stats: &ScanStats) {
+    let pages = (stats.bytes_total as f64 / pg_sys::BLCKSZ as f64).max(1.0);
+    // PostgreSQL loaded relpages and reltuples of pg_class into these (-1: never analyzed).
+    let (analyzed_pages, analyzed_tuples) = ((*baserel).pages as f64, (*baserel).tuples);
+    (*baserel).tuples = if analyzed_tuples > 0.0 && analyzed_pages > 0.0 {
+        (analyzed_tuples / analyzed_pages * pages).round()
+    } else {
+        (stats.bytes_total as f64 / 50.0).round()
+    }
+    .max(1.0);
+    (*baserel).pages = pages as pg_sys::BlockNumber;
+    pg_sys::set_baserel_size_estimates(root, baserel);
+}
+
 /// Plan time: check the declared columns against the table and estimate its size.
 #[pg_guard]
 pub unsafe extern "C-unwind" fn get_foreign_rel_size(
@@ -282,28 +320,27 @@ pub unsafe extern "C-unwind" fn get_foreign_rel_size(
         row_positions: pushdown::wants_row_positions(baserel),
         ..Default::default()
     };
-    let (slices, stats) = slices_to_read(&reader, &spec, &options);
-    let bytes: u64 = slices
-        .iter()
-        .map(FileSlice::size)
-        .sum();
-    // Compressed Parquet holds roughly one row per 50 bytes; ANALYZE refines this.
-    (*baserel).rows = (bytes as f64 / 50.0).max(1.0);
-    if (*baserel).tuples <= 0.0 {
-        // What parameterized paths estimate their rows from.
-        (*baserel).tuples = (*baserel).rows;
-    }
+    let (pushed, params) = conditions::translate_quals(baserel, &fields, schema);
+    let (_, stats) = slices_to_read(&reader, &spec, &options);
+    let bytes = stats.bytes_kept;
+    estimate_size(root, baserel, &stats);
     let latest = matches!(spec, ReadSpec::Snapshot { bound: ReadBound::Latest, read_optimized: false });
     let cache = if latest { lookup::shape(relid, table.uri.as_str(), reader.schema()) } else { None };
     let info = PlanInfo {
         options,
         stats: (stats.partitions_kept, stats.partitions_total, stats.slices_kept, stats.slices_total),
         bytes,
+        read_rows: (*baserel).tuples * bytes as f64 / stats.bytes_total.max(1) as f64,
         fields,
         cache,
         lookup: None,
+        pushed,
+        converted: None,
     };
-    (*baserel).fdw_private = info.to_list() as *mut c_void;
+    // The row filter's runtime operands follow the planning data.
+    let mut private = info.to_list();
+    private = pg_sys::lappend(private, node_list(params).cast());
+    (*baserel).fdw_private = private as *mut c_void;
 }
 
 #[pg_guard]
@@ -313,18 +350,40 @@ pub unsafe extern "C-unwind" fn get_foreign_paths(
     relid: pg_sys::Oid,
 ) {
     let rows = (*baserel).rows;
-    let startup = 100.0;
-    lookup::add_foreign_path(root, baserel, rows, (startup, startup + rows * 0.02), std::ptr::null_mut(), std::ptr::null_mut());
     let info = PlanInfo::from_list((*baserel).fdw_private as *mut pg_sys::List);
+    let (startup, run) = scan_costs(&info, rows);
+    lookup::add_foreign_path(root, baserel, rows, (startup, startup + run), std::ptr::null_mut(), std::ptr::null_mut());
     if !info.options.row_positions {
-        crate::fdw::parallel::add_partial_path(root, baserel, rows, info.stats.2, info.bytes);
+        crate::fdw::parallel::add_partial_path(root, baserel, rows, info.stats.2, info.bytes, (startup, run));
     }
     if let (Some(shape), Some(types)) = (&info.cache, lookup::cached_schema(relid)) {
         lookup::add_paths(root, baserel, shape, &info.fields, info.options.columns.as_deref(), &types);
     }
 }
 
-/// Every qual stays with PostgreSQL, which rechecks all of them (a lookup's too).
+/// The startup cost of a scan returning `rows`, and the cost of its run: per row of the
+/// slices kept, decoding the columns it reads (a heap scan's page and tuple costs are about
+/// 0.02 a row); per row returned, making its datums.
+fn scan_costs(info: &PlanInfo, rows: f64) -> (f64, f64) {
+    let columns = info.options.columns.as_ref().map_or(info.fields.len(), Vec::len) as f64;
+    // SAFETY: planner settings, read on the backend's thread.
+    let (tuple, operator) = unsafe { (pg_sys::cpu_tuple_cost, pg_sys::cpu_operator_cost) };
+    (100.0, info.read_rows * (tuple + operator * (1.0 + columns)) + rows * tuple)
+}
+
+fn node_list(nodes: Vec<*mut pg_sys::Node>) -> *mut pg_sys::List {
+    let mut list: *mut pg_sys::List = std::ptr::null_mut();
+    for node in nodes {
+        // SAFETY: planner nodes, in the planner's memory.
+        list = unsafe { pg_sys::lappend(list, node.cast()) };
+    }
+    list
+}
+
+/// A lake scan's plan: the quals the engine evaluates exactly become its row filter (those
+/// with runtime operands only where the scan is not parallel: a worker reads the leader's
+/// bound filter), and PostgreSQL keeps the others. A lookup's scan leaves every qual with
+/// PostgreSQL, which rechecks the rows it probes.
 #[pg_guard]
 pub unsafe extern "C-unwind" fn get_foreign_plan(
     root: *mut pg_sys::PlannerInfo,
@@ -338,31 +397,50 @@ pub unsafe extern "C-unwind" fn get_foreign_plan(
     if (*baserel).reloptkind == pg_sys::RelOptKind::RELOPT_UPPER_REL {
         return crate::fdw::aggregate::plan(root, best_path, tlist);
     }
-    let quals = pg_sys::extract_actual_clauses(scan_clauses, false);
-    let mut private = (*baserel).fdw_private as *mut pg_sys::List;
+    let rel_private = (*baserel).fdw_private as *mut pg_sys::List;
+    let mut info = PlanInfo::from_list(rel_private);
+    let mut quals = pg_sys::extract_actual_clauses(scan_clauses, false);
     let mut exprs = std::ptr::null_mut();
-    if let Some(index) = lookup::path_index((*best_path).fdw_private) {
-        let mut info = PlanInfo::from_list(private);
-        let planned = match (&info.cache, lookup::cached_schema(relid)) {
+    let mut recheck = std::ptr::null_mut();
+    let looked_up = match lookup::path_index((*best_path).fdw_private) {
+        Some(index) => match (&info.cache, lookup::cached_schema(relid)) {
             (Some(shape), Some(types)) => lookup::plan(root, baserel, index, shape, scan_clauses, &info.fields, &types),
             _ => None,
-        };
-        if let Some((plan, values)) = planned {
-            info.lookup = Some(plan);
-            private = info.to_list();
-            exprs = values;
+        },
+        None => None,
+    };
+    if let Some((plan, values)) = looked_up {
+        info.lookup = Some(plan);
+        exprs = values;
+    } else {
+        let restrictions = list_items::<pg_sys::RestrictInfo>((*baserel).baserestrictinfo);
+        let parallel = (*best_path).path.parallel_aware;
+        let mut filter = Vec::new();
+        quals = std::ptr::null_mut();
+        for clause in list_items::<pg_sys::RestrictInfo>(scan_clauses) {
+            if (*clause).pseudoconstant {
+                continue; // PostgreSQL checks it once, above the scan
+            }
+            let index = restrictions.iter().position(|&r| r == clause);
+            let condition = info.pushed.iter().find(|(i, _)| Some(*i) == index).map(|(_, c)| c);
+            match condition.filter(|c| !(parallel && c.has_params())) {
+                Some(condition) => {
+                    filter.push(condition.clone());
+                    // Checked again by PostgreSQL only in EvalPlanQual.
+                    recheck = pg_sys::lappend(recheck, (*clause).clause.cast());
+                }
+                None => quals = pg_sys::lappend(quals, (*clause).clause.cast()),
+            }
+        }
+        info.options.row_filter = Condition::all(filter);
+        if info.options.row_filter.as_ref().is_some_and(Condition::has_params) {
+            exprs = pushdown::list_items::<pg_sys::Node>(rel_private).get(1).copied().unwrap_or(std::ptr::null_mut()).cast();
         }
     }
-    pg_sys::make_foreignscan(
-        tlist,
-        quals,
-        (*baserel).relid,
-        exprs,
-        private,
-        std::ptr::null_mut(),
-        std::ptr::null_mut(),
-        outer_plan,
-    )
+    let local = list_items::<pg_sys::Node>(quals).into_iter();
+    info.converted = if info.lookup.is_some() { info.options.columns.clone() } else { pushdown::columns_of(baserel, local, &info.fields) };
+    info.pushed.clear();
+    pg_sys::make_foreignscan(tlist, quals, (*baserel).relid, exprs, info.to_list(), std::ptr::null_mut(), recheck, outer_plan)
 }
 
 /// Where a scan's rows come from.
@@ -388,6 +466,11 @@ pub(crate) struct ScanState {
     /// What a parallel scan's leader shares with its workers, as JSON, and the scan's units
     /// ([`crate::fdw::parallel`]).
     pub(crate) shared: Option<(String, Vec<engine::read::prefetch::ScanUnit>)>,
+    /// A row filter with runtime operands, their expressions, and whether the scan's filter
+    /// must be bound to their values (again) before it reads.
+    row_filter_to_bind: Option<(Condition, RuntimeValues, bool)>,
+    /// In a parallel scan, the count of rows removed by every process's row filter.
+    pub(crate) filtered_count: Option<crate::fdw::parallel::FilteredCount>,
 }
 
 struct RowPositions {
@@ -442,7 +525,17 @@ pub unsafe extern "C-unwind" fn begin_foreign_scan(node: *mut pg_sys::ForeignSca
         // A cache gone since planning leaves the lake to answer (every qual is rechecked).
         if let Some(probe) = lookup::begin(node, relid, lookup_plan, (*plan).fdw_exprs, info.options.columns.as_deref()) {
             let columns = cached_bindings((*relation).rd_att, probe.projection.schema());
-            let state = ScanState { source: Source::Lookup(probe), batch: None, next_row: 0, columns, readers: Vec::new(), row_positions: None, shared: None };
+            let state = ScanState {
+                source: Source::Lookup(probe),
+                batch: None,
+                next_row: 0,
+                columns,
+                readers: Vec::new(),
+                row_positions: None,
+                shared: None,
+                row_filter_to_bind: None,
+                filtered_count: None,
+            };
             install_state(node, state);
             return;
         }
@@ -456,8 +549,13 @@ pub unsafe extern "C-unwind" fn begin_foreign_scan(node: *mut pg_sys::ForeignSca
     let reader = open_for(&table, &spec);
     let mut options = info.options;
     options.ignore_record_positions = !guc::USE_RECORD_POSITIONS.get();
+    // A filter with runtime operands is bound at the first row asked for, when the values of
+    // parameters are known, and again after each rescan.
+    let unbound = options.row_filter.take_if(|c| c.has_params());
     let (slices, stats) = slices_to_read(&reader, &spec, &options);
-    install_state(node, lake_scan(node, &table, spec, reader, options, slices, stats));
+    let mut state = lake_scan(node, &table, spec, reader, options, slices, stats, info.converted.as_deref());
+    state.row_filter_to_bind = unbound.map(|condition| (condition, RuntimeValues::init(node, (*plan).fdw_exprs), true));
+    install_state(node, state);
 }
 
 /// The state of a scan of `slices` of the table (`stats`: what pruning kept).
@@ -469,6 +567,7 @@ pub(crate) unsafe fn lake_scan(
     options: ScanOptions,
     slices: Vec<FileSlice>,
     stats: ScanStats,
+    converted: Option<&[String]>,
 ) -> ScanState {
     let relation = (*node).ss.ss_currentRelation;
     let relation_name = crate::fdw::table::relation_name((*relation).rd_id);
@@ -478,7 +577,7 @@ pub(crate) unsafe fn lake_scan(
     let with_deletes = schema
         .index_of(OPERATION_COLUMN)
         .is_ok_and(|i| columns.iter().any(|c| c.is_some_and(|c| c.source == Some(i))));
-    let columns = used_bindings(columns, options.columns.as_deref(), schema);
+    let columns = used_bindings(columns, converted, schema);
     let row_positions =
         options.row_positions.then(|| RowPositions { uri: table.uri.to_string(), origin: None, positions: None });
     let query = match spec {
@@ -493,6 +592,8 @@ pub(crate) unsafe fn lake_scan(
         readers: Vec::new(),
         row_positions,
         shared: None,
+        row_filter_to_bind: None,
+        filtered_count: None,
     }
 }
 
@@ -527,9 +628,20 @@ pub unsafe extern "C-unwind" fn iterate_foreign_scan(node: *mut pg_sys::ForeignS
         // The slice is used up: its memory goes before the next one arrives.
         state.readers.clear();
         state.batch = None;
+        if let (Some((condition, values, pending @ true)), Source::Lake(scan)) = (&mut state.row_filter_to_bind, &mut state.source) {
+            let bound = condition.bind(&values.evaluate(node)).or_report();
+            scan.set_row_filter(Some(bound));
+            *pending = false;
+        }
         let next = match &mut state.source {
             // Slices are fetched on this thread's runtime and decoded ahead on helper threads.
-            Source::Lake(scan) => block_on(scan.next()).map(OrReport::or_report),
+            Source::Lake(scan) => {
+                let next = block_on(scan.next()).map(OrReport::or_report);
+                if let Some(count) = &mut state.filtered_count {
+                    count.report(scan.rows_filtered());
+                }
+                next
+            }
             Source::Lookup(probe) => probe.next(node),
         };
         let Some(rows) = next else {
@@ -612,6 +724,9 @@ pub unsafe extern "C-unwind" fn rescan_foreign_scan(node: *mut pg_sys::ForeignSc
         Source::Lake(scan) => scan.restart(),
         Source::Lookup(probe) => probe.restart(),
     }
+    if let Some((_, _, pending)) = &mut state.row_filter_to_bind {
+        *pending = true;
+    }
     state.readers.clear();
     state.batch = None;
     state.next_row = 0;
@@ -645,6 +760,18 @@ pub unsafe extern "C-unwind" fn explain_foreign_scan(node: *mut pg_sys::ForeignS
     if let Some(lookup_plan) = &info.lookup {
         explain_lookup(relid, lookup_plan, state, es);
     }
+    if let Some(condition) = &info.options.row_filter {
+        explain_text("Hudi Row Filter", &condition.to_string(), es);
+        if let (true, Some(Source::Lake(scan))) = ((*es).analyze, state.map(|s| &s.source)) {
+            // Per loop, as PostgreSQL counts the rows its filter removed.
+            let instrument = (*node).ss.ps.instrument;
+            let loops = if instrument.is_null() { 1.0 } else { (*instrument).nloops.max(1.0) };
+            // A parallel scan's leader counts every process's rows.
+            let rows = state.and_then(|s| s.filtered_count.as_ref()?.total).unwrap_or_else(|| scan.rows_filtered());
+            let removed = std::ffi::CString::new("Rows Removed by Hudi Row Filter").unwrap_or_default();
+            pg_sys::ExplainPropertyFloat(removed.as_ptr(), std::ptr::null(), (rows as f64 / loops).round(), 0, es);
+        }
+    }
     if !(*es).verbose {
         return;
     }
@@ -655,6 +782,8 @@ pub unsafe extern "C-unwind" fn explain_foreign_scan(node: *mut pg_sys::ForeignS
         None if info.lookup.is_some() => return,
         None => None,
     };
+    let columns = info.options.columns.as_ref().map_or_else(|| "all".to_owned(), |columns| columns.join(", "));
+    explain_text("Hudi Columns Read", &columns, es);
     if !info.options.filter.is_empty() {
         let filters: Vec<String> = info.options.filter.predicates.iter().map(|p| p.to_string()).collect();
         explain_text("Hudi Filters", &filters.join(" AND "), es);

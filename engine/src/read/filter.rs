@@ -76,8 +76,15 @@ impl std::fmt::Display for Scalar {
             Scalar::Float(x) => write!(f, "{x}"),
             Scalar::Decimal(d) => f.write_str(d),
             Scalar::String(s) => write!(f, "'{}'", s.replace('\'', "''")),
-            Scalar::Date(d) => write!(f, "date {d}"),
-            Scalar::TimestampMicros(t) => write!(f, "timestamp {t}"),
+            // As SQL literals; a timestamp's instant in UTC (a timestamptz column's values are too).
+            Scalar::Date(d) => match chrono::NaiveDate::from_ymd_opt(1970, 1, 1).and_then(|e| e.checked_add_signed(chrono::TimeDelta::days(i64::from(*d)))) {
+                Some(date) => write!(f, "date '{}'", date.format("%Y-%m-%d")),
+                None => write!(f, "date {d}"),
+            },
+            Scalar::TimestampMicros(t) => match chrono::DateTime::from_timestamp_micros(*t) {
+                Some(at) => write!(f, "timestamp '{}'", at.naive_utc().format("%Y-%m-%d %H:%M:%S%.f")),
+                None => write!(f, "timestamp {t}"),
+            },
         }
     }
 }
@@ -195,6 +202,11 @@ impl Scalar {
             DataType::Float64 => OrderingValue::Float(text.parse().ok()?),
             DataType::Decimal128(..) => parse_decimal(text)?,
             DataType::Boolean => OrderingValue::Bool(text.parse().ok()?),
+            // A date's ISO text, as Hudi and this extension write it: days, as dates are stored.
+            DataType::Date32 => {
+                let epoch = chrono::NaiveDate::from_ymd_opt(1970, 1, 1)?;
+                OrderingValue::Int(chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d").ok()?.signed_duration_since(epoch).num_days())
+            }
             DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => OrderingValue::String(text.to_owned()),
             _ => return None,
         })
@@ -298,8 +310,15 @@ impl ScanFilter {
     pub fn may_match_partition(&self, config: &TableConfig, schema: &Schema, partition_path: &str) -> bool {
         let Some(values) = partition_values(config, partition_path) else { return true };
         self.predicates.iter().all(|p| {
-            let Some(Some(text)) = values.get(p.column()) else { return true };
+            let Some(value) = values.get(p.column()) else { return true };
             let Ok(field) = schema.field_with_name(p.column()) else { return true };
+            let text = match value {
+                Some(text) => text,
+                // The default partition: of a string field it holds NULLs, empty strings and,
+                // in old tables, the value "default"; of another type only NULLs, which
+                // satisfy no comparison.
+                None => return matches!(field.data_type(), DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View),
+            };
             match Scalar::from_partition_text(text, field.data_type()) {
                 Some(v) => p.may_match(field.data_type(), &v, &v, true),
                 None => true,
@@ -528,6 +547,25 @@ mod tests {
         assert!(!filter.may_match_partition(&plain, &schema, "c"));
         // Paths that do not map one level per field are never pruned.
         assert!(filter.may_match_partition(&plain, &schema, "2024/01/02"));
+    }
+
+    #[test]
+    fn prunes_date_partitions_and_the_default_partition() {
+        let schema = Schema::new(vec![Field::new("day", DataType::Date32, true), Field::new("city", DataType::Utf8, true)]);
+        let hive = config(true, "day,city");
+        // 2024-01-05 is day 19727.
+        let on = |op, day| ScanFilter { predicates: vec![cmp("day", op, Scalar::Date(day))] };
+        assert!(on(Op::Eq, 19727).may_match_partition(&hive, &schema, "day=2024-01-05/city=x"));
+        assert!(!on(Op::Eq, 19728).may_match_partition(&hive, &schema, "day=2024-01-05/city=x"));
+        assert!(!on(Op::Gt, 19727).may_match_partition(&hive, &schema, "day=2024-01-05/city=x"));
+        assert!(on(Op::GtEq, 19727).may_match_partition(&hive, &schema, "day=2024-01-05/city=x"));
+        // NULL dates satisfy no comparison; the default partition of a string may hold ''.
+        assert!(!on(Op::NotEq, 1).may_match_partition(&hive, &schema, "day=__HIVE_DEFAULT_PARTITION__/city=x"));
+        let city = ScanFilter { predicates: vec![cmp("city", Op::Eq, Scalar::String("x".into()))] };
+        assert!(city.may_match_partition(&hive, &schema, "day=2024-01-05/city=__HIVE_DEFAULT_PARTITION__"));
+        assert!(!city.may_match_partition(&hive, &schema, "day=2024-01-05/city=y"));
+        // Text that is not a date keeps the partition.
+        assert!(on(Op::Eq, 19728).may_match_partition(&hive, &schema, "day=20240105/city=x"));
     }
 
     #[test]

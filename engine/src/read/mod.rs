@@ -10,11 +10,13 @@
 pub mod aggregate;
 pub mod base_ordering;
 pub mod chunk_bytes;
+pub mod condition;
 pub mod filter;
 pub mod live_keys;
 pub mod merge;
 pub mod merge_cache;
 pub mod prefetch;
+pub mod reading;
 pub mod schema;
 pub mod slice;
 
@@ -84,6 +86,12 @@ pub struct ScanOptions {
     pub row_positions: bool,
     #[serde(default)]
     pub ignore_record_positions: bool,
+    /// Rows that do not satisfy this condition (false or unknown) are dropped after merging,
+    /// before the caller sees them. It must be bound ([`Condition::bind`]) and its columns
+    /// among [`Self::columns`]. Unlike [`Self::filter`] it is exact: the caller need not check
+    /// it again.
+    #[serde(default)]
+    pub row_filter: Option<crate::read::condition::Condition>,
 }
 
 /// The share of a file slice that one reader of a scan split between processes takes: part
@@ -123,6 +131,9 @@ pub struct ScanStats {
     pub partitions_kept: usize,
     pub slices_total: usize,
     pub slices_kept: usize,
+    /// Bytes of every slice, and of the slices kept.
+    pub bytes_total: u64,
+    pub bytes_kept: u64,
     pub row_groups_total: usize,
     pub row_groups_kept: usize,
     /// Rows of the base files' row groups kept, and of those the rows decoded: the data pages
@@ -425,6 +436,8 @@ impl TableReader {
             .cloned()
             .collect();
         stats.slices_kept = kept.len();
+        stats.bytes_total = all.iter().map(FileSlice::size).sum();
+        stats.bytes_kept = kept.iter().map(FileSlice::size).sum();
         Ok((kept, stats))
     }
 

@@ -8,10 +8,14 @@
 //! Memory: the slice being consumed plus up to `depth` slices in flight.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
+use arrow::compute::{and, concat_batches, filter_record_batch};
 use arrow::record_batch::RecordBatch;
 
-use crate::error::Result;
+use crate::error::{Error, ErrorKind, Result};
+use crate::read::condition::Condition;
 use crate::read::slice::RowParts;
 use crate::read::{ScanOptions, ScanStats, SlicePart, SliceQuery, SliceRead, TableReader};
 use crate::view::FileSlice;
@@ -75,6 +79,33 @@ fn run(read: SliceRead, transform: Option<&Transform>) -> SliceRows {
     }
 }
 
+/// The transform of a scan with a row filter: each part's rows that satisfy `condition`
+/// (and its mask), in one batch; `dropped` counts the others. Filtering the parts spares
+/// copying the base rows that stand only to drop most of them.
+fn row_filter(condition: Condition, dropped: Arc<AtomicU64>) -> Transform {
+    Arc::new(move |parts: RowParts| {
+        let kernel = |e: arrow::error::ArrowError| Error::new(ErrorKind::Internal, "cannot filter rows").with_source(e);
+        let mut kept = Vec::with_capacity(parts.len());
+        for (rows, mask) in parts {
+            let passes = condition.evaluate(&rows)?;
+            let (keep, belonging) = match mask {
+                Some(mask) => (and(&passes, &mask).map_err(kernel)?, mask.true_count()),
+                None => (passes, rows.num_rows()),
+            };
+            let rows = filter_record_batch(&rows, &keep).map_err(kernel)?;
+            dropped.fetch_add((belonging - rows.num_rows()) as u64, Ordering::Relaxed);
+            if rows.num_rows() > 0 {
+                kept.push(rows);
+            }
+        }
+        match kept.len() {
+            0 => Ok(None),
+            1 => Ok(kept.pop()),
+            _ => Ok(Some(concat_batches(&kept[0].schema(), &kept).map_err(kernel)?)),
+        }
+    })
+}
+
 /// A scan of file slices in order, fetching and merging up to `depth` slices ahead on the
 /// process's helper threads ([`crate::threads::HELPERS`]); with depth 0, each slice is decoded
 /// on the caller's thread when its rows are asked for.
@@ -96,6 +127,8 @@ pub struct SliceScan {
     current: Option<usize>,
     stats: ScanStats,
     transform: Option<Transform>,
+    /// Rows that the options' row filter dropped, counted on the threads that merge.
+    rows_filtered: Arc<AtomicU64>,
 }
 
 impl SliceScan {
@@ -110,6 +143,8 @@ impl SliceScan {
         depth: usize,
     ) -> SliceScan {
         let units = (0..slices.len()).map(|slice| ScanUnit { slice, part: SlicePart::WHOLE }).collect();
+        let rows_filtered = Arc::new(AtomicU64::new(0));
+        let transform = options.row_filter.clone().map(|condition| row_filter(condition, rows_filtered.clone()));
         SliceScan {
             reader,
             query,
@@ -122,7 +157,8 @@ impl SliceScan {
             pending: VecDeque::new(),
             current: None,
             stats,
-            transform: None,
+            transform,
+            rows_filtered,
         }
     }
 
@@ -157,7 +193,8 @@ impl SliceScan {
         (&self.reader, &self.options, &self.slices)
     }
 
-    /// The scan returns what `transform` makes of each slice's rows.
+    /// The scan returns what `transform` makes of each slice's rows (instead of the rows
+    /// that pass the options' row filter: the transform applies its own condition).
     pub fn with_transform(mut self, transform: Transform) -> SliceScan {
         self.transform = Some(transform);
         self
@@ -165,6 +202,19 @@ impl SliceScan {
 
     pub fn stats(&self) -> &ScanStats {
         &self.stats
+    }
+
+    /// The rows the options' row filter dropped so far.
+    pub fn rows_filtered(&self) -> u64 {
+        self.rows_filtered.load(Ordering::Relaxed)
+    }
+
+    /// Filters rows by `condition` (bound) from now on, in place of the options' row filter;
+    /// slices in flight, filtered by the old one, are dropped: call it before a (re)start.
+    pub fn set_row_filter(&mut self, condition: Option<Condition>) {
+        self.pending.clear();
+        self.transform = condition.clone().map(|condition| row_filter(condition, self.rows_filtered.clone()));
+        self.options.row_filter = condition;
     }
 
     /// Starts over from the first slice; slices in flight are dropped.

@@ -12,7 +12,7 @@ use arrow::buffer::NullBuffer;
 use arrow::datatypes::{self as types, i256, ArrowNativeTypeOp, DataType};
 
 use super::groups::RowGroups;
-use super::reading::Reading;
+use crate::read::reading::Reading;
 use crate::error::{Error, ErrorKind, Result};
 
 /// The state of one aggregate for every group.

@@ -10,9 +10,7 @@
 //! [`accumulate`]); the host turns the result columns into its types.
 
 mod accumulate;
-pub mod condition;
 mod groups;
-pub mod reading;
 mod statistics;
 
 use std::sync::Arc;
@@ -25,10 +23,11 @@ use arrow::record_batch::RecordBatch;
 use serde::{Deserialize, Serialize};
 
 use self::accumulate::Accumulator;
-pub use self::condition::{Column, Condition, Operand};
+pub use crate::read::condition::{Column, Condition, Operand};
 use self::groups::{Groups, RowGroups};
-pub use self::reading::Reading;
+pub use crate::read::reading::Reading;
 use crate::error::{Error, ErrorKind, Result};
+use crate::read::filter::Op;
 use crate::read::prefetch::SliceScan;
 use crate::read::slice::RowParts;
 use crate::read::{ScanOptions, ScanStats, SliceQuery, TableReader};
@@ -169,6 +168,32 @@ impl AggregateQuery {
         Ok(AggregateQuery { condition, ..self.clone() })
     }
 
+    /// When the condition is `column = $n` and conditions without parameters, and the column
+    /// is read as integers, text, dates, timestamps or booleans: `n`, and the query grouped by
+    /// that column first, with the rest of the condition. Its groups answer the query for
+    /// every value of `$n` at once ([`ParameterAnswers`]): what a correlated subquery, run once
+    /// per outer row, needs.
+    pub fn grouped_by_parameter(&self) -> Option<(usize, AggregateQuery)> {
+        let items = match self.condition.as_ref()? {
+            Condition::And(items) => items.clone(),
+            one => vec![one.clone()],
+        };
+        let is_key = |c: &Condition| match c {
+            Condition::Compare { column, op: Op::Eq, operand: Operand::Param(n) } if ParameterAnswers::keyed(column.reading) => {
+                Some((*n, column.clone()))
+            }
+            _ => None,
+        };
+        let at = items.iter().position(|c| is_key(c).is_some())?;
+        let (param, column) = is_key(&items[at])?;
+        let rest: Vec<Condition> = items.into_iter().enumerate().filter(|(i, _)| *i != at).map(|(_, c)| c).collect();
+        if rest.iter().any(Condition::has_params) {
+            return None;
+        }
+        let group_by = std::iter::once(column).chain(self.group_by.iter().cloned()).collect();
+        Some((param, AggregateQuery { group_by, aggregates: self.aggregates.clone(), condition: Condition::all(rest) }))
+    }
+
     /// Whether slices without logs may be answered from Parquet statistics: no groups, no
     /// condition, and only aggregates that statistics hold exactly.
     pub fn may_use_statistics(&self) -> bool {
@@ -185,6 +210,83 @@ impl std::fmt::Display for AggregateQuery {
             write!(f, " GROUP BY {}", keys.join(", "))?;
         }
         Ok(())
+    }
+}
+
+/// The answers of a query for every value of its parameter ([`AggregateQuery::grouped_by_parameter`]):
+/// the grouped query's result, indexed by the parameter's column.
+pub struct ParameterAnswers {
+    /// The grouped result without its first column, the parameter's.
+    rows: RecordBatch,
+    index: std::collections::HashMap<Key, Vec<usize>>,
+    /// The query's answer where no row has the value.
+    empty: RecordBatch,
+}
+
+/// A value of a parameter's column, to look answers up by.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Key {
+    Int(i64),
+    Text(String),
+    Bool(bool),
+}
+
+impl ParameterAnswers {
+    /// Whether values read this way can be looked up exactly (floats and decimals cannot: `-0`
+    /// and scales make equal values of other bits).
+    fn keyed(reading: Reading) -> bool {
+        matches!(reading, Reading::Int | Reading::Text | Reading::Date | Reading::Timestamp | Reading::Bool)
+    }
+
+    /// Indexes `grouped`, the grouped query's result; `empty` is the query's answer over no
+    /// rows.
+    pub fn new(grouped: RecordBatch, empty: RecordBatch) -> Result<ParameterAnswers> {
+        use arrow::array::AsArray;
+        use arrow::datatypes::{Date32Type, Int64Type, TimestampMicrosecondType};
+        let keys = grouped.column(0);
+        let key = |row: usize| -> Option<Key> {
+            if keys.is_null(row) {
+                return None;
+            }
+            Some(match keys.data_type() {
+                DataType::Int64 => Key::Int(keys.as_primitive::<Int64Type>().value(row)),
+                DataType::Date32 => Key::Int(i64::from(keys.as_primitive::<Date32Type>().value(row))),
+                DataType::Timestamp(..) => Key::Int(keys.as_primitive::<TimestampMicrosecondType>().value(row)),
+                DataType::Utf8 => Key::Text(keys.as_string::<i32>().value(row).to_owned()),
+                DataType::Boolean => Key::Bool(keys.as_boolean().value(row)),
+                _ => return None,
+            })
+        };
+        if !matches!(keys.data_type(), DataType::Int64 | DataType::Date32 | DataType::Timestamp(..) | DataType::Utf8 | DataType::Boolean) {
+            return Err(Error::new(ErrorKind::Internal, format!("a parameter's column of type {}", keys.data_type())));
+        }
+        let mut index: std::collections::HashMap<Key, Vec<usize>> = std::collections::HashMap::new();
+        for row in 0..grouped.num_rows() {
+            if let Some(key) = key(row) {
+                index.entry(key).or_default().push(row);
+            }
+        }
+        let rest: Vec<usize> = (1..grouped.num_columns()).collect();
+        Ok(ParameterAnswers { rows: grouped.project(&rest).map_err(kernel)?, index, empty })
+    }
+
+    /// The query's answer for the parameter's value (`None`: NULL, which no row equals).
+    pub fn answer(&self, value: Option<&crate::read::filter::Scalar>) -> Result<RecordBatch> {
+        use crate::read::filter::Scalar;
+        let key = match value {
+            Some(Scalar::Int(i)) | Some(Scalar::TimestampMicros(i)) => Some(Key::Int(*i)),
+            Some(Scalar::Date(d)) => Some(Key::Int(i64::from(*d))),
+            Some(Scalar::String(s)) => Some(Key::Text(s.clone())),
+            Some(Scalar::Bool(b)) => Some(Key::Bool(*b)),
+            _ => None,
+        };
+        match key.and_then(|k| self.index.get(&k)) {
+            Some(rows) => {
+                let rows = arrow::array::UInt32Array::from(rows.iter().map(|&r| r as u32).collect::<Vec<_>>());
+                arrow::compute::take_record_batch(&self.rows, &rows).map_err(kernel)
+            }
+            None => Ok(self.empty.clone()),
+        }
     }
 }
 

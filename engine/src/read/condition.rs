@@ -2,7 +2,8 @@
 //! logic: comparisons of a column with a constant (or a parameter bound at execution), `IN`
 //! lists, `IS [NOT] NULL`, boolean columns, and `AND`/`OR`/`NOT` of those. Unlike a
 //! [`crate::read::filter::ScanFilter`], which only skips data and leaves the host to check
-//! every row, a condition decides which rows an aggregate sees.
+//! every row, a condition decides which rows a scan returns ([`crate::read::ScanOptions::row_filter`])
+//! or an aggregate sees.
 
 use std::sync::Arc;
 
@@ -14,7 +15,7 @@ use arrow::datatypes::{DataType, Schema};
 use arrow::record_batch::RecordBatch;
 use serde::{Deserialize, Serialize};
 
-use super::reading::Reading;
+use crate::read::reading::Reading;
 use crate::error::{Error, ErrorKind, Result};
 use crate::read::filter::{Op, Scalar};
 
@@ -99,6 +100,25 @@ impl Condition {
             Condition::Not(item) => Condition::Not(Box::new(item.bind(params)?)),
             other => other.clone(),
         })
+    }
+
+    /// Whether the condition names a parameter, to [`Self::bind`] before it is evaluated.
+    pub fn has_params(&self) -> bool {
+        match self {
+            Condition::Compare { operand, .. } => matches!(operand, Operand::Param(_)),
+            Condition::And(items) | Condition::Or(items) => items.iter().any(Condition::has_params),
+            Condition::Not(item) => item.has_params(),
+            _ => false,
+        }
+    }
+
+    /// The conjunction of `conditions` (`None` for none).
+    pub fn all(mut conditions: Vec<Condition>) -> Option<Condition> {
+        match conditions.len() {
+            0 => None,
+            1 => conditions.pop(),
+            _ => Some(Condition::And(conditions)),
+        }
     }
 
     /// The columns the condition reads.

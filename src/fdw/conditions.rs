@@ -1,0 +1,223 @@
+//! Quals the engine evaluates exactly as PostgreSQL does ([`Condition`]): the translation of
+//! planner expressions of one relation into conditions, shared by pushed aggregates (which
+//! decide in the engine which rows they aggregate) and scans (whose row filter drops rows
+//! before they become datums), and the values of their parameters at execution.
+
+use std::ffi::CStr;
+
+use arrow::datatypes::Schema;
+use engine::read::condition::{Column, Condition, Operand};
+use engine::read::filter::{Op, Scalar};
+use engine::read::reading::Reading;
+use pgrx::pg_sys;
+use pgrx::PgSqlErrorCode;
+
+use crate::error::raise;
+use crate::fdw::pushdown::{self, list_items, strip, FieldNames};
+
+/// How PostgreSQL reads a column of type `type_oid` over a field of `data_type`, when the
+/// engine can compute with those values exactly (`None`: it cannot, and nothing is pushed).
+pub(crate) fn reading_of(type_oid: pg_sys::Oid, data_type: &arrow::datatypes::DataType) -> Option<Reading> {
+    use arrow::datatypes::DataType as D;
+    let reading = match type_oid {
+        // Narrower declarations than the field would make PostgreSQL reject wide values.
+        pg_sys::INT2OID if matches!(data_type, D::Int8 | D::Int16) => Reading::Int,
+        pg_sys::INT4OID if matches!(data_type, D::Int8 | D::Int16 | D::Int32 | D::UInt8 | D::UInt16) => Reading::Int,
+        pg_sys::INT8OID => Reading::Int,
+        pg_sys::FLOAT4OID => Reading::Float4,
+        pg_sys::FLOAT8OID => Reading::Float8,
+        pg_sys::NUMERICOID => Reading::Decimal,
+        pg_sys::BOOLOID => Reading::Bool,
+        pg_sys::TEXTOID | pg_sys::VARCHAROID => Reading::Text,
+        pg_sys::DATEOID => Reading::Date,
+        pg_sys::TIMESTAMPOID | pg_sys::TIMESTAMPTZOID => Reading::Timestamp,
+        _ => return None,
+    };
+    reading.reads(data_type).then_some(reading)
+}
+
+/// Whether strings compare by their bytes under `collation`, as the engine compares them.
+pub(crate) unsafe fn bytewise(collation: pg_sys::Oid) -> bool {
+    match collation {
+        pg_sys::C_COLLATION_OID | pg_sys::POSIX_COLLATION_OID => true,
+        pg_sys::DEFAULT_COLLATION_OID => {
+            let setting = pg_sys::GetConfigOption(c"lc_collate".as_ptr(), true, false);
+            !setting.is_null() && matches!(CStr::from_ptr(setting).to_bytes(), b"C" | b"POSIX")
+        }
+        _ => false,
+    }
+}
+
+/// Turns planner expressions of one relation into the engine's terms.
+pub(crate) struct Translator<'a> {
+    pub relid: u32,
+    pub fields: &'a FieldNames,
+    pub schema: &'a Schema,
+    /// Operands evaluated at execution (`fdw_exprs`): parameters, stable expressions.
+    pub params: Vec<*mut pg_sys::Node>,
+}
+
+impl Translator<'_> {
+    /// A plain column of the relation that the engine reads exactly.
+    pub(crate) unsafe fn column(&self, node: *mut pg_sys::Node) -> Option<Column> {
+        self.field_column(pushdown::column_of(node, self.relid, self.fields)?)
+    }
+
+    /// The column of `field`, declared of type `type_oid`, when the engine reads it exactly.
+    fn field_column(&self, (field, type_oid): (String, pg_sys::Oid)) -> Option<Column> {
+        let reading = reading_of(type_oid, self.schema.field_with_name(&field).ok()?.data_type())?;
+        Some(Column { field, reading })
+    }
+
+    /// A qual the engine evaluates exactly, with SQL's three-valued logic.
+    pub(crate) unsafe fn condition(&mut self, node: *mut pg_sys::Node) -> Option<Condition> {
+        let node = strip(node);
+        match (*node).type_ {
+            pg_sys::NodeTag::T_BoolExpr => {
+                let expr = node as *mut pg_sys::BoolExpr;
+                let items = list_items::<pg_sys::Node>((*expr).args).into_iter().map(|arg| self.condition(arg)).collect::<Option<Vec<_>>>()?;
+                Some(match (*expr).boolop {
+                    pg_sys::BoolExprType::AND_EXPR => Condition::And(items),
+                    pg_sys::BoolExprType::OR_EXPR => Condition::Or(items),
+                    _ => Condition::Not(Box::new(items.into_iter().next()?)),
+                })
+            }
+            pg_sys::NodeTag::T_NullTest => {
+                let test = node as *mut pg_sys::NullTest;
+                if (*test).argisrow {
+                    return None;
+                }
+                let column = self.column((*test).arg as *mut pg_sys::Node)?;
+                Some(Condition::IsNull { column, negated: (*test).nulltesttype == pg_sys::NullTestType::IS_NOT_NULL })
+            }
+            pg_sys::NodeTag::T_Var => self.column(node).filter(|c| c.reading == Reading::Bool).map(Condition::IsTrue),
+            pg_sys::NodeTag::T_OpExpr | pg_sys::NodeTag::T_ScalarArrayOpExpr => self.comparison(node),
+            _ => None,
+        }
+    }
+
+    unsafe fn comparison(&mut self, node: *mut pg_sys::Node) -> Option<Condition> {
+        let comparison = pushdown::column_comparison(node, self.relid, self.fields)?;
+        let column = self.field_column(comparison.column.clone())?;
+        let collation = match (*node).type_ {
+            pg_sys::NodeTag::T_OpExpr => (*(node as *mut pg_sys::OpExpr)).inputcollid,
+            _ => (*(node as *mut pg_sys::ScalarArrayOpExpr)).inputcollid,
+        };
+        if column.reading == Reading::Text && !matches!(comparison.op, Op::Eq | Op::NotEq) && !bytewise(collation) {
+            return None;
+        }
+        let other = strip(comparison.other);
+        let other_type = pg_sys::exprType(other);
+        if comparison.any {
+            // A constant list without NULLs (one would make a mismatch unknown, not false).
+            let constant = (*other).type_ == pg_sys::NodeTag::T_Const && !(*(other as *mut pg_sys::Const)).constisnull;
+            if !constant {
+                return None;
+            }
+            let array = (*(other as *mut pg_sys::Const)).constvalue;
+            let (element_type, items) = pushdown::array_elements(array);
+            if pg_sys::array_contains_nulls(pg_sys::pg_detoast_datum(array.cast_mut_ptr()).cast()) || !pushdown::same_family(comparison.column.1, element_type) {
+                return None;
+            }
+            let values = items.into_iter().map(|item| pushdown::scalar_of(item, element_type)).collect::<Option<Vec<_>>>()?;
+            return Some(Condition::In { column, values });
+        }
+        let (op, operand) = match (*other).type_ {
+            pg_sys::NodeTag::T_Const if (*(other as *mut pg_sys::Const)).constisnull => (comparison.op, Operand::Null),
+            pg_sys::NodeTag::T_Const => {
+                let datum = (*(other as *mut pg_sys::Const)).constvalue;
+                let (op, value) = pushdown::constant_comparison(comparison.column.1, comparison.op, datum, other_type)?;
+                (op, Operand::Value(value))
+            }
+            // Known at execution: parameters, and expressions of no column that give one value
+            // for the statement (`now() - interval '1 day'`).
+            _ if is_runtime_value(other) && pushdown::same_family(comparison.column.1, other_type) => {
+                self.params.push(other);
+                (comparison.op, Operand::Param(self.params.len() - 1))
+            }
+            _ => return None,
+        };
+        // Constants the engine cannot compare (a NaN numeric) fail the query's check.
+        Some(Condition::Compare { column, op, operand })
+    }
+}
+
+/// An expression without columns, volatile functions, aggregates or subplans: one value per
+/// scan, evaluated at its start.
+unsafe fn is_runtime_value(node: *mut pg_sys::Node) -> bool {
+    !pg_sys::contain_var_clause(node)
+        && !pg_sys::contain_volatile_functions(node)
+        && !pg_sys::contain_agg_clause(node)
+        && !pg_sys::contain_subplans(node)
+        && !pg_sys::expression_returns_set(node)
+}
+
+
+/// A value for a condition's operand; floats may be NaN or infinite here (the plan's JSON
+/// carries no such constant, but the engine compares them).
+pub(crate) unsafe fn operand_value(datum: pg_sys::Datum, type_oid: pg_sys::Oid) -> Scalar {
+    use pgrx::FromDatum;
+    let float = match type_oid {
+        pg_sys::FLOAT4OID => f32::from_datum(datum, false).map(f64::from),
+        pg_sys::FLOAT8OID => f64::from_datum(datum, false),
+        _ => None,
+    };
+    if let Some(x) = float {
+        return Scalar::Float(if x.is_nan() { f64::NAN } else { x });
+    }
+    pushdown::scalar_of(datum, type_oid).unwrap_or_else(|| {
+        raise(
+            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            "a pushed aggregate's condition compares with a value the engine cannot represent (an infinite date or timestamp, or a NaN or infinite numeric)",
+            Some("SET hudi.aggregate_pushdown = off to aggregate in PostgreSQL.".into()),
+        )
+    })
+}
+
+
+/// The runtime operands of a plan's conditions (its `fdw_exprs`), ready to evaluate at each
+/// (re)scan.
+pub(crate) struct RuntimeValues(Vec<(*mut pg_sys::ExprState, pg_sys::Oid)>);
+
+impl RuntimeValues {
+    /// Prepares the expressions `exprs` of the plan of `node`.
+    pub(crate) unsafe fn init(node: *mut pg_sys::ForeignScanState, exprs: *mut pg_sys::List) -> RuntimeValues {
+        let states = list_items::<pg_sys::ExprState>(pg_sys::ExecInitExprList(exprs, node as *mut pg_sys::PlanState));
+        let types = list_items::<pg_sys::Node>(exprs).into_iter().map(|e| pg_sys::exprType(e));
+        RuntimeValues(states.into_iter().zip(types).collect())
+    }
+
+    /// The operands' values now (`None`: NULL), to bind a condition with.
+    pub(crate) unsafe fn evaluate(&self, node: *mut pg_sys::ForeignScanState) -> Vec<Option<Scalar>> {
+        let context = (*node).ss.ps.ps_ExprContext;
+        self.0
+            .iter()
+            .map(|&(state, type_oid)| {
+                let mut is_null = false;
+                let datum = pg_sys::ExecEvalExprSwitchContext(state, context, &mut is_null);
+                (!is_null).then(|| operand_value(datum, type_oid))
+            })
+            .collect()
+    }
+}
+
+/// The restriction clauses of `baserel` that the engine evaluates exactly: each one's index in
+/// `baserestrictinfo` and its condition, and the runtime operands the conditions name (their
+/// [`Operand::Param`] numbers index it).
+pub(crate) unsafe fn translate_quals(
+    baserel: *mut pg_sys::RelOptInfo,
+    fields: &FieldNames,
+    schema: &Schema,
+) -> (Vec<(usize, Condition)>, Vec<*mut pg_sys::Node>) {
+    let mut translator = Translator { relid: (*baserel).relid, fields, schema, params: Vec::new() };
+    let mut translated = Vec::new();
+    for (index, info) in list_items::<pg_sys::RestrictInfo>((*baserel).baserestrictinfo).into_iter().enumerate() {
+        let params = translator.params.len();
+        match translator.condition((*info).clause as *mut pg_sys::Node) {
+            Some(condition) if condition.check(schema).is_ok() => translated.push((index, condition)),
+            // Operands of a clause that is not pushed are not evaluated.
+            _ => translator.params.truncate(params),
+        }
+    }
+    (translated, translator.params)
+}

@@ -1,0 +1,231 @@
+"""Analytic queries on Hudi tables: what the scan decodes, filters and estimates.
+
+One cluster for the module with a small star schema (a 16-column fact table keyed by `id`,
+compacted and then with a tenth of its rows updated in log files, and two dimension tables),
+each table also as a heap copy with a primary key. Queries run as a role that is not a
+superuser, under TimeZone America/New_York. The checks:
+- the scan decodes only the columns the query uses (EXPLAIN VERBOSE "Hudi Columns Read"), in
+  serial, parallel, pushed-aggregate and join plans;
+- the quals the engine evaluates exactly are its row filter, applied before rows become datums
+  (EXPLAIN ANALYZE counts the rows it removed), and the rest stay with PostgreSQL; results equal
+  the heap copy's, also where the filter's operands are parameters of a correlated subquery or
+  a date column is compared with a timestamp;
+- after ANALYZE, row estimates are within 2x of the true counts.
+"""
+
+import os
+import pathlib
+import re
+
+import pytest
+
+from conftest import create_lake_server, give_to_postgres
+from servers import REPO, Cluster
+
+FACT_ROWS = 20_000
+FACT = """id bigint, cust integer, part integer, od date, sd date, qty integer, price numeric(12,2),
+          disc numeric(4,2), tax numeric(4,2), flag text, status text, mode text, note text,
+          ts timestamptz, urgent boolean, score double precision"""
+FACT_ROW = """g, 1 + (g * 7919) % 500, 1 + (g * 104729) % 200, date '1993-01-01' + (g * 37) % 2200,
+              date '1993-01-01' + (g * 37) % 2200 + (g % 90), 1 + g % 50, (100 + (g * 31) % 90000) / 100.0,
+              (g % 11) / 100.0, (g % 9) / 100.0, (ARRAY['A','N','R'])[1 + g % 3], (ARRAY['F','O','P'])[1 + (g / 3) % 3],
+              (ARRAY['AIR','MAIL','RAIL','SHIP','TRUCK'])[1 + g % 5], 'note ' || (g % 1000),
+              timestamptz '1993-01-01 00:00:00+00' + g * interval '97 minutes', g % 13 = 0, (g % 1000) * 0.25"""
+
+
+@pytest.fixture(scope="module")
+def db():
+    """(superuser connection, connection of role `analyst` in America/New_York)."""
+    run_dir = os.environ.get("PG_HUDI_RUN_DIR", str(REPO / "build"))
+    directory = pathlib.Path(run_dir) / "pytest" / "test_analytics"
+    os.system(f"rm -rf '{directory}'")
+    cluster = Cluster(directory).start()
+    root = directory / "lake"
+    root.mkdir(exist_ok=True)
+    give_to_postgres(root)
+    admin = cluster.connect()
+    # ANALYZE reads a table as its owner, who may use file:// below this root.
+    admin.execute(f"SET hudi.allowed_file_roots = '{root}'")
+    create_lake_server(admin, root)
+    admin.execute("CREATE ROLE analyst LOGIN")
+    admin.execute("GRANT USAGE ON FOREIGN SERVER lake TO analyst")
+    admin.execute("GRANT CREATE ON SCHEMA public TO analyst")
+    conn = cluster.connect()
+    conn.execute(f"SET hudi.allowed_file_roots = '{root}'")
+    conn.execute("SET ROLE analyst")
+    conn.execute("SET TimeZone = 'America/New_York'")
+    conn.execute(f"CREATE FOREIGN TABLE fact ({FACT}) SERVER lake OPTIONS (path 'fact', primary_key 'id', "
+                 "ordering_field 'ts', buckets '4', services 'off')")
+    conn.execute("SELECT hudi.create_table('fact')")
+    conn.execute(f"CREATE TABLE fact_heap ({FACT}, PRIMARY KEY (id))")
+    conn.execute(f"INSERT INTO fact_heap SELECT {FACT_ROW} FROM generate_series(1, {FACT_ROWS}) g")
+    conn.execute("INSERT INTO fact SELECT * FROM fact_heap")
+    conn.execute("SELECT hudi.compact('fact')")
+    for name, columns, rows in (("customer", "id integer, name text, segment text, nation integer", 500),
+                                ("part", "id integer, name text, brand text, size integer", 200)):
+        values = ("g, 'customer ' || g, (ARRAY['AUTO','BUILDING','FURNITURE','MACHINERY'])[1 + g % 4], g % 25"
+                  if name == "customer" else "g, 'part ' || g, 'Brand#' || (1 + g % 5), 1 + g % 50")
+        conn.execute(f"CREATE FOREIGN TABLE {name} ({columns}) SERVER lake OPTIONS (path '{name}', "
+                     "primary_key 'id', buckets '2', merge_mode 'commit_time', services 'off')")
+        conn.execute(f"SELECT hudi.create_table('{name}')")
+        conn.execute(f"CREATE TABLE {name}_heap ({columns}, PRIMARY KEY (id))")
+        conn.execute(f"INSERT INTO {name}_heap SELECT {values} FROM generate_series(1, {rows}) g")
+        conn.execute(f"INSERT INTO {name} SELECT * FROM {name}_heap")
+    yield admin, conn
+    conn.close()
+    admin.close()
+    cluster.stop()
+
+
+def updated(conn):
+    """A tenth of the fact rows updated in log files (once; on both copies)."""
+    if conn.execute("SELECT count(*) FROM fact_heap WHERE status = 'U'").fetchone()[0] == 0:
+        for table in ("fact", "fact_heap"):
+            conn.execute(f"UPDATE {table} SET status = 'U', qty = qty + 1, sd = sd + 1 WHERE id % 10 = 3")
+
+
+def plan(conn, sql, analyze=False):
+    options = "ANALYZE, VERBOSE, COSTS OFF, TIMING OFF, SUMMARY OFF" if analyze else "VERBOSE, COSTS OFF"
+    return "\n".join(r[0] for r in conn.execute(f"EXPLAIN ({options}) {sql}"))
+
+
+def columns_read(text):
+    return [set(m.split(", ")) for m in re.findall(r"Hudi Columns Read: (.*)", text)]
+
+
+def same(conn, sql):
+    """The query's rows on the Hudi tables and on their heap copies, which must be equal."""
+    heap = sql
+    for name in ("fact", "customer", "part"):
+        heap = re.sub(rf"\b(FROM|JOIN)\s+{name}\b", rf"\1 {name}_heap", heap)
+    ours, theirs = conn.execute(sql).fetchall(), conn.execute(heap).fetchall()
+    assert ours == theirs, f"{sql}\nhudi: {ours[:5]}\nheap: {theirs[:5]}"
+    return ours
+
+
+Q6 = """SELECT sum(price * disc) FROM fact WHERE sd >= DATE '1994-01-01' AND sd < DATE '1994-01-01' + interval '1 year'
+        AND disc BETWEEN 0.05 AND 0.07 AND qty < 24"""
+
+
+def test_scans_decode_only_the_columns_the_query_uses(db):
+    _, conn = db
+    serial = plan(conn, "SELECT sum(price * disc) FROM fact WHERE qty < 24 AND note LIKE '%7%'")
+    assert columns_read(serial) == [{"price", "disc", "qty", "note"}], serial
+    # Under an aggregate the scan's Output is the physical target list, all columns; it decodes
+    # what the query uses all the same.
+    q6 = plan(conn, Q6)
+    assert re.search(r"Output: id, cust, part, od", q6) and columns_read(q6) == [{"sd", "qty", "price", "disc"}], q6
+    conn.execute("SET parallel_setup_cost = 0; SET parallel_tuple_cost = 0; SET min_parallel_table_scan_size = 0")
+    try:
+        parallel = plan(conn, "SELECT flag, sum(qty * price) FROM fact WHERE mode = 'AIR' GROUP BY flag")
+        assert "Parallel" in parallel and columns_read(parallel) == [{"flag", "qty", "price", "mode"}], parallel
+    finally:
+        conn.execute("RESET parallel_setup_cost; RESET parallel_tuple_cost; RESET min_parallel_table_scan_size")
+    pushed = plan(conn, "SELECT status, count(*), sum(qty) FROM fact WHERE urgent GROUP BY status")
+    assert "Aggregate pushed" in pushed and columns_read(pushed) == [{"status", "qty", "urgent"}], pushed
+    join = plan(conn, "SELECT c.segment, sum(f.price) FROM fact f JOIN customer c ON c.id = f.cust "
+                      "WHERE c.nation = 3 GROUP BY c.segment")
+    assert sorted(map(sorted, columns_read(join))) == [["cust", "price"], ["id", "nation", "segment"]], join
+
+
+def test_the_row_filter_drops_rows_before_postgres_sees_them(db):
+    _, conn = db
+    for state in ("compacted", "updated"):
+        if state == "updated":
+            updated(conn)
+        text = plan(conn, Q6, analyze=True)
+        # The whole WHERE clause is the engine's: the date column against a timestamp constant too.
+        assert re.search(r"Hudi Row Filter: .*sd >= date .*sd < date .*disc >= 0.05.*disc <= 0.07.*qty < 24", text), text
+        assert "Filter:" not in text.replace("Hudi Row Filter:", ""), text
+        assert re.search(r"Hudi Filters: .*sd < date '1995-01-01'", text), text
+        removed = int(re.search(r"Rows Removed by Hudi Row Filter: (\d+)", text).group(1))
+        kept = int(re.search(r"Foreign Scan on public.fact .*rows=(\d+)", text).group(1))
+        total = conn.execute("SELECT count(*) FROM fact_heap").fetchone()[0]
+        assert kept == conn.execute(Q6.replace("sum(price * disc)", "count(*)").replace("fact", "fact_heap")).fetchone()[0]
+        # Row groups the statistics ruled out are not read; of the rest, the filter removed
+        # all but the rows returned.
+        assert 0 < removed <= total - kept, text
+        same(conn, Q6)
+        # A qual the engine cannot evaluate stays with PostgreSQL, the others are the engine's.
+        sql = "SELECT count(*), sum(qty) FROM fact WHERE mode IN ('AIR', 'RAIL') AND note LIKE '%12%' AND NOT urgent"
+        text = plan(conn, sql, analyze=True)
+        row_filter = re.search(r"Hudi Row Filter: (.*)", text).group(1).split(" AND ")
+        assert sorted(row_filter) == ["(NOT (urgent))", "(mode IN ('AIR', 'RAIL'))"], text
+        assert re.search(r"\n\s+Filter: \(fact.note ~~ '%12%'::text\)", text), text
+        same(conn, sql)
+
+
+def test_a_parallel_scan_counts_the_rows_every_process_filtered(db):
+    _, conn = db
+    conn.execute("SET parallel_setup_cost = 0; SET parallel_tuple_cost = 0; SET min_parallel_table_scan_size = 0")
+    try:
+        sql = "SELECT count(*) FROM fact WHERE mode = 'AIR' AND note LIKE '%3%'"
+        text = plan(conn, sql, analyze=True)
+        scan = re.search(r"Parallel Foreign Scan on public.fact .*rows=(\d+) loops=(\d+)", text)
+        assert scan and int(scan.group(2)) > 1, text
+        removed = int(re.search(r"Rows Removed by Hudi Row Filter: (\d+)", text).group(1))
+        by_postgres = int(re.search(r"Rows Removed by Filter: (\d+)", text).group(1))
+        loops = int(scan.group(2))
+        # Per loop, as PostgreSQL's own counts: every row of the table is counted once.
+        total = conn.execute("SELECT count(*) FROM fact_heap").fetchone()[0]
+        assert abs((removed + by_postgres + int(scan.group(1))) * loops - total) <= 3 * loops, text
+        same(conn, sql)
+    finally:
+        conn.execute("RESET parallel_setup_cost; RESET parallel_tuple_cost; RESET min_parallel_table_scan_size")
+
+
+def test_row_filters_with_parameters_are_bound_at_each_rescan(db):
+    _, conn = db
+    updated(conn)
+    # A correlated subquery: its scan is filtered by the outer row's values.
+    sql = """SELECT p.id, (SELECT count(*) FROM fact f WHERE f.part = p.id AND f.qty > p.size AND f.note <> 'x')
+             FROM part p WHERE p.id <= 12 ORDER BY p.id"""
+    conn.execute("SET hudi.aggregate_pushdown = off")
+    try:
+        text = plan(conn, sql, analyze=True)
+        assert re.search(r"Hudi Row Filter: .*\(qty > \$\d\).*\(part = \$\d\)", text), text
+        rows = same(conn, sql)
+    finally:
+        conn.execute("RESET hudi.aggregate_pushdown")
+    assert len(rows) == 12 and len({count for _, count in rows}) > 1, rows
+    # A pushed aggregate in a correlated subquery: from its second run, one read grouped by
+    # the parameter's column answers every value (NULL and values no row has among them).
+    sql = """SELECT p.id, (SELECT avg(f.qty) FROM fact f WHERE f.part = NULLIF(p.id, 5) AND f.mode <> 'AIR'),
+                     (SELECT count(*) FROM fact f WHERE f.part = p.id + 190)
+              FROM part p WHERE p.id <= 14 ORDER BY p.id"""
+    text = plan(conn, sql, analyze=True)
+    assert text.count("every parameter value answered by one read") == 2, text
+    rows = same(conn, sql)
+    assert rows[4][1] is None and any(r[1] is not None for r in rows) and rows[-1][2] == 0 and rows[0][2] > 0, rows
+    # A prepared statement's parameters, in its generic plan.
+    conn.execute("SET plan_cache_mode = force_generic_plan")
+    sql = "SELECT count(*) FROM fact WHERE mode = %s AND qty < %s AND note <> ''"
+    for args in (("AIR", 10), ("SHIP", 40), ("none", 50)):
+        got = conn.execute(sql, args, prepare=True).fetchone()
+        assert got == conn.execute(sql.replace("fact", "fact_heap"), args).fetchone(), args
+    conn.execute("RESET plan_cache_mode")
+
+
+def test_estimates_follow_analyze(db):
+    admin, conn = db
+    for table in ("fact", "customer", "part"):
+        admin.execute(f"ANALYZE {table}")
+    cases = {
+        "SELECT * FROM fact WHERE id = 42": 1,
+        "SELECT * FROM fact WHERE qty < 10": None,
+        "SELECT * FROM fact WHERE mode = 'AIR' AND flag = 'N'": None,
+        "SELECT * FROM fact WHERE sd BETWEEN DATE '1995-01-01' AND DATE '1995-03-31'": None,
+        "SELECT * FROM customer WHERE nation = 3": None,
+        "SELECT * FROM fact": None,
+    }
+    for sql, truth in cases.items():
+        truth = truth or conn.execute(sql.replace("SELECT *", "SELECT count(*)")).fetchone()[0]
+        text = "\n".join(r[0] for r in conn.execute(f"EXPLAIN {sql}"))
+        estimate = float(re.search(r"Foreign Scan on \S+ .*rows=(\d+)", text).group(1))
+        assert truth / 2 <= estimate <= max(truth * 2, 2), f"{sql}: estimated {estimate}, true {truth}\n{text}"
+    # A join's estimate, from both tables' statistics.
+    sql = "SELECT * FROM fact f JOIN customer c ON c.id = f.cust WHERE c.segment = 'AUTO'"
+    truth = conn.execute(sql.replace("SELECT *", "SELECT count(*)")).fetchone()[0]
+    text = "\n".join(r[0] for r in conn.execute(f"EXPLAIN {sql}"))
+    estimate = float(re.search(r"rows=(\d+)", text.splitlines()[0]).group(1))
+    assert truth / 2 <= estimate <= truth * 2, f"{sql}: estimated {estimate}, true {truth}\n{text}"
