@@ -50,6 +50,11 @@ pub static AS_OF_INSTANT: GucSetting<Option<CString>> = GucSetting::<Option<CStr
 pub static START_INSTANT: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
 pub static END_INSTANT: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
 
+/// `hudi.parallel_read_states` (set by pg_hudi only): the states at which a statement's leader
+/// read the Hudi tables that its parallel workers scan whole ([`crate::fdw::parallel`]).
+/// PostgreSQL hands every setting to the workers; only a superuser could set this one.
+pub static PARALLEL_READ_STATES: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
+
 /// `hudi.heartbeat_expiry`: seconds after which a pending write whose writer sent no heartbeat
 /// counts as failed and may be rolled back (a server setting, at least a second).
 pub static HEARTBEAT_EXPIRY: GucSetting<i32> = GucSetting::<i32>::new(300);
@@ -253,6 +258,14 @@ pub fn register() {
         &END_INSTANT,
         GucContext::Userset,
         GucFlags::default(),
+    );
+    GucRegistry::define_string_guc(
+        c"hudi.parallel_read_states",
+        c"Internal: the read states of Hudi tables a statement's parallel workers scan.",
+        c"Set by pg_hudi for each statement with parallel workers.",
+        &PARALLEL_READ_STATES,
+        GucContext::Suset,
+        GucFlags::NO_SHOW_ALL | GucFlags::DISALLOW_IN_FILE,
     );
     GucRegistry::define_string_guc(
         c"hudi.as_of_instant",

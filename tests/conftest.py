@@ -67,6 +67,29 @@ def cluster(request):
 
 
 @contextlib.contextmanager
+def module_cluster(name, role):
+    """A cluster for a test module (named `name`) with a lake, the server `lake` on it, and a
+    role `role` that may use the server and create tables and is not a superuser: yields
+    (cluster, lake root); the cluster stops after the module."""
+    run_dir = pathlib.Path(os.environ.get("PG_HUDI_RUN_DIR", REPO / "build"))
+    directory = run_dir / "pytest" / name
+    subprocess.run(["rm", "-rf", directory], check=True)
+    c = Cluster(directory).start()
+    root = directory / "lake"
+    root.mkdir(exist_ok=True)
+    give_to_postgres(root)
+    with c.connect() as conn:
+        create_lake_server(conn, root)
+        conn.execute(f"CREATE ROLE {role} LOGIN")
+        conn.execute(f"GRANT USAGE ON FOREIGN SERVER lake TO {role}")
+        conn.execute(f"GRANT CREATE ON SCHEMA public TO {role}")
+    try:
+        yield c, root
+    finally:
+        c.stop()
+
+
+@contextlib.contextmanager
 def new_lake(cluster, fixtures_root=None, zips=(), by_kind=False):
     """A lake directory with the fixture `zips` unpacked in it (below their kind's folder, e.g.
     sample_table/cow, with `by_kind`), pg_hudi and the server `lake` on it, and a connection in

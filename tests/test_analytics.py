@@ -7,20 +7,22 @@ superuser, under TimeZone America/New_York. The checks:
 - the scan decodes only the columns the query uses (EXPLAIN VERBOSE "Hudi Columns Read"), in
   serial, parallel, pushed-aggregate and join plans;
 - the quals the engine evaluates exactly are its row filter, applied before rows become datums
-  (EXPLAIN ANALYZE counts the rows it removed), and the rest stay with PostgreSQL; results equal
-  the heap copy's, also where the filter's operands are parameters of a correlated subquery or
-  a date column is compared with a timestamp;
+  (EXPLAIN ANALYZE counts the rows it removed, in every process of a parallel scan), and the
+  rest stay with PostgreSQL; results equal the heap copy's, also where the filter's operands
+  are parameters (of a correlated subquery, of a generic plan: their values prune buckets as
+  constants do) or a date column is compared with a timestamp;
+- a pushed aggregate in a correlated subquery answers every parameter value from one read;
+- parallel workers scan dimension tables whole at the leader's read state, and every scan
+  runs in a worker under force_parallel_mode with the heap's results;
 - after ANALYZE, row estimates are within 2x of the true counts.
 """
 
-import os
-import pathlib
 import re
 
+import psycopg
 import pytest
 
-from conftest import create_lake_server, give_to_postgres
-from servers import REPO, Cluster
+from conftest import module_cluster
 
 FACT_ROWS = 20_000
 FACT = """id bigint, cust integer, part integer, od date, sd date, qty integer, price numeric(12,2),
@@ -36,20 +38,15 @@ FACT_ROW = """g, 1 + (g * 7919) % 500, 1 + (g * 104729) % 200, date '1993-01-01'
 @pytest.fixture(scope="module")
 def db():
     """(superuser connection, connection of role `analyst` in America/New_York)."""
-    run_dir = os.environ.get("PG_HUDI_RUN_DIR", str(REPO / "build"))
-    directory = pathlib.Path(run_dir) / "pytest" / "test_analytics"
-    os.system(f"rm -rf '{directory}'")
-    cluster = Cluster(directory).start()
-    root = directory / "lake"
-    root.mkdir(exist_ok=True)
-    give_to_postgres(root)
+    with module_cluster("test_analytics", "analyst") as (cluster, root):
+        yield from tables(cluster, root)
+
+
+def tables(cluster, root):
+    """The schema's tables, made by `analyst`: yields (superuser connection, analyst's)."""
     admin = cluster.connect()
     # ANALYZE reads a table as its owner, who may use file:// below this root.
     admin.execute(f"SET hudi.allowed_file_roots = '{root}'")
-    create_lake_server(admin, root)
-    admin.execute("CREATE ROLE analyst LOGIN")
-    admin.execute("GRANT USAGE ON FOREIGN SERVER lake TO analyst")
-    admin.execute("GRANT CREATE ON SCHEMA public TO analyst")
     conn = cluster.connect()
     conn.execute(f"SET hudi.allowed_file_roots = '{root}'")
     conn.execute("SET ROLE analyst")
@@ -74,7 +71,6 @@ def db():
     yield admin, conn
     conn.close()
     admin.close()
-    cluster.stop()
 
 
 def updated(conn):
@@ -174,6 +170,39 @@ def test_a_parallel_scan_counts_the_rows_every_process_filtered(db):
         conn.execute("RESET parallel_setup_cost; RESET parallel_tuple_cost; RESET min_parallel_table_scan_size")
 
 
+def test_workers_scan_whole_tables_at_the_leaders_read_state(db):
+    _, conn = db
+    updated(conn)
+    settings = ("parallel_setup_cost = 0", "parallel_tuple_cost = 0", "min_parallel_table_scan_size = 0")
+    for setting in settings:
+        conn.execute(f"SET {setting}")
+    try:
+        # The dimension's scan is the inner side of a join in each worker.
+        sql = """SELECT c.segment, count(*), sum(f.qty) FROM fact f JOIN customer c ON c.id = f.cust
+                 WHERE c.nation < 10 GROUP BY c.segment ORDER BY 1"""
+        text = plan(conn, sql, analyze=True)
+        workers = re.search(r"Workers Launched: (\d+)", text)
+        assert workers and int(workers.group(1)) > 0 and re.search(r"Gather(.|\n)*Foreign Scan on public.customer", text), text
+        same(conn, sql)
+        # Every scan in a worker (serial plans, under one Gather): the leader only gathers.
+        for setting in settings:
+            conn.execute(f"RESET {setting.split(' ')[0]}")
+        conn.execute("SET force_parallel_mode = on")
+        for sql in (Q6, "SELECT p.brand, count(*) FROM fact f JOIN part p ON p.id = f.part WHERE f.flag = 'R' GROUP BY 1 ORDER BY 1",
+                    "SELECT id, status FROM fact WHERE id IN (3, 13, 17) ORDER BY id"):
+            assert "Single Copy: true" in plan(conn, sql), sql
+            same(conn, sql)
+        published = conn.execute("SHOW hudi.parallel_read_states").fetchone()[0]
+        assert "/lake/fact" in published and "/lake/part" in published, published[:300]
+        # Which files a worker reads is pg_hudi's to say, not a role's.
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("SET hudi.parallel_read_states = '{}'")
+    finally:
+        conn.execute("RESET force_parallel_mode")
+        for setting in settings:
+            conn.execute(f"RESET {setting.split(' ')[0]}")
+
+
 def test_row_filters_with_parameters_are_bound_at_each_rescan(db):
     _, conn = db
     updated(conn)
@@ -197,6 +226,26 @@ def test_row_filters_with_parameters_are_bound_at_each_rescan(db):
     assert text.count("every parameter value answered by one read") == 2, text
     rows = same(conn, sql)
     assert rows[4][1] is None and any(r[1] is not None for r in rows) and rows[-1][2] == 0 and rows[0][2] > 0, rows
+    # On the record key, each run's value prunes the read to the key's bucket instead.
+    sql = "SELECT p.id, (SELECT sum(f.qty) FROM fact f WHERE f.id = p.id * 97) FROM part p WHERE p.id <= 14 ORDER BY p.id"
+    text = plan(conn, sql, analyze=True)
+    assert "every parameter value" not in text and "of 1 file slices" in text, text
+    assert all(r[1] is not None for r in same(conn, sql))
+    # A parameter compared with the record key prunes as a constant does: the bucket's slice
+    # alone, and the point read of its key.
+    sql = """SELECT p.id, (SELECT f.status || f.qty FROM fact f WHERE f.id = p.id * 97 AND f.note <> 'x')
+             FROM part p WHERE p.id <= 20 ORDER BY p.id"""
+    text = plan(conn, sql, analyze=True)
+    assert re.search(r"Hudi Row Filter: .*\(id = \$\d\)", text) and "Hudi File Slices: 1 of 4" in text, text
+    same(conn, sql)
+    conn.pgconn.exec_(b"PREPARE point(bigint) AS SELECT * FROM fact WHERE id = $1")
+    try:
+        conn.execute("SET plan_cache_mode = force_generic_plan")
+        text = plan(conn, "EXECUTE point(4242)", analyze=True)
+        assert "$1" in text and "Hudi File Slices: 1 of 4" in text, text
+        assert conn.execute("EXECUTE point(4242)").fetchall() == conn.execute("SELECT * FROM fact_heap WHERE id = 4242").fetchall()
+    finally:
+        conn.execute("DEALLOCATE point; RESET plan_cache_mode")
     # A prepared statement's parameters, in its generic plan.
     conn.execute("SET plan_cache_mode = force_generic_plan")
     sql = "SELECT count(*) FROM fact WHERE mode = %s AND qty < %s AND note <> ''"

@@ -6,14 +6,12 @@ of seeded random statements on both (as a role that is not a superuser, outside 
 compares every statement's result, RETURNING rows, trigger effects and the final contents."""
 
 import os
-import pathlib
 import random
 
 import psycopg
 import pytest
 
-from conftest import create_lake_server, give_to_postgres, refused
-from servers import REPO, Cluster
+from conftest import module_cluster, refused
 
 COLUMNS = "id bigint, country text, name text, balance numeric(12, 2), score float8, ok boolean, day date, ts timestamptz"
 SELECT = "SELECT id, country, name, balance, score, ok, day, ts FROM {t} ORDER BY id, country"
@@ -24,20 +22,8 @@ COUNTRIES = ["nl", "be", "fr"]
 def db(request):
     """One cluster for the module, with the server `lake` and a role `app` that may use it and
     is not a superuser: a connection as the superuser, with the role set to `app`, outside UTC."""
-    run_dir = os.environ.get("PG_HUDI_RUN_DIR", str(REPO / "build"))
-    directory = pathlib.Path(run_dir) / "pytest" / "test_sql_semantics"
-    os.system(f"rm -rf '{directory}'")
-    cluster = Cluster(directory).start()
-    root = directory / "lake"
-    root.mkdir(exist_ok=True)
-    give_to_postgres(root)
-    with cluster.connect() as conn:
-        create_lake_server(conn, root)
-        conn.execute("CREATE ROLE app LOGIN")
-        conn.execute("GRANT USAGE ON FOREIGN SERVER lake TO app")
-        conn.execute("GRANT CREATE ON SCHEMA public TO app")
-    yield cluster, root
-    cluster.stop()
+    with module_cluster("test_sql_semantics", "app") as (cluster, root):
+        yield cluster, root
 
 
 @pytest.fixture

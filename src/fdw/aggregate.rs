@@ -267,8 +267,10 @@ impl AggregateScan {
         self.runs += 1;
         if self.runs == 2 {
             // Run again with another value of its parameter, as a correlated subquery is for
-            // each outer row: one read of the table answers every value from now on.
-            if let Some((param, grouped)) = self.plan.query.grouped_by_parameter() {
+            // each outer row: one read of the table answers every value from now on. Not for
+            // a record key, whose value the read of one run prunes to one key's rows.
+            let grouped = self.plan.query.grouped_by_parameter().filter(|(_, grouped)| !self.is_record_key(&grouped.group_by[0].field));
+            if let Some((param, grouped)) = grouped {
                 let (result, report) = self.aggregate(&grouped.bind(&values).or_report(), true);
                 let (empty, _) = self.aggregate(&self.plan.query.bind(&vec![None; values.len()]).or_report(), false);
                 self.answers = Some((param, ParameterAnswers::new(result, empty).or_report()));
@@ -290,12 +292,24 @@ impl AggregateScan {
         self.next_row = 0;
     }
 
-    /// `query` over the table's slices (or over none, without `read`).
+    /// Whether `field` is the table's record key (of one field).
+    unsafe fn is_record_key(&self, field: &str) -> bool {
+        let table = ForeignHudiTable::of_relation(pg_sys::Oid::from(self.plan.relid));
+        let reader = scan::open_for(&table, &scan::read_spec(&table));
+        reader.config().record_key_fields == [field]
+    }
+
+    /// `query` (bound) over the table's slices (or over none, without `read`); the values of
+    /// its parameters prune slices, pages and record keys as constants do.
     unsafe fn aggregate(&self, query: &AggregateQuery, read: bool) -> (RecordBatch, AggregateStats) {
         let table = ForeignHudiTable::of_relation(pg_sys::Oid::from(self.plan.relid));
         let spec = scan::read_spec(&table);
         let reader = scan::open_for(&table, &spec);
-        let (mut slices, stats) = scan::slices_to_read(&reader, &spec, &self.plan.options);
+        let mut options = ScanOptions { ignore_record_positions: !crate::guc::USE_RECORD_POSITIONS.get(), ..self.plan.options.clone() };
+        if let Some(condition) = &query.condition {
+            options.filter.predicates.extend(condition.implied_predicates());
+        }
+        let (mut slices, stats) = scan::slices_to_read(&reader, &spec, &options);
         if !read {
             slices.clear();
         }
@@ -306,7 +320,6 @@ impl AggregateScan {
                 SliceQuery::Changes { range, with_deletes }
             }
         };
-        let options = ScanOptions { ignore_record_positions: !crate::guc::USE_RECORD_POSITIONS.get(), ..self.plan.options.clone() };
         let depth = crate::guc::read_ahead_slices();
         block_on(reader.aggregate(query, slice_query, options, slices, stats, depth)).or_report()
     }

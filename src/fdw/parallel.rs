@@ -7,8 +7,11 @@
 //! together, and start on a small unit each. Aggregates that are not pushed run on top as PostgreSQL's
 //! Partial Aggregate → Gather → Finalize Aggregate.
 //!
-//! Only the partial path is parallel-safe: the other paths of a Hudi table never run inside a
-//! worker, where they would read the table as of another moment than the leader.
+//! A scan that each worker runs whole (the inner side of a join under `Gather`, or any scan
+//! below `debug_parallel_query`) must read the table as the leader does, not as of the moment
+//! the worker starts: the leader publishes its read state of each such table in the setting
+//! `hudi.parallel_read_states`, which PostgreSQL hands its workers with the other settings,
+//! and a worker opens the table at that state. Lookup paths never run in a worker.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -200,4 +203,56 @@ pub unsafe extern "C-unwind" fn shutdown(node: *mut pg_sys::ForeignScanState) {
             count.total = Some((*count.shared).load(Ordering::Relaxed));
         }
     }
+}
+
+thread_local! {
+    /// The read states this backend published, by table URI.
+    static PUBLISHED: std::cell::RefCell<std::collections::BTreeMap<String, ReaderState>> = Default::default();
+}
+
+/// Publishes `reader`'s state of the table at `uri` for the parallel workers of the statement
+/// starting, when the scan `node` may run in one (its plan is parallel-safe in a plan with
+/// workers). Called by the leader before it starts the workers.
+pub(crate) unsafe fn publish_read_state(node: *mut pg_sys::ForeignScanState, uri: &str, reader: &TableReader) {
+    let plan = (*node).ss.ps.plan;
+    let statement = (*(*node).ss.ps.state).es_plannedstmt;
+    // (A statement run inside a parallel operation, by a function, starts no workers of its
+    // own, and may not change settings.)
+    if pg_sys::ParallelWorkerNumber >= 0
+        || pg_sys::IsInParallelMode()
+        || !(*plan).parallel_safe
+        || statement.is_null()
+        || !(*statement).parallelModeNeeded
+    {
+        return;
+    }
+    let json = PUBLISHED.with(|published| {
+        let mut published = published.borrow_mut();
+        published.insert(uri.to_owned(), reader.state());
+        serde_json::to_string(&*published).unwrap_or_default()
+    });
+    let value = std::ffi::CString::new(json).unwrap_or_default();
+    pg_sys::set_config_option(
+        c"hudi.parallel_read_states".as_ptr(),
+        value.as_ptr(),
+        pg_sys::GucContext::PGC_SUSET,
+        pg_sys::GucSource::PGC_S_SESSION,
+        pg_sys::GucAction::GUC_ACTION_SET,
+        true,
+        pgrx::PgLogLevel::ERROR as i32,
+        false,
+    );
+}
+
+/// In a parallel worker, the table at `uri` at the state its leader published; `None`
+/// elsewhere, or when the leader published none (a query the worker runs on its own, in a
+/// parallel-safe function).
+pub(crate) fn published_reader(table: &ForeignHudiTable) -> Option<TableReader> {
+    // SAFETY: a backend global, read on the backend's thread.
+    if unsafe { pg_sys::ParallelWorkerNumber } < 0 {
+        return None;
+    }
+    let states: std::collections::BTreeMap<String, ReaderState> = serde_json::from_str(&crate::guc::string_value(&crate::guc::PARALLEL_READ_STATES)).ok()?;
+    let state = states.get(&table.uri.to_string())?;
+    Some(block_on(TableReader::at_state(table.storage(), state)).or_report())
 }

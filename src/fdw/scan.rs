@@ -8,6 +8,7 @@ use arrow::array::{Array, AsArray, UInt64Array};
 use arrow::datatypes::Schema;
 use arrow::record_batch::RecordBatch;
 use engine::read::condition::Condition;
+use engine::read::filter::ScanFilter;
 use engine::read::schema::is_reader_column;
 use engine::read::prefetch::SliceScan;
 use engine::read::{ChangeRange, ScanOptions, ScanStats, SliceQuery, TableReader, OPERATION_COLUMN, ROW_POSITION_COLUMN};
@@ -466,11 +467,40 @@ pub(crate) struct ScanState {
     /// What a parallel scan's leader shares with its workers, as JSON, and the scan's units
     /// ([`crate::fdw::parallel`]).
     pub(crate) shared: Option<(String, Vec<engine::read::prefetch::ScanUnit>)>,
-    /// A row filter with runtime operands, their expressions, and whether the scan's filter
-    /// must be bound to their values (again) before it reads.
-    row_filter_to_bind: Option<(Condition, RuntimeValues, bool)>,
+    /// A row filter with runtime operands, to bind before the scan reads.
+    row_filter_to_bind: Option<UnboundFilter>,
     /// In a parallel scan, the count of rows removed by every process's row filter.
     pub(crate) filtered_count: Option<crate::fdw::parallel::FilteredCount>,
+}
+
+/// A row filter with runtime operands: bound to their values at the first row asked for and
+/// after each rescan, when the comparisons it implies prune the slices as constants do
+/// (buckets, pages, record keys of a point read).
+struct UnboundFilter {
+    condition: Condition,
+    values: RuntimeValues,
+    /// Whether the scan's filter must be bound (again) before it reads.
+    pending: bool,
+    spec: ReadSpec,
+    /// The plan's pruning filter, of its constants.
+    planned: ScanFilter,
+}
+
+impl UnboundFilter {
+    /// Binds the filter to the operands' values now, and prunes the scan's slices by them.
+    unsafe fn bind(&mut self, node: *mut pg_sys::ForeignScanState, scan: &mut SliceScan) {
+        let bound = self.condition.bind(&self.values.evaluate(node)).or_report();
+        let implied = bound.implied_predicates();
+        if !implied.is_empty() {
+            let (reader, options, _) = scan.parts();
+            let mut options = options.clone();
+            options.filter = ScanFilter { predicates: self.planned.predicates.iter().cloned().chain(implied).collect() };
+            let (slices, stats) = slices_to_read(reader, &self.spec, &options);
+            scan.set_slices(options.filter, slices, stats);
+        }
+        scan.set_row_filter(Some(bound));
+        self.pending = false;
+    }
 }
 
 struct RowPositions {
@@ -546,15 +576,23 @@ pub unsafe extern "C-unwind" fn begin_foreign_scan(node: *mut pg_sys::ForeignSca
     }
     let table = ForeignHudiTable::of_relation(relid);
     let spec = read_spec(&table);
-    let reader = open_for(&table, &spec);
+    let reader = crate::fdw::parallel::published_reader(&table).unwrap_or_else(|| open_for(&table, &spec));
+    crate::fdw::parallel::publish_read_state(node, &table.uri.to_string(), &reader);
     let mut options = info.options;
     options.ignore_record_positions = !guc::USE_RECORD_POSITIONS.get();
     // A filter with runtime operands is bound at the first row asked for, when the values of
     // parameters are known, and again after each rescan.
     let unbound = options.row_filter.take_if(|c| c.has_params());
     let (slices, stats) = slices_to_read(&reader, &spec, &options);
-    let mut state = lake_scan(node, &table, spec, reader, options, slices, stats, info.converted.as_deref());
-    state.row_filter_to_bind = unbound.map(|condition| (condition, RuntimeValues::init(node, (*plan).fdw_exprs), true));
+    let planned = options.filter.clone();
+    let mut state = lake_scan(node, &table, spec.clone(), reader, options, slices, stats, info.converted.as_deref());
+    state.row_filter_to_bind = unbound.map(|condition| UnboundFilter {
+        condition,
+        values: RuntimeValues::init(node, (*plan).fdw_exprs),
+        pending: true,
+        spec,
+        planned,
+    });
     install_state(node, state);
 }
 
@@ -628,10 +666,8 @@ pub unsafe extern "C-unwind" fn iterate_foreign_scan(node: *mut pg_sys::ForeignS
         // The slice is used up: its memory goes before the next one arrives.
         state.readers.clear();
         state.batch = None;
-        if let (Some((condition, values, pending @ true)), Source::Lake(scan)) = (&mut state.row_filter_to_bind, &mut state.source) {
-            let bound = condition.bind(&values.evaluate(node)).or_report();
-            scan.set_row_filter(Some(bound));
-            *pending = false;
+        if let (Some(unbound @ UnboundFilter { pending: true, .. }), Source::Lake(scan)) = (&mut state.row_filter_to_bind, &mut state.source) {
+            unbound.bind(node, scan);
         }
         let next = match &mut state.source {
             // Slices are fetched on this thread's runtime and decoded ahead on helper threads.
@@ -724,8 +760,8 @@ pub unsafe extern "C-unwind" fn rescan_foreign_scan(node: *mut pg_sys::ForeignSc
         Source::Lake(scan) => scan.restart(),
         Source::Lookup(probe) => probe.restart(),
     }
-    if let Some((_, _, pending)) = &mut state.row_filter_to_bind {
-        *pending = true;
+    if let Some(unbound) = &mut state.row_filter_to_bind {
+        unbound.pending = true;
     }
     state.readers.clear();
     state.batch = None;

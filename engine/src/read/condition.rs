@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::read::reading::Reading;
 use crate::error::{Error, ErrorKind, Result};
-use crate::read::filter::{Op, Scalar};
+use crate::read::filter::{Op, Predicate, Scalar};
 
 /// A column of the table as the host reads it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -110,6 +110,34 @@ impl Condition {
             Condition::Not(item) => item.has_params(),
             _ => false,
         }
+    }
+
+    /// Predicates every row satisfying the (bound) condition satisfies, for skipping data
+    /// ([`crate::read::filter::ScanFilter`]): its top-level comparisons of a column with a
+    /// value and `IN` lists, text only for `=` and `<>` (a filter compares text byte-wise) and
+    /// floats only finite.
+    pub fn implied_predicates(&self) -> Vec<Predicate> {
+        let items = match self {
+            Condition::And(items) => items.as_slice(),
+            one => std::slice::from_ref(one),
+        };
+        let usable = |op: Op, value: &Scalar| match value {
+            Scalar::String(_) => matches!(op, Op::Eq | Op::NotEq),
+            Scalar::Float(x) => x.is_finite(),
+            _ => true,
+        };
+        items
+            .iter()
+            .filter_map(|item| match item {
+                Condition::Compare { column, op, operand: Operand::Value(value) } if usable(*op, value) => {
+                    Some(Predicate::Compare { column: column.field.clone(), op: *op, value: value.clone() })
+                }
+                Condition::In { column, values } if values.iter().all(|v| usable(Op::Eq, v)) => {
+                    Some(Predicate::In { column: column.field.clone(), values: values.clone() })
+                }
+                _ => None,
+            })
+            .collect()
     }
 
     /// The conjunction of `conditions` (`None` for none).

@@ -16,6 +16,7 @@ use arrow::record_batch::RecordBatch;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::read::condition::Condition;
+use crate::read::filter::ScanFilter;
 use crate::read::slice::RowParts;
 use crate::read::{ScanOptions, ScanStats, SlicePart, SliceQuery, SliceRead, TableReader};
 use crate::view::FileSlice;
@@ -215,6 +216,18 @@ impl SliceScan {
         self.pending.clear();
         self.transform = condition.clone().map(|condition| row_filter(condition, self.rows_filtered.clone()));
         self.options.row_filter = condition;
+    }
+
+    /// Reads `slices` (what pruning by `filter` kept, counted in `stats`) from now on, in place
+    /// of the scan's: call it before a (re)start.
+    pub fn set_slices(&mut self, filter: ScanFilter, slices: Vec<FileSlice>, stats: ScanStats) {
+        self.pending.clear();
+        self.units = (0..slices.len()).map(|slice| ScanUnit { slice, part: SlicePart::WHOLE }).collect();
+        self.options.filter = filter;
+        self.slices = slices;
+        self.stats = stats;
+        self.next_unit = 0;
+        self.current = None;
     }
 
     /// Starts over from the first slice; slices in flight are dropped.

@@ -198,8 +198,9 @@ pub unsafe fn add_foreign_path(
         std::ptr::null_mut(),
         private,
     );
-    // Only the partial path runs inside parallel workers (see crate::fdw::parallel).
-    (*path).path.parallel_safe = false;
+    // A lookup never runs inside a parallel worker; a scan of the lake may, at the leader's
+    // read state (see crate::fdw::parallel).
+    (*path).path.parallel_safe = (*baserel).consider_parallel && private.is_null();
     pg_sys::add_path(baserel, path as *mut pg_sys::Path);
 }
 

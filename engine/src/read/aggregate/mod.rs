@@ -599,6 +599,53 @@ mod tests {
         assert_eq!(max.value(0), 4.0);
     }
 
+    /// The answers of a query grouped by its parameter's column are, for every value (one that
+    /// no row has, and NULL, among them), what the query bound to that value computes.
+    #[test]
+    fn parameter_answers_are_the_bound_querys() {
+        let batch = rows(
+            vec![Some("x"), Some("y"), None, Some("x"), Some("y"), Some("x")],
+            vec![Some(1), Some(2), Some(3), Some(-4), None, Some(6)],
+            vec![Some(1.5), Some(2.0), None, Some(-1.0), Some(0.5), Some(9.0)],
+        );
+        let schema = batch.schema();
+        let run = |query: &AggregateQuery| {
+            let mut aggregation = Aggregation::new(Arc::new(query.clone()), vec![DataType::Utf8; query.group_by.len()]).unwrap();
+            aggregation.add_rows(&batch, None).unwrap();
+            aggregation.finish(&schema).unwrap()
+        };
+        let empty = |query: &AggregateQuery| Aggregation::new(Arc::new(query.clone()), vec![DataType::Utf8; query.group_by.len()]).unwrap().finish(&schema).unwrap();
+        let query = AggregateQuery {
+            group_by: vec![],
+            aggregates: vec![Aggregate::CountRows, Aggregate::Sum(column("qty", Reading::Int)), Aggregate::Max(column("price", Reading::Float8))],
+            condition: Some(Condition::And(vec![
+                Condition::Compare { column: column("qty", Reading::Int), op: Op::GtEq, operand: Operand::Value(Scalar::Int(0)) },
+                Condition::Compare { column: column("region", Reading::Text), op: Op::Eq, operand: Operand::Param(0) },
+            ])),
+        };
+        let (param, grouped) = query.grouped_by_parameter().unwrap();
+        assert_eq!((param, grouped.group_by.len()), (0, 1));
+        let answers = ParameterAnswers::new(run(&grouped.bind(&[]).unwrap()), empty(&query.bind(&[None]).unwrap())).unwrap();
+        for value in [Some("x"), Some("y"), Some("none"), None] {
+            let value = value.map(|v| Scalar::String(v.into()));
+            let expected = run(&query.bind(&[value.clone()]).unwrap());
+            // Columns by position, as the host reads them.
+            assert_eq!(answers.answer(value.as_ref()).unwrap().columns(), expected.columns(), "{value:?}");
+        }
+        // A second parameter, or a parameter of a float column, is not grouped by.
+        let mut two = query.clone();
+        two.condition = Some(Condition::And(vec![
+            Condition::Compare { column: column("qty", Reading::Int), op: Op::Eq, operand: Operand::Param(1) },
+            Condition::Compare { column: column("region", Reading::Text), op: Op::Eq, operand: Operand::Param(0) },
+        ]));
+        assert!(two.grouped_by_parameter().is_none());
+        let float = AggregateQuery {
+            condition: Some(Condition::Compare { column: column("price", Reading::Float8), op: Op::Eq, operand: Operand::Param(0) }),
+            ..query.clone()
+        };
+        assert!(float.grouped_by_parameter().is_none());
+    }
+
     /// Rows added with a mask of those that belong aggregate as the selected rows alone, with
     /// and without a condition and groups.
     #[test]
