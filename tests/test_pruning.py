@@ -379,7 +379,33 @@ class Predicates:
             ("ops.=", f"{k} OPERATOR(ops.=) {c}"),
             ("ops.= ANY", f"{c} OPERATOR(ops.=) ANY (ARRAY[{items}])"),
             ("= COLLATE \"C\"", f"{c} COLLATE \"C\" = {k}"),
+            ("LIKE", f"{c} LIKE {self.like_pattern(column)}"),
+            ("LIKE", f"{c} LIKE {self.like_pattern(column)}"),
+            ("NOT LIKE", f"{c} NOT LIKE {self.like_pattern(column)}"),
+            ("LIKE ESCAPE", f"{c} LIKE {self.like_pattern(column).replace(chr(92), '#')} ESCAPE '#'"),
         ))
+
+    # (Not `LIKE ... COLLATE ci`: PostgreSQL refuses it for each row it evaluates, so whether
+    # it errs depends on which rows other quals, pruned or not, let through.)
+    def like_pattern(self, column):
+        """A LIKE pattern from one of the column's values: a prefix, a suffix or a middle part
+        with `%` around, characters replaced by `_`, wildcards of the value escaped, in other
+        case now and then."""
+        rng = self.rng
+        value = column.value(rng) if column.values else "x"
+        value = "".join("\\" + ch if ch in "%_\\" else ch for ch in value)
+        i, j = sorted(rng.randint(0, len(value)) for _ in range(2))
+        part = value[i:j]
+        if part.endswith("\\") and not part.endswith("\\\\"):
+            part = part[:-1]
+        if part and rng.random() < 0.3:
+            at = rng.randrange(len(part))
+            if part[at] != "\\" and (at == 0 or part[at - 1] != "\\"):
+                part = part[:at] + "_" + part[at + 1:]
+        if rng.random() < 0.1:
+            part = part.swapcase()
+        pattern = rng.choice((part + "%", "%" + part, "%" + part + "%", part, "%", "_" + part + "%"))
+        return q(pattern)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -91,9 +91,35 @@ impl Translator<'_> {
                 Some(Condition::IsNull { column, negated: (*test).nulltesttype == pg_sys::NullTestType::IS_NOT_NULL })
             }
             pg_sys::NodeTag::T_Var => self.column(node).filter(|c| c.reading == Reading::Bool).map(Condition::IsTrue),
-            pg_sys::NodeTag::T_OpExpr | pg_sys::NodeTag::T_ScalarArrayOpExpr => self.comparison(node),
+            pg_sys::NodeTag::T_OpExpr => self.like(node).or_else(|| self.comparison(node)),
+            pg_sys::NodeTag::T_ScalarArrayOpExpr => self.comparison(node),
             _ => None,
         }
+    }
+
+    /// `text_column [NOT] LIKE 'constant'`, PostgreSQL's built-in operators on text (which
+    /// match characters alike under every deterministic collation).
+    unsafe fn like(&self, node: *mut pg_sys::Node) -> Option<Condition> {
+        let expr = node as *mut pg_sys::OpExpr;
+        let negated = match pg_sys::get_opcode((*expr).opno).to_u32() {
+            pg_sys::F_TEXTLIKE => false,
+            pg_sys::F_TEXTNLIKE => true,
+            _ => return None,
+        };
+        let collation = (*expr).inputcollid;
+        if collation != pg_sys::InvalidOid && !pg_sys::get_collation_isdeterministic(collation) {
+            return None;
+        }
+        let [text, pattern] = list_items::<pg_sys::Node>((*expr).args)[..] else { return None };
+        let column = self.column(text).filter(|c| c.reading == Reading::Text)?;
+        let pattern = strip(pattern);
+        if (*pattern).type_ != pg_sys::NodeTag::T_Const || (*(pattern as *mut pg_sys::Const)).constisnull {
+            return None;
+        }
+        let Some(Scalar::String(pattern)) = pushdown::scalar_of((*(pattern as *mut pg_sys::Const)).constvalue, pg_sys::TEXTOID) else {
+            return None;
+        };
+        Some(Condition::Like { column, pattern, negated })
     }
 
     unsafe fn comparison(&mut self, node: *mut pg_sys::Node) -> Option<Condition> {

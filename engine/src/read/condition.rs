@@ -78,6 +78,10 @@ pub enum Condition {
     IsNull { column: Column, negated: bool },
     /// A boolean column used as a condition.
     IsTrue(Column),
+    /// `column [NOT] LIKE pattern`: `%` any characters, `_` one, `\` escapes the next one
+    /// (PostgreSQL's default escape). A pattern that ends in a lone `\`, which PostgreSQL
+    /// refuses, is not one.
+    Like { column: Column, pattern: String, negated: bool },
     And(Vec<Condition>),
     Or(Vec<Condition>),
     Not(Box<Condition>),
@@ -153,7 +157,7 @@ impl Condition {
     pub fn columns(&self) -> Vec<&Column> {
         match self {
             Condition::Compare { column, .. } | Condition::In { column, .. } | Condition::IsNull { column, .. } => vec![column],
-            Condition::IsTrue(column) => vec![column],
+            Condition::IsTrue(column) | Condition::Like { column, .. } => vec![column],
             Condition::And(items) | Condition::Or(items) => items.iter().flat_map(Condition::columns).collect(),
             Condition::Not(item) => item.columns(),
         }
@@ -175,6 +179,8 @@ impl Condition {
                 values.iter().try_for_each(|v| constant(column.reading, v).map(|_| ()))
             }
             Condition::IsNull { column, .. } => column.check(schema),
+            Condition::Like { column, pattern, .. } if column.reading == Reading::Text && !ends_in_escape(pattern) => column.check(schema),
+            Condition::Like { column, .. } => Err(Error::new(ErrorKind::Unsupported, format!("{column} LIKE needs text and a whole pattern"))),
             Condition::IsTrue(column) if column.reading == Reading::Bool => column.check(schema),
             Condition::IsTrue(column) => Err(Error::new(ErrorKind::Unsupported, format!("{column} is not boolean"))),
             Condition::And(items) | Condition::Or(items) => items.iter().try_for_each(|c| c.check(schema)),
@@ -205,6 +211,12 @@ impl Condition {
             }
             Condition::IsNull { column, negated: false } => is_null(column.raw(rows)?).map_err(kernel),
             Condition::IsNull { column, negated: true } => is_not_null(column.raw(rows)?).map_err(kernel),
+            Condition::Like { column, pattern, negated } => {
+                let pattern = ArrowScalar::new(StringArray::from(vec![pattern.as_str()]));
+                let read = column.read(rows)?;
+                let matched = if *negated { arrow::compute::kernels::comparison::nlike(&read, &pattern) } else { arrow::compute::kernels::comparison::like(&read, &pattern) };
+                matched.map_err(kernel)
+            }
             Condition::IsTrue(column) => Ok(column.read(rows)?.as_any().downcast_ref::<BooleanArray>().cloned().ok_or_else(|| {
                 Error::new(ErrorKind::Internal, format!("{column} is not boolean"))
             })?),
@@ -240,11 +252,19 @@ impl std::fmt::Display for Condition {
             }
             Condition::IsNull { column, negated } => write!(f, "{column} IS {}NULL", if *negated { "NOT " } else { "" }),
             Condition::IsTrue(column) => write!(f, "{column}"),
+            Condition::Like { column, pattern, negated } => {
+                write!(f, "{column} {}LIKE '{}'", if *negated { "NOT " } else { "" }, pattern.replace('\'', "''"))
+            }
             Condition::And(items) => joined(f, items, " AND "),
             Condition::Or(items) => joined(f, items, " OR "),
             Condition::Not(item) => write!(f, "NOT ({item})"),
         }
     }
+}
+
+/// Whether a LIKE pattern ends in an escape character that escapes nothing.
+fn ends_in_escape(pattern: &str) -> bool {
+    pattern.bytes().rev().take_while(|&b| b == b'\\').count() % 2 == 1
 }
 
 /// A constant in the form values of `reading` compare with.
@@ -433,6 +453,48 @@ mod tests {
         assert_eq!(at_scale("1.0000000000000000000000000000000000000000001", 2), Some(AtScale::Between(100)));
         assert_eq!(at_scale(&format!("-{}", "9".repeat(50)), 2), Some(AtScale::Below));
         assert_eq!(at_scale("000.10", 1), Some(AtScale::Exact(1)));
+    }
+
+    /// PostgreSQL's LIKE, character by character: `%` any run, `_` one character, `\` makes
+    /// the next character literal.
+    fn like_model(text: &[char], pattern: &[char]) -> bool {
+        match pattern.split_first() {
+            None => text.is_empty(),
+            Some(('%', rest)) => (0..=text.len()).any(|skip| like_model(&text[skip..], rest)),
+            Some(('_', rest)) => !text.is_empty() && like_model(&text[1..], rest),
+            Some(('\\', rest)) if !rest.is_empty() => text.first() == Some(&rest[0]) && like_model(&text[1..], &rest[1..]),
+            Some((c, rest)) => text.first() == Some(c) && like_model(&text[1..], rest),
+        }
+    }
+
+    /// LIKE and NOT LIKE against the model over seeded random strings and patterns of
+    /// wildcards, escapes, multibyte characters and newlines; NULL stays unknown.
+    #[test]
+    fn like_matches_as_postgres_does() {
+        use rand::{Rng, SeedableRng};
+        let seed: u64 = rand::random();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let alphabet = ['a', 'b', 'é', '\n', '%', '_', '\\', '.', '*'];
+        let random = |rng: &mut rand::rngs::StdRng, n: usize| -> String { (0..rng.random_range(0..n)).map(|_| alphabet[rng.random_range(0..alphabet.len())]).collect() };
+        let texts: Vec<Option<String>> = (0..60).map(|i| (i != 0).then(|| random(&mut rng, 7))).collect();
+        let schema = Schema::new(vec![Field::new("t", DataType::Utf8, true)]);
+        let rows = RecordBatch::try_new(Arc::new(schema.clone()), vec![Arc::new(StringArray::from(texts.clone()))]).unwrap();
+        for _ in 0..300 {
+            let pattern = random(&mut rng, 6);
+            for negated in [false, true] {
+                let like = Condition::Like { column: column("t", Reading::Text), pattern: pattern.clone(), negated };
+                if super::ends_in_escape(&pattern) {
+                    assert!(like.check(&schema).is_err(), "{pattern:?}");
+                    continue;
+                }
+                like.check(&schema).unwrap();
+                let got: Vec<Option<bool>> = like.evaluate(&rows).unwrap().iter().collect();
+                let chars: Vec<char> = pattern.chars().collect();
+                let expected: Vec<Option<bool>> =
+                    texts.iter().map(|t| t.as_ref().map(|t| like_model(&t.chars().collect::<Vec<_>>(), &chars) != negated)).collect();
+                assert_eq!(got, expected, "seed {seed}: {pattern:?}");
+            }
+        }
     }
 
     #[test]
