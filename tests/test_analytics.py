@@ -107,9 +107,15 @@ def test_scans_decode_only_the_columns_the_query_uses(db):
     _, conn = db
     serial = plan(conn, "SELECT sum(price * disc) FROM fact WHERE qty < 24 AND note LIKE '%7%'")
     assert columns_read(serial) == [{"price", "disc", "qty", "note"}], serial
-    # Under an aggregate the scan's Output is the physical target list, all columns; it decodes
-    # what the query uses all the same.
+    # Pushed, the aggregate reads its columns; not pushed, the scan under an aggregate outputs
+    # the physical target list, all columns, and decodes what the query uses all the same.
     q6 = plan(conn, Q6)
+    assert "Aggregate pushed: sum((price * disc))" in q6 and columns_read(q6) == [{"sd", "qty", "price", "disc"}], q6
+    conn.execute("SET hudi.aggregate_pushdown = off")
+    try:
+        q6 = plan(conn, Q6)
+    finally:
+        conn.execute("RESET hudi.aggregate_pushdown")
     assert re.search(r"Output: id, cust, part, od", q6) and columns_read(q6) == [{"sd", "qty", "price", "disc"}], q6
     conn.execute("SET parallel_setup_cost = 0; SET parallel_tuple_cost = 0; SET min_parallel_table_scan_size = 0")
     try:
@@ -126,6 +132,15 @@ def test_scans_decode_only_the_columns_the_query_uses(db):
 
 def test_the_row_filter_drops_rows_before_postgres_sees_them(db):
     _, conn = db
+    # The scan under PostgreSQL's aggregate, not a pushed aggregate.
+    conn.execute("SET hudi.aggregate_pushdown = off")
+    try:
+        row_filter_drops_rows(conn)
+    finally:
+        conn.execute("RESET hudi.aggregate_pushdown")
+
+
+def row_filter_drops_rows(conn):
     for state in ("compacted", "updated"):
         if state == "updated":
             updated(conn)
@@ -149,6 +164,24 @@ def test_the_row_filter_drops_rows_before_postgres_sees_them(db):
         assert sorted(row_filter) == ["(NOT (urgent))", "(mode IN ('AIR', 'RAIL'))"], text
         assert re.search(r"\n\s+Filter: \(fact.note ~~\* '%12%'::text\)", text), text
         same(conn, sql)
+
+
+def test_aggregates_of_numeric_expressions_are_pushed(db):
+    _, conn = db
+    # As text, so that the scales (PostgreSQL's display scales) are compared too.
+    sql = """SELECT flag, sum(price * (1 - disc))::text, sum(price * (1 - disc) * (1 + tax))::text,
+                    avg(price * disc)::text, min(price - disc)::text, max(disc * 100.50)::text, count(*)
+             FROM fact WHERE sd < DATE '1995-01-01' GROUP BY flag ORDER BY flag"""
+    text = plan(conn, sql)
+    assert re.search(r"Aggregate pushed: sum\(\(price \* \(1 - disc\)\)\), sum\(\(\(price \* \(1 - disc\)\) \* \(1 \+ tax\)\)\)", text), text
+    rows = same(conn, sql)
+    assert len(rows) == 3 and all(r[1] for r in rows), rows
+    # Over groups without rows, and with a condition.
+    same(conn, "SELECT sum(price * disc)::text, avg(price - tax)::text FROM fact WHERE qty > 1000")
+    # More digits than 128 bits hold: PostgreSQL computes it.
+    sql = "SELECT sum(price * price * price * price)::text FROM fact"
+    assert "Aggregate pushed" not in plan(conn, sql)
+    same(conn, sql)
 
 
 def test_like_is_evaluated_in_the_engine(db):

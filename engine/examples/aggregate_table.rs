@@ -7,7 +7,7 @@
 //! Prints `sum(<column>)` (an integer column) and each round's seconds.
 
 use arrow::util::display::array_value_to_string;
-use engine::read::aggregate::{Aggregate, AggregateQuery, Column, Reading};
+use engine::read::aggregate::{Aggregate, AggregateQuery, Column, Input, Reading};
 use engine::read::{ScanOptions, SliceQuery, TableReader};
 use engine::storage::{Storage, StorageUri};
 
@@ -25,7 +25,7 @@ fn main() {
         let storage = Storage::open(&uri, &Default::default()).expect("storage");
         let reader = TableReader::open(storage).await.expect("a Hudi table");
         let query = AggregateQuery {
-            aggregates: vec![Aggregate::Sum(Column { field: column.clone(), reading: Reading::Int })],
+            aggregates: vec![Aggregate::Sum(Input::Column(Column { field: column.clone(), reading: Reading::Int }))],
             ..Default::default()
         };
         for _ in 0..rounds {

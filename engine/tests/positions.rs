@@ -447,7 +447,7 @@ async fn repeated_reads_reuse_the_merge_of_the_same_versions() {
         use engine::read::aggregate::{Aggregate, AggregateQuery, Column, Reading};
         let reader = TableReader::open(storage.clone()).await.unwrap();
         let query = AggregateQuery {
-            aggregates: vec![Aggregate::CountRows, Aggregate::Sum(Column { field: "id".into(), reading: Reading::Int })],
+            aggregates: vec![Aggregate::CountRows, Aggregate::Sum(engine::read::aggregate::Input::Column(Column { field: "id".into(), reading: Reading::Int }))],
             ..Default::default()
         };
         let bound = TableReader::snapshot_bound(None);

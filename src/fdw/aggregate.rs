@@ -10,7 +10,7 @@ use std::ffi::CStr;
 use arrow::array::{Array, AsArray};
 use arrow::datatypes::{Decimal256Type, Int64Type};
 use arrow::record_batch::RecordBatch;
-use engine::read::aggregate::{Aggregate, AggregateQuery, AggregateStats, Condition, ParameterAnswers, Reading};
+use engine::read::aggregate::{Aggregate, AggregateQuery, AggregateStats, Condition, Input, ParameterAnswers, Reading};
 use engine::read::{ScanOptions, SliceQuery};
 use pgrx::pg_sys;
 use pgrx::PgSqlErrorCode;
@@ -52,19 +52,25 @@ impl Translator<'_> {
             return (name == "count").then_some(Aggregate::CountRows);
         }
         let [argument] = list_items::<pg_sys::TargetEntry>(a.args)[..] else { return None };
-        let column = self.column((*argument).expr as *mut pg_sys::Node)?;
-        let (reading, result) = (column.reading, a.aggtype);
+        let argument = (*argument).expr as *mut pg_sys::Node;
+        // A column, or for sum, avg, min and max a numeric expression of columns.
+        let input = match self.column(argument) {
+            Some(column) => Input::Column(column),
+            None if matches!(name, "sum" | "avg" | "min" | "max") => Input::Expression(self.expression(argument)?),
+            None => return None,
+        };
+        let (reading, result) = (input.reading(), a.aggtype);
         use Reading as R;
         let aggregate = match name {
-            "count" => Aggregate::Count(column),
+            "count" => Aggregate::Count(input),
             "sum" | "avg" if !matches!(reading, R::Int | R::Float4 | R::Float8 | R::Decimal) => return None,
-            "sum" => Aggregate::Sum(column),
-            "avg" => Aggregate::Avg(column),
+            "sum" => Aggregate::Sum(input),
+            "avg" => Aggregate::Avg(input),
             "min" | "max" if reading == R::Bool || reading == R::Text && !bytewise(a.inputcollid) => return None,
-            "min" => Aggregate::Min(column),
-            "max" => Aggregate::Max(column),
-            "bool_and" | "every" if reading == R::Bool => Aggregate::BoolAnd(column),
-            "bool_or" if reading == R::Bool => Aggregate::BoolOr(column),
+            "min" => Aggregate::Min(input),
+            "max" => Aggregate::Max(input),
+            "bool_and" | "every" if reading == R::Bool => Aggregate::BoolAnd(input),
+            "bool_or" if reading == R::Bool => Aggregate::BoolOr(input),
             _ => return None,
         };
         // The result types this module converts to (see `Output`).

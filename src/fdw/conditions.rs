@@ -7,6 +7,7 @@ use std::ffi::CStr;
 
 use arrow::datatypes::Schema;
 use engine::read::condition::{Column, Condition, Operand};
+use engine::read::expression::{ArithmeticOp, Expression};
 use engine::read::filter::{Op, Scalar};
 use engine::read::reading::Reading;
 use pgrx::pg_sys;
@@ -67,6 +68,36 @@ impl Translator<'_> {
     fn field_column(&self, (field, type_oid): (String, pg_sys::Oid)) -> Option<Column> {
         let reading = reading_of(type_oid, self.schema.field_with_name(&field).ok()?.data_type())?;
         Some(Column { field, reading })
+    }
+
+    /// A `numeric` expression the engine computes exactly: `+`, `-` and `*` (PostgreSQL's
+    /// `numeric_add`, `numeric_sub`, `numeric_mul`) of numeric columns and constants.
+    pub(crate) unsafe fn expression(&self, node: *mut pg_sys::Node) -> Option<Expression> {
+        let node = strip(node);
+        match (*node).type_ {
+            pg_sys::NodeTag::T_Var => self.column(node).filter(|c| c.reading == Reading::Decimal).map(Expression::Column),
+            pg_sys::NodeTag::T_Const => {
+                let constant = node as *mut pg_sys::Const;
+                if (*constant).consttype != pg_sys::NUMERICOID || (*constant).constisnull {
+                    return None;
+                }
+                let Some(Scalar::Decimal(text)) = pushdown::scalar_of((*constant).constvalue, pg_sys::NUMERICOID) else { return None };
+                let (unscaled, scale) = decimal_parts(&text)?;
+                Some(Expression::Constant { unscaled, scale })
+            }
+            pg_sys::NodeTag::T_OpExpr => {
+                let expr = node as *mut pg_sys::OpExpr;
+                let op = match pg_sys::get_opcode((*expr).opno).to_u32() {
+                    pg_sys::F_NUMERIC_ADD => ArithmeticOp::Add,
+                    pg_sys::F_NUMERIC_SUB => ArithmeticOp::Subtract,
+                    pg_sys::F_NUMERIC_MUL => ArithmeticOp::Multiply,
+                    _ => return None,
+                };
+                let [left, right] = list_items::<pg_sys::Node>((*expr).args)[..] else { return None };
+                Some(Expression::Arithmetic { op, left: Box::new(self.expression(left)?), right: Box::new(self.expression(right)?) })
+            }
+            _ => None,
+        }
     }
 
     /// A qual the engine evaluates exactly, with SQL's three-valued logic.
@@ -246,4 +277,19 @@ pub(crate) unsafe fn translate_quals(
         }
     }
     (translated, translator.params)
+}
+
+/// The unscaled value and scale of a plain decimal's text (`-12.50` is (-1250, 2)); `None` for
+/// NaN, infinities and values beyond 38 digits.
+fn decimal_parts(text: &str) -> Option<(i128, i8)> {
+    let (negative, digits) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text),
+    };
+    let (integer, fraction) = digits.split_once('.').unwrap_or((digits, ""));
+    if integer.is_empty() || !integer.bytes().chain(fraction.bytes()).all(|b| b.is_ascii_digit()) || integer.len() + fraction.len() > 38 {
+        return None;
+    }
+    let unscaled: i128 = format!("{integer}{fraction}").parse().ok()?;
+    Some((if negative { -unscaled } else { unscaled }, i8::try_from(fraction.len()).ok()?))
 }

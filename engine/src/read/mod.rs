@@ -11,6 +11,7 @@ pub mod aggregate;
 pub mod base_ordering;
 pub mod chunk_bytes;
 pub mod condition;
+pub mod expression;
 pub mod filter;
 pub mod live_keys;
 pub mod merge;

@@ -27,28 +27,102 @@ pub use crate::read::condition::{Column, Condition, Operand};
 use self::groups::{Groups, RowGroups};
 pub use crate::read::reading::Reading;
 use crate::error::{Error, ErrorKind, Result};
+use crate::read::expression::Expression;
 use crate::read::filter::Op;
 use crate::read::prefetch::SliceScan;
 use crate::read::slice::RowParts;
 use crate::read::{ScanOptions, ScanStats, SliceQuery, TableReader};
 use crate::view::FileSlice;
 
+/// What an aggregate reads: a column, or a `numeric` expression of columns.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Input {
+    Column(Column),
+    Expression(Expression),
+}
+
+impl Input {
+    /// How the input's values are read.
+    pub fn reading(&self) -> Reading {
+        match self {
+            Input::Column(column) => column.reading,
+            Input::Expression(_) => Reading::Decimal,
+        }
+    }
+
+    /// The column itself, for an input that is one.
+    pub fn as_column(&self) -> Option<&Column> {
+        match self {
+            Input::Column(column) => Some(column),
+            Input::Expression(_) => None,
+        }
+    }
+
+    /// The columns the input reads.
+    pub fn columns(&self) -> Vec<&Column> {
+        match self {
+            Input::Column(column) => vec![column],
+            Input::Expression(expression) => expression.columns(),
+        }
+    }
+
+    fn check(&self, schema: &Schema) -> Result<()> {
+        match self {
+            Input::Column(column) => column.check(schema),
+            Input::Expression(expression) => expression.decimal_type(schema).map(|_| ()),
+        }
+    }
+
+    /// The input's values in `rows` as read, to compare and find extremes.
+    fn read(&self, rows: &RecordBatch) -> Result<ArrayRef> {
+        match self {
+            Input::Column(column) => column.read(rows),
+            Input::Expression(expression) => expression.evaluate(rows),
+        }
+    }
+
+    /// The input's values in `rows` as read to add up ([`Reading::read_to_add`]).
+    fn read_to_add(&self, rows: &RecordBatch) -> Result<ArrayRef> {
+        match self {
+            Input::Column(column) => column.reading.read_to_add(column.raw(rows)?),
+            Input::Expression(expression) => expression.evaluate(rows),
+        }
+    }
+
+    /// The type of the input's values as read, over the table's `schema`.
+    fn data_type(&self, schema: &Schema) -> Option<DataType> {
+        match self {
+            Input::Column(column) => Some(column.reading.data_type(schema.field_with_name(&column.field).ok()?.data_type())),
+            Input::Expression(expression) => expression.decimal_type(schema).ok().map(|(p, s)| DataType::Decimal128(p, s)),
+        }
+    }
+}
+
+impl std::fmt::Display for Input {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Input::Column(column) => write!(f, "{column}"),
+            Input::Expression(expression) => write!(f, "{expression}"),
+        }
+    }
+}
+
 /// One aggregate of a query.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Aggregate {
     /// `count(*)`.
     CountRows,
-    Count(Column),
-    Sum(Column),
-    Avg(Column),
-    Min(Column),
-    Max(Column),
-    BoolAnd(Column),
-    BoolOr(Column),
+    Count(Input),
+    Sum(Input),
+    Avg(Input),
+    Min(Input),
+    Max(Input),
+    BoolAnd(Input),
+    BoolOr(Input),
 }
 
 impl Aggregate {
-    fn input(&self) -> Option<&Column> {
+    fn input(&self) -> Option<&Input> {
         match self {
             Aggregate::CountRows => None,
             Aggregate::Count(c) | Aggregate::Sum(c) | Aggregate::Avg(c) | Aggregate::Min(c) | Aggregate::Max(c) => Some(c),
@@ -59,22 +133,23 @@ impl Aggregate {
     /// Whether the aggregate's result is an exact sum and count for the host to divide
     /// (`avg` of integers and decimals): two result columns instead of one.
     pub fn is_exact_average(&self) -> bool {
-        matches!(self, Aggregate::Avg(c) if matches!(c.reading, Reading::Int | Reading::Decimal))
+        matches!(self, Aggregate::Avg(c) if matches!(c.reading(), Reading::Int | Reading::Decimal))
     }
 
     /// Checks that the aggregate applies to its input as read.
     fn check(&self, schema: &Schema) -> Result<()> {
-        let Some(column) = self.input() else { return Ok(()) };
-        column.check(schema)?;
+        let Some(input) = self.input() else { return Ok(()) };
+        input.check(schema)?;
         use Reading as R;
+        let reading = input.reading();
         let fits = match self {
             Aggregate::CountRows | Aggregate::Count(_) => true,
-            Aggregate::Sum(_) | Aggregate::Avg(_) => matches!(column.reading, R::Int | R::Float4 | R::Float8 | R::Decimal),
-            Aggregate::Min(_) | Aggregate::Max(_) => column.reading != R::Bool,
-            Aggregate::BoolAnd(_) | Aggregate::BoolOr(_) => column.reading == R::Bool,
+            Aggregate::Sum(_) | Aggregate::Avg(_) => matches!(reading, R::Int | R::Float4 | R::Float8 | R::Decimal),
+            Aggregate::Min(_) | Aggregate::Max(_) => reading != R::Bool,
+            Aggregate::BoolAnd(_) | Aggregate::BoolOr(_) => reading == R::Bool,
         };
         if !fits {
-            return Err(Error::new(ErrorKind::Unsupported, format!("{self} does not apply to values read as {:?}", column.reading)));
+            return Err(Error::new(ErrorKind::Unsupported, format!("{self} does not apply to values read as {reading:?}")));
         }
         Ok(())
     }
@@ -87,7 +162,7 @@ impl Aggregate {
             Some(DataType::Decimal128(_, s)) => *s,
             _ => 0,
         };
-        let reading = self.input().map(|c| c.reading);
+        let reading = self.input().map(Input::reading);
         Ok(match self {
             Aggregate::CountRows | Aggregate::Count(_) => Box::new(Count::default()),
             Aggregate::Sum(_) if matches!(reading, Some(Reading::Float4 | Reading::Float8)) => {
@@ -128,7 +203,10 @@ impl std::fmt::Display for Aggregate {
             Aggregate::BoolAnd(_) => "bool_and",
             Aggregate::BoolOr(_) => "bool_or",
         };
-        write!(f, "{name}({})", self.input().map(|c| c.field.as_str()).unwrap_or_default())
+        match self.input() {
+            Some(input) => write!(f, "{name}({input})"),
+            None => write!(f, "{name}()"),
+        }
     }
 }
 
@@ -153,7 +231,7 @@ impl AggregateQuery {
     /// The fields the query reads.
     pub fn fields(&self) -> Vec<String> {
         let mut fields: Vec<String> = Vec::new();
-        let columns = self.group_by.iter().chain(self.aggregates.iter().filter_map(Aggregate::input));
+        let columns = self.group_by.iter().chain(self.aggregates.iter().filter_map(Aggregate::input).flat_map(Input::columns));
         for column in columns.chain(self.condition.iter().flat_map(Condition::columns)) {
             if !fields.contains(&column.field) {
                 fields.push(column.field.clone());
@@ -350,8 +428,8 @@ impl Aggregation {
             .aggregates
             .iter()
             .map(|a| match (a, a.input()) {
-                (Aggregate::Sum(_) | Aggregate::Avg(_), Some(c)) => c.reading.read_to_add(c.raw(&rows)?).and_then(masked).map(Some),
-                (_, Some(c)) => c.read(&rows).and_then(masked).map(Some),
+                (Aggregate::Sum(_) | Aggregate::Avg(_), Some(input)) => input.read_to_add(&rows).and_then(masked).map(Some),
+                (_, Some(input)) => input.read(&rows).and_then(masked).map(Some),
                 (_, None) => Ok(None),
             })
             .collect::<Result<Vec<Option<ArrayRef>>>>()?;
@@ -394,11 +472,7 @@ impl Aggregation {
             .query
             .aggregates
             .iter()
-            .map(|a| {
-                let column = a.input()?;
-                let field = schema.field_with_name(&column.field).ok()?;
-                Some(column.reading.data_type(field.data_type()))
-            })
+            .map(|a| a.input()?.data_type(schema))
             .collect();
         let groups = self.groups.len();
         self.accumulators(&types)?.iter_mut().for_each(|a| a.grow(groups));
@@ -566,10 +640,10 @@ mod tests {
             group_by: vec![column("region", Reading::Text)],
             aggregates: vec![
                 Aggregate::CountRows,
-                Aggregate::Sum(column("qty", Reading::Int)),
-                Aggregate::Avg(column("qty", Reading::Int)),
-                Aggregate::Avg(column("price", Reading::Float8)),
-                Aggregate::Max(column("price", Reading::Float8)),
+                Aggregate::Sum(Input::Column(column("qty", Reading::Int))),
+                Aggregate::Avg(Input::Column(column("qty", Reading::Int))),
+                Aggregate::Avg(Input::Column(column("price", Reading::Float8))),
+                Aggregate::Max(Input::Column(column("price", Reading::Float8))),
             ],
             condition: Some(Condition::Compare { column: column("qty", Reading::Int), op: Op::GtEq, operand: Operand::Value(Scalar::Int(0)) }),
         });
@@ -617,7 +691,7 @@ mod tests {
         let empty = |query: &AggregateQuery| Aggregation::new(Arc::new(query.clone()), vec![DataType::Utf8; query.group_by.len()]).unwrap().finish(&schema).unwrap();
         let query = AggregateQuery {
             group_by: vec![],
-            aggregates: vec![Aggregate::CountRows, Aggregate::Sum(column("qty", Reading::Int)), Aggregate::Max(column("price", Reading::Float8))],
+            aggregates: vec![Aggregate::CountRows, Aggregate::Sum(Input::Column(column("qty", Reading::Int))), Aggregate::Max(Input::Column(column("price", Reading::Float8)))],
             condition: Some(Condition::And(vec![
                 Condition::Compare { column: column("qty", Reading::Int), op: Op::GtEq, operand: Operand::Value(Scalar::Int(0)) },
                 Condition::Compare { column: column("region", Reading::Text), op: Op::Eq, operand: Operand::Param(0) },
@@ -657,11 +731,11 @@ mod tests {
         let belonging = BooleanArray::from(vec![true, true, false, true, false, true, true]);
         let aggregates = vec![
             Aggregate::CountRows,
-            Aggregate::Count(column("qty", Reading::Int)),
-            Aggregate::Sum(column("qty", Reading::Int)),
-            Aggregate::Avg(column("price", Reading::Float8)),
-            Aggregate::Min(column("region", Reading::Text)),
-            Aggregate::Max(column("qty", Reading::Int)),
+            Aggregate::Count(Input::Column(column("qty", Reading::Int))),
+            Aggregate::Sum(Input::Column(column("qty", Reading::Int))),
+            Aggregate::Avg(Input::Column(column("price", Reading::Float8))),
+            Aggregate::Min(Input::Column(column("region", Reading::Text))),
+            Aggregate::Max(Input::Column(column("qty", Reading::Int))),
         ];
         let condition = Condition::Compare { column: column("qty", Reading::Int), op: Op::Lt, operand: Operand::Value(Scalar::Int(6)) };
         for (group_by, condition) in [(vec![], None), (vec![], Some(condition.clone())), (vec![column("region", Reading::Text)], None), (vec![column("region", Reading::Text)], Some(condition))] {
@@ -684,7 +758,7 @@ mod tests {
     #[test]
     fn no_groups_and_no_rows_is_one_row() {
         let query = Arc::new(AggregateQuery {
-            aggregates: vec![Aggregate::CountRows, Aggregate::Sum(column("qty", Reading::Int)), Aggregate::Min(column("region", Reading::Text))],
+            aggregates: vec![Aggregate::CountRows, Aggregate::Sum(Input::Column(column("qty", Reading::Int))), Aggregate::Min(Input::Column(column("region", Reading::Text)))],
             ..Default::default()
         });
         let empty = rows(vec![], vec![], vec![]);

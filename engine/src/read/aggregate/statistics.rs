@@ -20,8 +20,11 @@ use crate::error::Result;
 /// Whether statistics can answer `aggregate` (when the footer has them).
 pub(super) fn answers(aggregate: &Aggregate) -> bool {
     match aggregate {
-        Aggregate::CountRows | Aggregate::Count(_) | Aggregate::BoolAnd(_) | Aggregate::BoolOr(_) => true,
-        Aggregate::Min(c) | Aggregate::Max(c) => matches!(c.reading, Reading::Int | Reading::Decimal | Reading::Date | Reading::Timestamp),
+        Aggregate::CountRows => true,
+        Aggregate::Count(c) | Aggregate::BoolAnd(c) | Aggregate::BoolOr(c) => c.as_column().is_some(),
+        Aggregate::Min(c) | Aggregate::Max(c) => {
+            c.as_column().is_some_and(|c| matches!(c.reading, Reading::Int | Reading::Decimal | Reading::Date | Reading::Timestamp))
+        }
         Aggregate::Sum(_) | Aggregate::Avg(_) => false,
     }
 }
@@ -36,10 +39,11 @@ pub(super) fn states(query: &AggregateQuery, metadata: &ArrowReaderMetadata, sch
     let file_schema = metadata.schema();
     let mut states = Vec::new();
     for aggregate in &query.aggregates {
-        let Some(column) = aggregate.input() else {
+        let Some(input) = aggregate.input() else {
             states.push(Arc::new(Int64Array::from(vec![rows])) as ArrayRef);
             continue;
         };
+        let Some(column) = input.as_column() else { return Ok(None) };
         let converter = match StatisticsConverter::try_new(&column.field, file_schema, parquet.file_metadata().schema_descr()) {
             Ok(converter) => converter.parquet_column_index().map(|index| (converter, index)),
             Err(_) => None,
