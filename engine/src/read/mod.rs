@@ -13,6 +13,7 @@ pub mod chunk_bytes;
 pub mod condition;
 pub mod expression;
 pub mod filter;
+mod footers;
 pub mod live_keys;
 pub mod merge;
 pub mod merge_cache;
@@ -942,10 +943,14 @@ impl TableReader {
         // footer would be fetched with a suffix range, which Azure does not serve.
         let size = if base.size > 0 { base.size } else { self.storage.size(&path).await? };
         let mut reader = self.storage.parquet_reader(&path, Some(size));
+        if let Some(metadata) = footers::get(self.storage.access(), &location, size, page_index) {
+            return Ok(Some((location, reader, metadata)));
+        }
         let policy = if page_index { PageIndexPolicy::Optional } else { PageIndexPolicy::Skip };
         let options = ArrowReaderOptions::new().with_page_index_policy(policy);
         let metadata = ArrowReaderMetadata::load_async(&mut reader, options).await;
         let metadata = metadata.map_err(|e| parquet_error(&location, e))?;
+        footers::put(self.storage.access(), &location, size, &metadata, page_index);
         Ok(Some((location, reader, metadata)))
     }
 

@@ -262,6 +262,9 @@ pub struct Storage {
     store: Arc<dyn ObjectStore>,
     prefix: ObjectPath,
     resends: Resends,
+    /// A digest of the settings (credentials included) the store was opened with: what is
+    /// kept of one store's reads answers only reads through the same ones.
+    access: u64,
 }
 
 /// How often the engine sends again a request that the store's own retries gave up on after a
@@ -323,17 +326,28 @@ impl Storage {
                 (access::cloud_store(uri, settings)?, ObjectPath::from_url_path(uri.url.path()).map_err(invalid_path)?)
             }
         };
-        Ok(Storage { uri: uri.clone(), store, prefix, resends: Resends::of(&settings.retry) })
+        let access = {
+            use std::hash::{Hash, Hasher};
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            settings.hash(&mut hasher);
+            hasher.finish()
+        };
+        Ok(Storage { uri: uri.clone(), store, prefix, resends: Resends::of(&settings.retry), access })
     }
 
     pub fn uri(&self) -> &StorageUri {
         &self.uri
     }
 
+    /// The digest of the settings (credentials included) the store was opened with.
+    pub(crate) fn access(&self) -> u64 {
+        self.access
+    }
+
     /// The same location through `layer` wrapped around the store: for tests that inject
     /// delays or faults between the steps of what the engine does.
     pub fn layered(&self, layer: impl FnOnce(Arc<dyn ObjectStore>) -> Arc<dyn ObjectStore>) -> Storage {
-        Storage { uri: self.uri.clone(), store: layer(self.store.clone()), prefix: self.prefix.clone(), resends: self.resends }
+        Storage { store: layer(self.store.clone()), prefix: self.prefix.clone(), uri: self.uri.clone(), ..*self }
     }
 
     /// The full object path of `relative` (slash-separated, relative to this location). Names

@@ -57,7 +57,8 @@ pub(crate) fn parquet_bytes(batch: &RecordBatch, purpose: ParquetFile) -> Result
             uncompressed_where_snappy_fails(batch, builder.set_dictionary_enabled(false))
         }
         ParquetFile::BaseFile(metadata) => {
-            base_file_columns(batch, builder.set_key_value_metadata((!metadata.is_empty()).then_some(metadata)))
+            let builder = builder.set_data_page_row_count_limit(BASE_PAGE_ROWS).set_key_value_metadata((!metadata.is_empty()).then_some(metadata));
+            base_file_columns(batch, builder)
         }
     }
     .build();
@@ -68,6 +69,11 @@ pub(crate) fn parquet_bytes(batch: &RecordBatch, purpose: ParquetFile) -> Result
     writer.close().map_err(parquet_error)?;
     Ok(out)
 }
+
+/// Rows of a base file's data pages at most. A point query reads one page of each column,
+/// decompressing it whole (Parquet's default, 20,000 rows, made a point query decompress and
+/// skip 20,480 rows of every column); pages this small cost scans nothing measurable.
+const BASE_PAGE_ROWS: usize = 4096;
 
 /// Per-column choices for base files, whose record keys and ordering values every merge of
 /// the slice decodes again:
@@ -176,6 +182,14 @@ mod tests {
         // Unique values have no dictionary; a column of few values does.
         assert!(!ts.encodings().any(|e| e == Encoding::RLE_DICTIONARY) && ts.dictionary_page_offset().is_none());
         assert!(kind.encodings().any(|e| e == Encoding::RLE_DICTIONARY));
+        // Every column's data pages are small enough for a point query's one page.
+        let options = parquet::file::serialized_reader::ReadOptionsBuilder::new().with_page_index().build();
+        let indexed = SerializedFileReader::new_with_options(bytes::Bytes::from(parquet_bytes(&batch, ParquetFile::BaseFile(Vec::new())).unwrap()), options).unwrap();
+        let offsets = indexed.metadata().offset_index().expect("a page index");
+        for column in &offsets[0] {
+            let starts: Vec<i64> = column.page_locations().iter().map(|p| p.first_row_index).chain([n]).collect();
+            assert!(starts.len() > 4 && starts.windows(2).all(|w| w[1] - w[0] <= BASE_PAGE_ROWS as i64), "{starts:?}");
+        }
         // Log blocks: no dictionaries, and the same choice of compression.
         let bytes = parquet_bytes(&batch, ParquetFile::LogBlock(&[])).unwrap();
         let reader = SerializedFileReader::new(bytes::Bytes::from(bytes)).unwrap();
