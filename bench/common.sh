@@ -7,6 +7,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/../scripts/common.sh"
 run_bench() {
   local name=$1
   shift
+  # Run on their own (not through `make bench`), benchmarks still find cargo-pgrx and
+  # PostgreSQL's headers on a fresh machine.
+  "$REPO/scripts/deps.sh" system
   "$REPO/scripts/install.sh" --release
   local cluster
   cluster=$(run_dir)/bench-$name

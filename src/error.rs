@@ -15,6 +15,7 @@ fn sqlstate(kind: ErrorKind) -> PgSqlErrorCode {
         ErrorKind::Storage => PgSqlErrorCode::ERRCODE_FDW_UNABLE_TO_ESTABLISH_CONNECTION,
         ErrorKind::InUse => PgSqlErrorCode::ERRCODE_OBJECT_IN_USE,
         ErrorKind::OutOfRange => PgSqlErrorCode::ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE,
+        ErrorKind::DivisionByZero => PgSqlErrorCode::ERRCODE_DIVISION_BY_ZERO,
         ErrorKind::Internal => PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
     }
 }

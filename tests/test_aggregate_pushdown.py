@@ -34,8 +34,8 @@ READ_KIND_QUERIES = 25
 TIME_ZONE = "America/Sao_Paulo"
 
 AGGREGATES = {
-    "int": ("count", "sum", "avg", "min", "max"),
-    "numeric": ("count", "sum", "avg", "min", "max", "sum_e", "avg_e", "max_e"),
+    "int": ("count", "sum", "avg", "min", "max", "sum_i", "avg_i", "sum_k"),
+    "numeric": ("count", "sum", "avg", "min", "max", "sum_e", "avg_e", "max_e", "sum_k", "avg_k"),
     "real": ("count", "sum", "avg", "min", "max"),
     "float8": ("count", "sum", "avg", "min", "max"),
     "text": ("count", "min_c", "max_c"),
@@ -48,10 +48,11 @@ AGGREGATES = {
 
 # Every query's first aggregate takes its turn in this cycle, so each shape is covered however
 # the random stream falls; the rest are drawn at random.
-CYCLE = ("count(*)", "count", "sum", "avg", "min", "max", "min_c", "max_c", "bool_and", "bool_or", "every", "sum_e", "avg_e")
+CYCLE = ("count(*)", "count", "sum", "avg", "min", "max", "min_c", "max_c", "bool_and", "bool_or", "every", "sum_e", "avg_e",
+         "sum_i", "sum_k", "avg_k")
 
 
-def aggregate_sql(rng, columns, name=None):
+def aggregate_sql(rng, columns, name=None, predicates=None):
     if name is None and rng.random() < 0.15 or name == "count(*)":
         return "count(*)"
     candidates = [c for c in columns if name in AGGREGATES[c.kind]]
@@ -64,6 +65,14 @@ def aggregate_sql(rng, columns, name=None):
     if name.endswith("_e"):
         # Arithmetic of numeric columns and constants, which the engine evaluates.
         return f"{name[:-2]}(({column.sql} - 1.25) * {column.sql} + 0.5 * {column.sql})"
+    if name.endswith("_i"):
+        # Integer arithmetic: PostgreSQL's range checks (22003) and truncating division.
+        return f"{name[:-2]}(({column.sql} * 3 - 7) / 2)"
+    if name.endswith("_k"):
+        # CASE with a random condition; the branches' values are of the column's type and scale.
+        condition = tp.render(predicates.tree()) if predicates and rng.random() < 0.5 else f"{column.sql} > 0"
+        return (f"{name[:-2]}(CASE WHEN {condition} THEN {column.sql} WHEN {column.sql} < 0 THEN {column.sql} * 2 "
+                f"ELSE {column.sql} * 0 + 1 END)")
     return f"{name}({column.sql})"
 
 
@@ -72,7 +81,7 @@ def random_query(rng, table, columns, predicates, first):
     aggregate is `first` (a name in CYCLE) where a column allows it."""
     groupable = [c for c in columns if not c.name.startswith("_hoodie_file")]
     keys = rng.sample(groupable, min(len(groupable), rng.choices((0, 1, 2), (4, 5, 2))[0]))
-    aggregates = [aggregate_sql(rng, columns, first)] + [aggregate_sql(rng, columns) for _ in range(rng.randint(0, 3))]
+    aggregates = [aggregate_sql(rng, columns, first, predicates)] + [aggregate_sql(rng, columns, None, predicates) for _ in range(rng.randint(0, 3))]
     if rng.random() < 0.1:
         aggregates.append(f"({aggregates[0]}) IS NULL")
     sql = f"SELECT {', '.join([k.sql for k in keys] + aggregates)} FROM {table} t"
@@ -164,8 +173,8 @@ class Checker:
         if shape is not None:
             self.pushed += 1
             line = next(line for line in shape.splitlines() if "Aggregate pushed: " in line)
-            for name, star in re.findall(r"\b(count|sum|avg|min|max|bool_and|bool_or)\((\*|\(\()?", line.split("Aggregate pushed: ", 1)[1]):
-                self.shapes[name + ("(*)" if star == "*" else " of an expression" if star else "")] += 1
+            for name, star in re.findall(r"\b(count|sum|avg|min|max|bool_and|bool_or)\((\*|\(\(|CASE)?", line.split("Aggregate pushed: ", 1)[1]):
+                self.shapes[name + {"*": "(*)", "((": " of an expression", "CASE": " of a CASE", "": ""}[star]] += 1
             self.shapes["GROUP BY"] += " GROUP BY " in shape
             self.shapes["WHERE"] += " WHERE " in sql and "Hudi Condition" in shape
 
@@ -241,7 +250,7 @@ def test_pushed_aggregates_agree_with_postgres_on_merge_on_read_tables(cluster):
             checker.check_without_pushdown("people_ro", READ_KIND_QUERIES)
             checker.check_without_pushdown("people_changes", READ_KIND_QUERIES, (f"SET hudi.start_instant = '{instants[0]}'",))
             checker.finish("merge-on-read tables")
-            for name in ("count(*)", "count", "sum", "avg", "min", "max", "bool_and", "bool_or", "sum of an expression", "avg of an expression", "GROUP BY", "WHERE"):
+            for name in ("count(*)", "count", "sum", "avg", "min", "max", "bool_and", "bool_or", "sum of an expression", "avg of an expression", "sum of a CASE", "avg of a CASE", "GROUP BY", "WHERE"):
                 assert checker.shapes[name] >= 5, f"too few pushed queries with {name}: {dict(checker.shapes)}"
 
 
@@ -349,9 +358,20 @@ def test_pushed_aggregates_keep_postgres_edge_cases(cluster):
         both(sql)
         plan = "\n".join(r[0] for r in conn.execute(f"EXPLAIN (ANALYZE, VERBOSE, COSTS OFF, TIMING OFF) {sql}"))
         assert f"answered from statistics: {slices - 1} of {slices} file slices" in plan, plan
-        # Not pushed: DISTINCT, FILTER, ORDER BY inside, expressions of columns, other aggregates.
+        # Integer expressions and CASE: PostgreSQL's errors (int4mul's and int8pl's 22003, int4div's
+        # 22012), truncating division, and a branch evaluated only on the rows that take it.
+        both("SELECT sum(i * 3 - 1), avg(i / 2), sum(-i / 2), sum(CASE WHEN i <> 0 THEN 100 / i ELSE 0 END) FROM edges")
+        both("SELECT g, sum(CASE WHEN flag THEN n WHEN i > 0 THEN i * 1.00 ELSE 0.00 END), avg(CASE WHEN i IS NULL THEN 1 END) FROM edges GROUP BY g")
+        # Branches of different scales: a numeric sum takes the largest scale of the values it
+        # added (0 where only the ELSE branch's were), which the engine does not track.
+        both("SELECT g, sum(CASE WHEN flag THEN n ELSE 0 END) FROM edges GROUP BY g", expect_pushed=False)
+        for sql, sqlstate in (("SELECT sum(i * 2147483647) FROM edges", "22003"), ("SELECT sum(big + 2) FROM edges", "22003"),
+                              ("SELECT sum(i / (i - i)) FROM edges", "22012")):
+            failure = both(sql)
+            assert isinstance(failure, Failure) and failure.sqlstate == sqlstate, (sql, failure)
+        # Not pushed: DISTINCT, FILTER, ORDER BY inside, float expressions, other aggregates.
         for sql in ("SELECT count(DISTINCT g) FROM edges", "SELECT count(*) FILTER (WHERE flag) FROM edges",
-                    "SELECT string_agg(g, ',' ORDER BY g) FROM edges", "SELECT sum(i + 1) FROM edges",
+                    "SELECT string_agg(g, ',' ORDER BY g) FROM edges", "SELECT sum(f + 1) FROM edges",
                     "SELECT stddev(f) FROM edges", "SELECT min(g) FROM edges"):
             both(sql, expect_pushed=False)
 

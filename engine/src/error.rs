@@ -22,6 +22,8 @@ pub enum ErrorKind {
     InUse,
     /// A computed value does not fit its type (an aggregate's overflow).
     OutOfRange,
+    /// An expression divided by zero.
+    DivisionByZero,
     /// An invariant of the engine itself broke: a bug.
     Internal,
 }
@@ -37,6 +39,7 @@ impl fmt::Display for ErrorKind {
             ErrorKind::Storage => "storage error",
             ErrorKind::InUse => "in use",
             ErrorKind::OutOfRange => "out of range",
+            ErrorKind::DivisionByZero => "division by zero",
             ErrorKind::Internal => "internal error",
         };
         f.write_str(name)

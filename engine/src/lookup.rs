@@ -751,6 +751,8 @@ impl LookupCache {
             prefixes.dedup();
         }
         let mut rows = Vec::new();
+        // The rows a secondary index names, read together at the end.
+        let mut named = Vec::new();
         for prefix in &prefixes {
             if index == Index::RecordKey && !self.state.partitioned {
                 rows.extend(self.read_row(prefix)?);
@@ -759,17 +761,24 @@ impl LookupCache {
             let found = self.scan_prefix(prefix, true)?;
             match index {
                 Index::RecordKey => rows.extend(found.into_iter().map(|(_, row)| row)),
-                Index::Secondary(n) => {
-                    for (entry, _) in found {
-                        let mut key = vec![ROW_TAG];
-                        key.extend_from_slice(&entry[prefix.len()..]);
-                        // Written in the same batch as its entry: a missing row is a broken cache.
-                        let row = self.read_row(&key)?.ok_or_else(|| {
-                            Error::new(ErrorKind::Corrupt, format!("the lookup cache's index {n} names a row it does not hold"))
-                        })?;
-                        rows.push(row);
-                    }
-                }
+                Index::Secondary(_) => named.extend(found.into_iter().map(|(entry, _)| {
+                    let mut key = Vec::with_capacity(1 + entry.len() - prefix.len());
+                    key.push(ROW_TAG);
+                    key.extend_from_slice(&entry[prefix.len()..]);
+                    key
+                })),
+            }
+        }
+        if let Index::Secondary(n) = index {
+            // One batched read in key order: RocksDB looks up keys that share blocks together
+            // (a row at a time cost about twice as much).
+            named.sort_unstable();
+            for row in self.db.multi_get_opt(&named, &self.point_read) {
+                // Written in the same batch as its entry: a missing row is a broken cache.
+                let row = row.map_err(rocks_error("reading", self.db.path()))?.ok_or_else(|| {
+                    Error::new(ErrorKind::Corrupt, format!("the lookup cache's index {n} names a row it does not hold"))
+                })?;
+                rows.push(row);
             }
         }
         self.decode(&rows.iter().map(Vec::as_slice).collect::<Vec<_>>(), projection)

@@ -35,7 +35,7 @@ struct AggregatePlan {
 
 impl Translator<'_> {
     /// A built-in aggregate of a column, computed as PostgreSQL computes it.
-    unsafe fn aggregate(&self, aggref: *mut pg_sys::Aggref) -> Option<Aggregate> {
+    unsafe fn aggregate(&mut self, aggref: *mut pg_sys::Aggref) -> Option<Aggregate> {
         let a = &*aggref;
         let plain = a.aggkind == b'n' as std::ffi::c_char
             && a.agglevelsup == 0
@@ -53,10 +53,13 @@ impl Translator<'_> {
         }
         let [argument] = list_items::<pg_sys::TargetEntry>(a.args)[..] else { return None };
         let argument = (*argument).expr as *mut pg_sys::Node;
-        // A column, or for sum, avg, min and max a numeric expression of columns.
+        // A column, or for sum and avg a numeric or integer expression of columns, for min and
+        // max a numeric one (whose result the engine returns as the decimal it computes).
         let input = match self.column(argument) {
             Some(column) => Input::Column(column),
-            None if matches!(name, "sum" | "avg" | "min" | "max") => Input::Expression(self.expression(argument)?),
+            None if matches!(name, "sum" | "avg") || matches!(name, "min" | "max") && pg_sys::exprType(argument) == pg_sys::NUMERICOID => {
+                Input::Expression(self.expression(argument)?)
+            }
             None => return None,
         };
         let (reading, result) = (input.reading(), a.aggtype);
@@ -200,8 +203,10 @@ pub unsafe extern "C-unwind" fn get_foreign_upper_paths(
         }
         pg_sys::estimate_num_groups(root, group_exprs, input_rows, std::ptr::null_mut(), std::ptr::null_mut())
     };
-    // Cheaper than the scan under PostgreSQL's aggregation: no row crosses the executor.
-    let scan_cost = (*(*input_rel).cheapest_total_path).total_cost;
+    // Cheaper than the scan of the lake under PostgreSQL's aggregation: no row crosses the
+    // executor. Not than a lookup's: the pushed aggregate reads the lake, and PostgreSQL
+    // aggregating the few rows a probe of the cache finds is cheaper.
+    let scan_cost = lake_scan_cost(input_rel);
     let cost = 100.0 + (scan_cost - 100.0).max(0.0) * 0.2 + rows * pg_sys::cpu_tuple_cost;
     let plan = AggregatePlan { relid: relid.to_u32(), query, options: info.options.clone() };
     let mut private = crate::fdw::private_list(&plan);
@@ -211,6 +216,20 @@ pub unsafe extern "C-unwind" fn get_foreign_upper_paths(
     pg_sys::add_path(output_rel, path as *mut pg_sys::Path);
     // Marks the relation as handled, for a second call.
     (*output_rel).fdw_private = private.cast();
+}
+
+/// The total cost of the cheapest unparameterized path of `rel` that reads the lake (its
+/// scan, or a Gather of its parallel scan), not its lookup cache.
+unsafe fn lake_scan_cost(rel: *mut pg_sys::RelOptInfo) -> f64 {
+    let reads_lake = |path: *mut pg_sys::Path| {
+        (*path).type_ != pg_sys::NodeTag::T_ForeignPath || crate::fdw::lookup::path_index((*(path as *mut pg_sys::ForeignPath)).fdw_private).is_none()
+    };
+    list_items::<pg_sys::Path>((*rel).pathlist)
+        .into_iter()
+        .filter(|&path| (*path).param_info.is_null() && reads_lake(path))
+        .map(|path| (*path).total_cost)
+        .reduce(f64::min)
+        .unwrap_or((*(*rel).cheapest_total_path).total_cost)
 }
 
 /// `GetForeignPlan` of a pushed-aggregate path: the scan's output is the group columns and

@@ -7,7 +7,7 @@ use std::ffi::CStr;
 
 use arrow::datatypes::Schema;
 use engine::read::condition::{Column, Condition, Operand};
-use engine::read::expression::{ArithmeticOp, Expression};
+use engine::read::expression::{ArithmeticOp, Expression, NumberType};
 use engine::read::filter::{Op, Scalar};
 use engine::read::reading::Reading;
 use pgrx::pg_sys;
@@ -35,6 +35,16 @@ pub(crate) fn reading_of(type_oid: pg_sys::Oid, data_type: &arrow::datatypes::Da
         _ => return None,
     };
     reading.reads(data_type).then_some(reading)
+}
+
+/// The integer type of `type_oid`, if it is one.
+fn integer_type(type_oid: pg_sys::Oid) -> Option<NumberType> {
+    match type_oid {
+        pg_sys::INT2OID => Some(NumberType::Smallint),
+        pg_sys::INT4OID => Some(NumberType::Integer),
+        pg_sys::INT8OID => Some(NumberType::Bigint),
+        _ => None,
+    }
 }
 
 /// Whether strings compare by their bytes under `collation`, as the engine compares them.
@@ -70,31 +80,108 @@ impl Translator<'_> {
         Some(Column { field, reading })
     }
 
-    /// A `numeric` expression the engine computes exactly: `+`, `-` and `*` (PostgreSQL's
-    /// `numeric_add`, `numeric_sub`, `numeric_mul`) of numeric columns and constants.
-    pub(crate) unsafe fn expression(&self, node: *mut pg_sys::Node) -> Option<Expression> {
+    /// A numeric expression the engine computes exactly ([`Expression`]): `+`, `-` and `*` of
+    /// `numeric` columns and constants (`numeric_add`, `numeric_sub`, `numeric_mul`); `+`,
+    /// `-`, `*` and `/` of integer columns and constants (the built-in operators of `smallint`,
+    /// `integer` and `bigint`); widening casts of integers; and searched `CASE` of those whose
+    /// conditions the engine evaluates without parameters.
+    pub(crate) unsafe fn expression(&mut self, node: *mut pg_sys::Node) -> Option<Expression> {
         let node = strip(node);
         match (*node).type_ {
-            pg_sys::NodeTag::T_Var => self.column(node).filter(|c| c.reading == Reading::Decimal).map(Expression::Column),
+            pg_sys::NodeTag::T_Var => self.column(node).filter(|c| matches!(c.reading, Reading::Decimal | Reading::Int)).map(Expression::Column),
             pg_sys::NodeTag::T_Const => {
                 let constant = node as *mut pg_sys::Const;
-                if (*constant).consttype != pg_sys::NUMERICOID || (*constant).constisnull {
+                if (*constant).constisnull {
                     return None;
                 }
-                let Some(Scalar::Decimal(text)) = pushdown::scalar_of((*constant).constvalue, pg_sys::NUMERICOID) else { return None };
-                let (unscaled, scale) = decimal_parts(&text)?;
-                Some(Expression::Constant { unscaled, scale })
+                let value = (*constant).constvalue;
+                let unscaled = match (*constant).consttype {
+                    pg_sys::NUMERICOID => {
+                        let Some(Scalar::Decimal(text)) = pushdown::scalar_of(value, pg_sys::NUMERICOID) else { return None };
+                        let (unscaled, scale) = decimal_parts(&text)?;
+                        return Some(Expression::Constant { unscaled, scale });
+                    }
+                    pg_sys::INT2OID => i128::from(value.value() as i16),
+                    pg_sys::INT4OID => i128::from(value.value() as i32),
+                    pg_sys::INT8OID => i128::from(value.value() as i64),
+                    _ => return None,
+                };
+                Some(Expression::Constant { unscaled, scale: 0 })
             }
             pg_sys::NodeTag::T_OpExpr => {
                 let expr = node as *mut pg_sys::OpExpr;
-                let op = match pg_sys::get_opcode((*expr).opno).to_u32() {
-                    pg_sys::F_NUMERIC_ADD => ArithmeticOp::Add,
-                    pg_sys::F_NUMERIC_SUB => ArithmeticOp::Subtract,
-                    pg_sys::F_NUMERIC_MUL => ArithmeticOp::Multiply,
+                let (left, right) = match list_items::<pg_sys::Node>((*expr).args)[..] {
+                    [left, right] => (left, right),
+                    // Unary minus, as 0 - x (which overflows where PostgreSQL's does).
+                    [operand] => (std::ptr::null_mut(), operand),
                     _ => return None,
                 };
-                let [left, right] = list_items::<pg_sys::Node>((*expr).args)[..] else { return None };
-                Some(Expression::Arithmetic { op, left: Box::new(self.expression(left)?), right: Box::new(self.expression(right)?) })
+                let (op, result) = match pg_sys::get_opcode((*expr).opno).to_u32() {
+                    pg_sys::F_NUMERIC_UMINUS => (ArithmeticOp::Subtract, NumberType::Numeric),
+                    _ if left.is_null() && !matches!(pg_sys::get_opcode((*expr).opno).to_u32(), pg_sys::F_INT2UM | pg_sys::F_INT4UM | pg_sys::F_INT8UM) => return None,
+                    pg_sys::F_NUMERIC_ADD => (ArithmeticOp::Add, NumberType::Numeric),
+                    pg_sys::F_NUMERIC_SUB => (ArithmeticOp::Subtract, NumberType::Numeric),
+                    pg_sys::F_NUMERIC_MUL => (ArithmeticOp::Multiply, NumberType::Numeric),
+                    _ => {
+                        // The built-in integer operators, which check their result's range.
+                        let integers = [left, right].iter().all(|&arg| arg.is_null() || integer_type(pg_sys::exprType(arg)).is_some());
+                        let result = integer_type((*expr).opresulttype)?;
+                        if !integers || (*expr).opno.to_u32() >= pg_sys::FirstGenbkiObjectId {
+                            return None;
+                        }
+                        let name = pg_sys::get_opname((*expr).opno);
+                        if name.is_null() {
+                            return None;
+                        }
+                        let op = match CStr::from_ptr(name).to_bytes() {
+                            b"+" => ArithmeticOp::Add,
+                            b"-" => ArithmeticOp::Subtract,
+                            b"*" => ArithmeticOp::Multiply,
+                            b"/" => ArithmeticOp::Divide,
+                            _ => return None,
+                        };
+                        (op, result)
+                    }
+                };
+                let left = match left.is_null() {
+                    true => Expression::Constant { unscaled: 0, scale: 0 },
+                    false => self.expression(left)?,
+                };
+                Some(Expression::Arithmetic { op, left: Box::new(left), right: Box::new(self.expression(right)?), result })
+            }
+            pg_sys::NodeTag::T_FuncExpr => {
+                // Casts that keep every value: integers to wider integers or to numeric.
+                let func = node as *mut pg_sys::FuncExpr;
+                let widening = matches!(
+                    (*func).funcid.to_u32(),
+                    pg_sys::F_NUMERIC_INT2 | pg_sys::F_NUMERIC_INT4 | pg_sys::F_NUMERIC_INT8 | pg_sys::F_INT4_INT2 | pg_sys::F_INT8_INT2 | pg_sys::F_INT8_INT4
+                );
+                let [argument] = list_items::<pg_sys::Node>((*func).args)[..] else { return None };
+                if !widening {
+                    return None;
+                }
+                self.expression(argument)
+            }
+            pg_sys::NodeTag::T_CaseExpr => {
+                let case = node as *mut pg_sys::CaseExpr;
+                if !(*case).arg.is_null() || !((*case).casetype == pg_sys::NUMERICOID || integer_type((*case).casetype).is_some()) {
+                    return None;
+                }
+                // Conditions with parameters are not taken: they would need binding per run.
+                let params = self.params.len();
+                let mut branches = Vec::new();
+                for when in list_items::<pg_sys::CaseWhen>((*case).args) {
+                    let condition = self.condition((*when).expr as *mut pg_sys::Node);
+                    if self.params.len() != params {
+                        self.params.truncate(params);
+                        return None;
+                    }
+                    branches.push((condition?, self.expression((*when).result as *mut pg_sys::Node)?));
+                }
+                let otherwise = strip((*case).defresult as *mut pg_sys::Node);
+                let is_null = otherwise.is_null() || (*otherwise).type_ == pg_sys::NodeTag::T_Const && (*(otherwise as *mut pg_sys::Const)).constisnull;
+                let otherwise = if is_null { None } else { Some(Box::new(self.expression(otherwise)?)) };
+                Some(Expression::Case { branches, otherwise })
             }
             _ => None,
         }

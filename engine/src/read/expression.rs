@@ -1,20 +1,29 @@
-//! Arithmetic the engine computes exactly as PostgreSQL computes it on `numeric` values: `+`,
-//! `-` and `*` of decimal columns and constants. PostgreSQL's `numeric` never overflows; the
-//! engine computes in 128-bit decimals, so an expression is accepted only when the digits of
-//! its result are bounded by 38 from the operands' declared precisions, and a stored value
-//! beyond its field's precision is an error rather than a wrong sum. Results have the scale
-//! PostgreSQL gives them: the larger of the operands' for `+` and `-`, their sum for `*`.
+//! Arithmetic the engine computes exactly as PostgreSQL computes it: `+`, `-` and `*` of
+//! `numeric` columns and constants, `+`, `-`, `*` and `/` of integers, and searched `CASE`
+//! over them. PostgreSQL's `numeric` never overflows; the engine computes in 128-bit decimals,
+//! so a `numeric` expression is accepted only when the digits of its result are bounded by 38
+//! from the operands' declared precisions, and a stored value beyond its field's precision is
+//! an error rather than a wrong sum. Results have the scale PostgreSQL gives them: the larger
+//! of the operands' for `+` and `-`, their sum for `*`. An integer operation is computed
+//! exactly and its result checked against its type's range, as PostgreSQL's `int4mul` and its
+//! kin check theirs (22003), and integer division truncates toward zero and refuses zero
+//! (22012). A `CASE` evaluates each branch only on the rows that take it, so that a branch's
+//! error is raised only for rows PostgreSQL would evaluate it on; its branches must have one
+//! scale (a `numeric` value keeps its own, and a sum takes the largest of its values').
 
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, AsArray, Decimal128Array, PrimitiveArray};
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Decimal128Array, PrimitiveArray};
 use arrow::compute::kernels::arity::try_binary;
-use arrow::datatypes::{DataType, Decimal128Type, Schema};
+use arrow::compute::kernels::boolean::{and_not, or};
+use arrow::compute::{cast, filter_record_batch, prep_null_mask_filter};
+use arrow::datatypes::{DataType, Decimal128Type, Int64Type, Schema};
+use arrow::error::ArrowError;
 use arrow::record_batch::RecordBatch;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::read::condition::Column;
+use crate::read::condition::{Column, Condition};
 use crate::read::reading::Reading;
 
 /// The most digits a 128-bit decimal holds.
@@ -26,16 +35,53 @@ pub enum ArithmeticOp {
     Add,
     Subtract,
     Multiply,
+    /// Integer division only (`numeric` division chooses its scale per value).
+    Divide,
 }
 
-/// A `numeric` expression.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// The PostgreSQL type of an operation's result, which bounds its values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NumberType {
+    Smallint,
+    Integer,
+    Bigint,
+    Numeric,
+}
+
+impl NumberType {
+    /// The type's range and PostgreSQL's message for a value beyond it (none for `numeric`).
+    fn range(self) -> Option<(i128, i128, &'static str)> {
+        match self {
+            NumberType::Smallint => Some((i16::MIN.into(), i16::MAX.into(), "smallint out of range")),
+            NumberType::Integer => Some((i32::MIN.into(), i32::MAX.into(), "integer out of range")),
+            NumberType::Bigint => Some((i64::MIN.into(), i64::MAX.into(), "bigint out of range")),
+            NumberType::Numeric => None,
+        }
+    }
+
+    /// Decimal digits that hold every value of an integer type.
+    fn digits(self) -> Option<u8> {
+        match self {
+            NumberType::Smallint => Some(5),
+            NumberType::Integer => Some(10),
+            NumberType::Bigint => Some(19),
+            NumberType::Numeric => None,
+        }
+    }
+}
+
+/// A numeric expression.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Expression {
-    /// A column read as `numeric` over a decimal field.
+    /// A column read as `numeric` over a decimal or integer field, or an integer column.
     Column(Column),
-    /// A constant: its unscaled value and scale (PostgreSQL's display scale).
+    /// A constant: its unscaled value and scale (PostgreSQL's display scale; 0 for integers).
     Constant { unscaled: i128, scale: i8 },
-    Arithmetic { op: ArithmeticOp, left: Box<Expression>, right: Box<Expression> },
+    /// `left op right`, whose value must fit `result`.
+    Arithmetic { op: ArithmeticOp, left: Box<Expression>, right: Box<Expression>, result: NumberType },
+    /// `CASE WHEN condition THEN value ... [ELSE otherwise] END`: NULL where no branch applies
+    /// and there is no `ELSE`.
+    Case { branches: Vec<(Condition, Expression)>, otherwise: Option<Box<Expression>> },
 }
 
 /// Decimal digits of `v`'s magnitude (at least 1).
@@ -49,31 +95,77 @@ fn digits(v: i128) -> u8 {
     n
 }
 
+/// Digits that hold every value of an integer field.
+fn integer_digits(data_type: &DataType) -> Option<u8> {
+    Some(match data_type {
+        DataType::Int8 | DataType::UInt8 => 3,
+        DataType::Int16 | DataType::UInt16 => 5,
+        DataType::Int32 | DataType::UInt32 => 10,
+        DataType::Int64 => 19,
+        _ => return None,
+    })
+}
+
+fn unsupported(why: String) -> Error {
+    Error::new(ErrorKind::Unsupported, why)
+}
+
 impl Expression {
     /// The precision and scale of the expression's values over the table's `schema`; an
     /// error when it cannot be computed exactly here.
     pub fn decimal_type(&self, schema: &Schema) -> Result<(u8, i8)> {
-        let unsupported = |why: String| Error::new(ErrorKind::Unsupported, why);
         let (precision, scale) = match self {
             Expression::Column(column) => {
                 column.check(schema)?;
-                match schema.field_with_name(&column.field).map(|f| f.data_type()) {
-                    Ok(&DataType::Decimal128(p, s)) if column.reading == Reading::Decimal && s >= 0 => (p, s),
-                    _ => return Err(unsupported(format!("{} is not a decimal column", column.field))),
+                let data_type = schema.field_with_name(&column.field).map(|f| f.data_type()).ok();
+                match (column.reading, data_type) {
+                    (Reading::Decimal, Some(&DataType::Decimal128(p, s))) if s >= 0 => (p, s),
+                    (Reading::Decimal | Reading::Int, Some(data_type)) if integer_digits(data_type).is_some() => (integer_digits(data_type).unwrap_or(MAX_DIGITS), 0),
+                    _ => return Err(unsupported(format!("{} is not a decimal or integer column", column.field))),
                 }
             }
             Expression::Constant { unscaled, scale } if *scale >= 0 => (digits(*unscaled).max(*scale as u8), *scale),
             Expression::Constant { .. } => return Err(unsupported("a constant of negative scale".into())),
-            Expression::Arithmetic { op, left, right } => {
+            Expression::Arithmetic { op, left, right, result } => {
                 let ((p1, s1), (p2, s2)) = (left.decimal_type(schema)?, right.decimal_type(schema)?);
-                match op {
-                    ArithmeticOp::Add | ArithmeticOp::Subtract => {
-                        let scale = s1.max(s2);
-                        let integer = (p1 - s1 as u8).max(p2 - s2 as u8) + 1;
-                        (integer.saturating_add(scale as u8), scale)
+                if let Some(digits) = result.digits() {
+                    if s1 != 0 || s2 != 0 {
+                        return Err(unsupported(format!("{self} is an integer operation on fractions")));
                     }
-                    ArithmeticOp::Multiply => (p1.saturating_add(p2), s1.saturating_add(s2)),
+                    (digits, 0)
+                } else {
+                    match op {
+                        ArithmeticOp::Add | ArithmeticOp::Subtract => {
+                            let scale = s1.max(s2);
+                            let integer = (p1 - s1 as u8).max(p2 - s2 as u8) + 1;
+                            (integer.saturating_add(scale as u8), scale)
+                        }
+                        ArithmeticOp::Multiply => (p1.saturating_add(p2), s1.saturating_add(s2)),
+                        ArithmeticOp::Divide => return Err(unsupported(format!("{self} divides numeric values"))),
+                    }
                 }
+            }
+            Expression::Case { branches, otherwise } => {
+                let mut types = Vec::new();
+                for (condition, value) in branches {
+                    condition.check(schema)?;
+                    if condition.has_params() {
+                        return Err(unsupported(format!("{self} has a parameter in a condition")));
+                    }
+                    types.push(value.decimal_type(schema)?);
+                }
+                if let Some(otherwise) = otherwise {
+                    types.push(otherwise.decimal_type(schema)?);
+                }
+                // PostgreSQL's numeric values keep the scale of the branch that made them, and
+                // a sum's scale is the largest of its values': one scale for every branch
+                // keeps sums (and averages, divided from them) as PostgreSQL scales them.
+                let scale = types.first().map_or(0, |&(_, s)| s);
+                if types.iter().any(|&(_, s)| s != scale) {
+                    return Err(unsupported(format!("{self} has branches of different scales")));
+                }
+                let integer = types.iter().map(|&(p, s)| p - s as u8).max().unwrap_or(1);
+                (integer.saturating_add(scale as u8), scale)
             }
         };
         if precision > MAX_DIGITS || scale as u8 > MAX_DIGITS {
@@ -88,6 +180,11 @@ impl Expression {
             Expression::Column(column) => vec![column],
             Expression::Constant { .. } => vec![],
             Expression::Arithmetic { left, right, .. } => left.columns().into_iter().chain(right.columns()).collect(),
+            Expression::Case { branches, otherwise } => branches
+                .iter()
+                .flat_map(|(condition, value)| condition.columns().into_iter().chain(value.columns()))
+                .chain(otherwise.iter().flat_map(|o| o.columns()))
+                .collect(),
         }
     }
 
@@ -100,16 +197,29 @@ impl Expression {
         Ok(Arc::new(values.with_precision_and_scale(precision, scale).map_err(|e| Error::new(ErrorKind::Internal, "a decimal result").with_source(e))?))
     }
 
+    /// The unscaled values, at the expression's scale.
     fn values(&self, rows: &RecordBatch, schema: &Schema) -> Result<PrimitiveArray<Decimal128Type>> {
-        let too_large = || Error::new(ErrorKind::Corrupt, format!("a value of {self} exceeds the precision its fields declare"));
+        let kernel = |e: ArrowError| Error::new(ErrorKind::Internal, format!("cannot evaluate {self}")).with_source(e);
         Ok(match self {
-            Expression::Column(column) => column.raw(rows)?.as_primitive::<Decimal128Type>().clone(),
+            Expression::Column(column) => {
+                let raw = column.raw(rows)?;
+                match raw.data_type() {
+                    DataType::Decimal128(..) => raw.as_primitive::<Decimal128Type>().clone(),
+                    _ => cast(raw, &DataType::Int64).map_err(kernel)?.as_primitive::<Int64Type>().unary(i128::from),
+                }
+            }
             Expression::Constant { unscaled, .. } => Decimal128Array::from(vec![*unscaled; rows.num_rows()]),
-            Expression::Arithmetic { op, left, right } => {
+            Expression::Arithmetic { op, left, right, result } => {
                 let ((_, s1), (_, s2)) = (left.decimal_type(schema)?, right.decimal_type(schema)?);
                 let (a, b) = (left.values(rows, schema)?, right.values(rows, schema)?);
-                let result = match op {
-                    ArithmeticOp::Multiply => try_binary(&a, &b, |x: i128, y: i128| x.checked_mul(y).ok_or_else(|| arrow::error::ArrowError::ComputeError(String::new()))),
+                // Overflow of i128 itself: only a stored value beyond its declared precision.
+                let overflow = || ArrowError::ComputeError(String::new());
+                let values = match op {
+                    ArithmeticOp::Multiply => try_binary(&a, &b, |x: i128, y: i128| x.checked_mul(y).ok_or_else(overflow)),
+                    ArithmeticOp::Divide => try_binary(&a, &b, |x: i128, y: i128| match y {
+                        0 => Err(ArrowError::DivideByZero),
+                        _ => x.checked_div(y).ok_or_else(overflow),
+                    }),
                     ArithmeticOp::Add | ArithmeticOp::Subtract => {
                         let scale = s1.max(s2);
                         let (fa, fb) = (10i128.pow((scale - s1) as u32), 10i128.pow((scale - s2) as u32));
@@ -121,11 +231,58 @@ impl Expression {
                                 (Some(x), Some(y)) => x.checked_add(y),
                                 _ => None,
                             };
-                            sum.ok_or_else(|| arrow::error::ArrowError::ComputeError(String::new()))
+                            sum.ok_or_else(overflow)
                         })
                     }
                 };
-                result.map_err(|_| too_large())?
+                let values = values.map_err(|e| match e {
+                    ArrowError::DivideByZero => Error::new(ErrorKind::DivisionByZero, "division by zero"),
+                    _ => Error::new(ErrorKind::Corrupt, format!("a value of {self} exceeds the precision its fields declare")),
+                })?;
+                if let Some((low, high, message)) = result.range() {
+                    if values.iter().flatten().any(|v| v < low || v > high) {
+                        return Err(Error::new(ErrorKind::OutOfRange, message));
+                    }
+                }
+                values
+            }
+            Expression::Case { branches, otherwise } => {
+                let (_, scale) = self.decimal_type(schema)?;
+                let n = rows.num_rows();
+                // Each row's branch (`branches.len()` for ELSE) and the values of each branch
+                // over the rows that take it, in row order.
+                let mut taken = BooleanArray::from(vec![false; n]);
+                let mut branch_of = vec![usize::MAX; n];
+                let mut parts = Vec::new();
+                let arms = branches.iter().map(|(c, v)| (Some(c), v)).chain(otherwise.iter().map(|o| (None, o.as_ref())));
+                for (i, (condition, value)) in arms.enumerate() {
+                    let chosen = match condition {
+                        Some(condition) => {
+                            // True, not NULL.
+                            let hit = condition.evaluate(rows)?;
+                            let hit = if hit.null_count() > 0 { prep_null_mask_filter(&hit) } else { hit };
+                            and_not(&hit, &taken).map_err(kernel)?
+                        }
+                        None => arrow::compute::not(&taken).map_err(kernel)?,
+                    };
+                    taken = or(&taken, &chosen).map_err(kernel)?;
+                    for row in chosen.values().set_indices() {
+                        branch_of[row] = i;
+                    }
+                    let subset = filter_record_batch(rows, &chosen).map_err(kernel)?;
+                    let (_, own) = value.decimal_type(schema)?;
+                    let factor = 10i128.pow((scale - own) as u32);
+                    parts.push(value.values(&subset, schema)?.unary::<_, Decimal128Type>(|v| v * factor));
+                }
+                let mut next = vec![0usize; parts.len()];
+                (0..n)
+                    .map(|row| {
+                        let part = parts.get(branch_of[row])?;
+                        let at = next[branch_of[row]];
+                        next[branch_of[row]] += 1;
+                        part.is_valid(at).then(|| part.value(at))
+                    })
+                    .collect()
             }
         })
     }
@@ -144,13 +301,24 @@ impl std::fmt::Display for Expression {
                     _ => write!(f, "{sign}{integer}.{fraction}"),
                 }
             }
-            Expression::Arithmetic { op, left, right } => {
+            Expression::Arithmetic { op, left, right, .. } => {
                 let symbol = match op {
                     ArithmeticOp::Add => "+",
                     ArithmeticOp::Subtract => "-",
                     ArithmeticOp::Multiply => "*",
+                    ArithmeticOp::Divide => "/",
                 };
                 write!(f, "({left} {symbol} {right})")
+            }
+            Expression::Case { branches, otherwise } => {
+                f.write_str("CASE")?;
+                for (condition, value) in branches {
+                    write!(f, " WHEN {condition} THEN {value}")?;
+                }
+                if let Some(otherwise) = otherwise {
+                    write!(f, " ELSE {otherwise}")?;
+                }
+                f.write_str(" END")
             }
         }
     }
@@ -166,7 +334,7 @@ mod tests {
     }
 
     fn op(op: ArithmeticOp, left: Expression, right: Expression) -> Expression {
-        Expression::Arithmetic { op, left: Box::new(left), right: Box::new(right) }
+        Expression::Arithmetic { op, left: Box::new(left), right: Box::new(right), result: NumberType::Numeric }
     }
 
     /// `price * (1 - disc) * (1 + tax)`, TPC-H's charge, with PostgreSQL's scales, NULLs and
@@ -196,5 +364,81 @@ mod tests {
         assert_eq!(Expression::Constant { unscaled: -5, scale: 2 }.to_string(), "-0.05");
         assert!(op(ArithmeticOp::Multiply, column("wide"), column("price")).decimal_type(&schema).is_err());
         assert!(op(ArithmeticOp::Add, column("wide"), column("wide")).decimal_type(&schema).is_ok());
+    }
+
+    fn integer(op: ArithmeticOp, left: Expression, right: Expression, result: NumberType) -> Expression {
+        Expression::Arithmetic { op, left: Box::new(left), right: Box::new(right), result }
+    }
+
+    fn int_column(field: &str) -> Expression {
+        Expression::Column(Column { field: field.into(), reading: Reading::Int })
+    }
+
+    fn constant(unscaled: i128) -> Expression {
+        Expression::Constant { unscaled, scale: 0 }
+    }
+
+    /// Integer operations as PostgreSQL's: exact, checked against the result type's range
+    /// (22003), division truncating toward zero and refusing zero (22012); NULL operands give
+    /// NULL without an error.
+    #[test]
+    fn integer_arithmetic_checks_its_type() {
+        let schema = Schema::new(vec![Field::new("q", DataType::Int32, true), Field::new("b", DataType::Int64, true)]);
+        let q = arrow::array::Int32Array::from(vec![Some(7), Some(-7), None, Some(i32::MAX)]);
+        let b = arrow::array::Int64Array::from(vec![Some(2), Some(2), Some(0), Some(1)]);
+        let rows = RecordBatch::try_new(Arc::new(schema.clone()), vec![Arc::new(q), Arc::new(b)]).unwrap();
+        let values = |e: &Expression| e.evaluate(&rows).map(|a| a.as_primitive::<Decimal128Type>().iter().collect::<Vec<_>>());
+        // int4 * int8 is computed as bigint: no overflow.
+        let times = integer(ArithmeticOp::Multiply, int_column("q"), int_column("b"), NumberType::Bigint);
+        assert_eq!(times.decimal_type(&schema).unwrap(), (19, 0));
+        assert_eq!(values(&times).unwrap(), vec![Some(14), Some(-14), None, Some(i32::MAX as i128)]);
+        // int4 + int4 overflows at the last row.
+        let plus = integer(ArithmeticOp::Add, int_column("q"), constant(1), NumberType::Integer);
+        let error = values(&plus).unwrap_err();
+        assert_eq!((error.kind(), error.detail()), (ErrorKind::OutOfRange, "integer out of range".to_string()));
+        // Truncation toward zero; NULL / 0 is NULL, not an error.
+        let first = RecordBatch::try_new(rows.schema(), rows.columns().iter().map(|c| c.slice(0, 3)).collect()).unwrap();
+        let divided = integer(ArithmeticOp::Divide, int_column("q"), int_column("b"), NumberType::Bigint);
+        assert_eq!(divided.evaluate(&first).unwrap().as_primitive::<Decimal128Type>().iter().collect::<Vec<_>>(), vec![Some(3), Some(-3), None]);
+        let by_zero = integer(ArithmeticOp::Divide, int_column("b"), constant(0), NumberType::Bigint);
+        assert_eq!(values(&by_zero).unwrap_err().kind(), ErrorKind::DivisionByZero);
+        // Integer operations on fractions and numeric division are not computed here.
+        let fraction = Expression::Constant { unscaled: 5, scale: 1 };
+        assert!(integer(ArithmeticOp::Add, int_column("q"), fraction.clone(), NumberType::Integer).decimal_type(&schema).is_err());
+        assert!(op(ArithmeticOp::Divide, fraction.clone(), fraction).decimal_type(&schema).is_err());
+    }
+
+    /// `CASE`: the first branch whose condition is true (not NULL), else `ELSE` or NULL, at the
+    /// widest scale of its values; a branch is evaluated only on its rows, so a division by
+    /// zero that no row takes raises nothing.
+    #[test]
+    fn case_takes_the_first_true_branch() {
+        use crate::read::condition::Operand;
+        use crate::read::filter::{Op, Scalar};
+        let schema = Schema::new(vec![Field::new("q", DataType::Int32, true), Field::new("price", DataType::Decimal128(12, 2), true)]);
+        let q = arrow::array::Int32Array::from(vec![Some(0), Some(5), Some(50), None]);
+        let price = Decimal128Array::from(vec![Some(1_00), Some(2_50), Some(3_00), Some(4_00)]).with_precision_and_scale(12, 2).unwrap();
+        let rows = RecordBatch::try_new(Arc::new(schema.clone()), vec![Arc::new(q), Arc::new(price)]).unwrap();
+        let q_is = |op: Op, value: i64| Condition::Compare { column: Column { field: "q".into(), reading: Reading::Int }, op, operand: Operand::Value(Scalar::Int(value)) };
+        let case = Expression::Case {
+            branches: vec![
+                (q_is(Op::Gt, 10), column("price")),
+                (q_is(Op::Gt, 0), op(ArithmeticOp::Multiply, integer(ArithmeticOp::Divide, constant(100), int_column("q"), NumberType::Integer), Expression::Constant { unscaled: 100, scale: 2 })),
+            ],
+            otherwise: Some(Box::new(Expression::Constant { unscaled: -1_00, scale: 2 })),
+        };
+        assert_eq!(case.decimal_type(&schema).unwrap(), (13, 2));
+        let mixed = Expression::Case { branches: vec![(q_is(Op::Gt, 10), column("price"))], otherwise: Some(Box::new(constant(0))) };
+        assert!(mixed.decimal_type(&schema).is_err());
+        assert!(case.to_string().starts_with("CASE WHEN"));
+        let values = case.evaluate(&rows).unwrap();
+        // q = 0 and NULL take ELSE: 100 / q runs only for q = 5.
+        assert_eq!(values.as_primitive::<Decimal128Type>().iter().collect::<Vec<_>>(), vec![Some(-1_00), Some(20_00), Some(3_00), Some(-1_00)]);
+        // Conditions that are never NULL.
+        let values = case.evaluate(&rows.slice(0, 3)).unwrap();
+        assert_eq!(values.as_primitive::<Decimal128Type>().iter().collect::<Vec<_>>(), vec![Some(-1_00), Some(20_00), Some(3_00)]);
+        let without_else = Expression::Case { branches: vec![(q_is(Op::Gt, 10), constant(1))], otherwise: None };
+        let values = without_else.evaluate(&rows).unwrap();
+        assert_eq!(values.as_primitive::<Decimal128Type>().iter().collect::<Vec<_>>(), vec![None, None, Some(1), None]);
     }
 }

@@ -35,7 +35,7 @@ use crate::read::{ScanOptions, ScanStats, SliceQuery, TableReader};
 use crate::view::FileSlice;
 
 /// What an aggregate reads: a column, or a `numeric` expression of columns.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Input {
     Column(Column),
     Expression(Expression),
@@ -108,7 +108,7 @@ impl std::fmt::Display for Input {
 }
 
 /// One aggregate of a query.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Aggregate {
     /// `count(*)`.
     CountRows,
