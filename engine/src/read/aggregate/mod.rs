@@ -404,9 +404,12 @@ impl Aggregation {
             (None, belonging) => belonging.cloned(),
         };
         // Without groups, rows not selected are masked as NULLs (which every aggregate skips)
-        // rather than copied out; count(*) counts the selection.
+        // rather than copied out; count(*) counts the selection. Not under an expression: it
+        // may raise an error (an integer's range, a division by zero) that PostgreSQL, which
+        // filters first, never raises for rows the condition drops.
+        let expressions = self.query.aggregates.iter().any(|a| matches!(a.input(), Some(Input::Expression(_))));
         let (rows, mask) = match selection {
-            Some(selection) if self.query.group_by.is_empty() => {
+            Some(selection) if self.query.group_by.is_empty() && !expressions => {
                 // (A NULL condition does not select its row.)
                 let selected = match selection.nulls() {
                     Some(nulls) => selection.values() & nulls.inner(),
