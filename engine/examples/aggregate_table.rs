@@ -34,7 +34,7 @@ fn main() {
             let options = ScanOptions { columns: Some(query.fields()), ..Default::default() };
             let (slices, stats) = reader.pruned_slices(&bound, &options).await.expect("slices");
             let (result, _) = reader
-                .aggregate(&query, SliceQuery::Snapshot(bound), options, slices, stats, 2)
+                .aggregate(&query, SliceQuery::Snapshot(bound), options, slices, stats, 2, engine::read::aggregate::Combine::PerSlice)
                 .await
                 .expect("the aggregate");
             let sum = array_value_to_string(result.column(0), 0).expect("a sum");

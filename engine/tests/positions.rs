@@ -453,7 +453,7 @@ async fn repeated_reads_reuse_the_merge_of_the_same_versions() {
         let bound = TableReader::snapshot_bound(None);
         let options = ScanOptions { columns: Some(query.fields()), ..Default::default() };
         let (slices, stats) = reader.pruned_slices(&bound, &options).await.unwrap();
-        let (result, stats) = reader.aggregate(&query, engine::read::SliceQuery::Snapshot(bound), options, slices, stats, 2).await.unwrap();
+        let (result, stats) = reader.aggregate(&query, engine::read::SliceQuery::Snapshot(bound), options, slices, stats, 2, engine::read::aggregate::Combine::PerSlice).await.unwrap();
         let count = result.column(0).as_primitive::<Int64Type>().value(0);
         let sum = arrow::util::display::array_value_to_string(result.column(1), 0).unwrap();
         (count, sum, stats.scan.merges_reused)

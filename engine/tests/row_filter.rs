@@ -8,6 +8,7 @@ mod common;
 use arrow::array::AsArray;
 use arrow::datatypes::{Int64Type, TimestampMicrosecondType};
 use common::customers::{local, rows, spec, writer};
+use engine::read::aggregate::{Aggregate, AggregateQuery, Combine, Input};
 use engine::read::condition::{Column, Condition, Operand};
 use engine::read::filter::{Op, Scalar};
 use engine::read::prefetch::SliceScan;
@@ -35,10 +36,13 @@ fn holds(op: Op, ordering: std::cmp::Ordering) -> bool {
     }
 }
 
+fn column(field: &str, reading: Reading) -> Column {
+    Column { field: field.into(), reading }
+}
+
 /// A random condition and its value on a row of the model (`None`: unknown). No column of
 /// the model is NULL, so only comparisons with NULL are unknown.
 fn random_condition(rng: &mut rand::rngs::StdRng, depth: u32) -> (Condition, Box<dyn Fn(&Row) -> Option<bool>>) {
-    let column = |field: &str, reading| Column { field: field.into(), reading };
     let ops = [Op::Eq, Op::NotEq, Op::Lt, Op::LtEq, Op::Gt, Op::GtEq];
     let op = ops[rng.random_range(0..ops.len())];
     match rng.random_range(0..if depth == 0 { 5 } else { 8 }) {
@@ -143,5 +147,73 @@ async fn row_filters_return_the_rows_that_satisfy_them() {
             assert_eq!(got, expected, "seed {seed} case {case}: {condition}");
             assert_eq!(dropped as usize, all.len() - expected.len(), "seed {seed} case {case}: {condition}");
         }
+        // Reading `id` and the condition's columns, the others come back NULL in the filtered batches.
+        let mut read: Vec<String> = vec!["id".into()];
+        read.extend(condition.columns().into_iter().map(|c| c.field.clone()).filter(|f| f != "id"));
+        let unread: Vec<&str> = ["name", "country", "ts"].into_iter().filter(|f| !read.iter().any(|r| r == f)).collect();
+        let options = ScanOptions { columns: Some(read), row_filter: Some(condition.clone()), ..Default::default() };
+        let (ids, values) = scan_ids(&reader, options, &unread).await;
+        assert_eq!(ids, expected.iter().map(|r| r.0).collect::<Vec<_>>(), "seed {seed} case {case}: {condition}, some columns");
+        assert_eq!(values, 0, "seed {seed} case {case}: {condition}: values of {unread:?}, not read");
+        // Aggregated under the condition, by one integer-valued key and by two keys, with
+        // partials per slice and on the caller: the model's groups.
+        for keys in [&["ts"][..], &["country", "ts"][..]] {
+            let mut model_groups = std::collections::BTreeMap::<(String, i64), (i64, i64)>::new();
+            for r in &expected {
+                let group = model_groups.entry((if keys.len() == 2 { r.2.clone() } else { String::new() }, r.3)).or_default();
+                *group = (group.0 + 1, group.1 + r.0);
+            }
+            let model_groups: Vec<_> = model_groups.into_iter().map(|((c, ts), (n, sum))| (c, ts, n, sum.to_string())).collect();
+            for combine in [Combine::PerSlice, Combine::OnCaller] {
+                for depth in [0, 2] {
+                    let got = aggregate(&reader, keys, Some(condition.clone()), depth, combine).await;
+                    assert_eq!(got, model_groups, "seed {seed} case {case}: {condition} by {keys:?}, {combine:?}, depth {depth}");
+                }
+            }
+        }
     }
+}
+
+/// The ids a scan returns, sorted, and how many values (not NULL) it returned of the columns
+/// it was not asked to read (`unread`).
+async fn scan_ids(reader: &TableReader, options: ScanOptions, unread: &[&str]) -> (Vec<i64>, usize) {
+    let slices = reader.slices(&ReadBound::Latest).await.unwrap();
+    let mut scan = SliceScan::new(reader.clone(), SliceQuery::Snapshot(ReadBound::Latest), options, slices, ScanStats::default(), 2);
+    let (mut ids, mut values_read) = (Vec::new(), 0);
+    while let Some(rows) = scan.next().await {
+        let Some(rows) = rows.unwrap() else { continue };
+        ids.extend(rows.column_by_name("id").unwrap().as_primitive::<Int64Type>().values().iter().copied());
+        for &column in unread {
+            let values = rows.column_by_name(column).unwrap();
+            assert_eq!(values.len(), rows.num_rows());
+            values_read += values.len() - values.logical_null_count();
+        }
+    }
+    ids.sort();
+    (ids, values_read)
+}
+
+/// `count(*), sum(id)` of the latest snapshot's rows under `condition`, by the `keys` (`ts`,
+/// or `country, ts`): (country or "", ts, count, sum), sorted.
+async fn aggregate(reader: &TableReader, keys: &[&str], condition: Option<Condition>, depth: usize, combine: Combine) -> Vec<(String, i64, i64, String)> {
+    let reading = |field: &str| if field == "ts" { Reading::Timestamp } else { Reading::Text };
+    let query = AggregateQuery {
+        group_by: keys.iter().map(|&k| column(k, reading(k))).collect(),
+        aggregates: vec![Aggregate::CountRows, Aggregate::Sum(Input::Column(column("id", Reading::Int)))],
+        condition,
+    };
+    let options = ScanOptions { columns: Some(query.fields()), ..Default::default() };
+    let (slices, stats) = reader.pruned_slices(&ReadBound::Latest, &options).await.unwrap();
+    let (result, _) = reader.aggregate(&query, SliceQuery::Snapshot(ReadBound::Latest), options, slices, stats, depth, combine).await.unwrap();
+    let at = keys.len();
+    let ts = result.column(at - 1).as_primitive::<TimestampMicrosecondType>();
+    let mut out: Vec<_> = (0..result.num_rows())
+        .map(|i| {
+            let country = if at == 2 { result.column(0).as_string::<i32>().value(i).to_owned() } else { String::new() };
+            let sum = arrow::util::display::array_value_to_string(result.column(at + 1), i).unwrap();
+            (country, ts.value(i), result.column(at).as_primitive::<Int64Type>().value(i), sum)
+        })
+        .collect();
+    out.sort();
+    out
 }

@@ -10,7 +10,7 @@ use std::ffi::CStr;
 use arrow::array::{Array, AsArray};
 use arrow::datatypes::{Decimal256Type, Int64Type};
 use arrow::record_batch::RecordBatch;
-use engine::read::aggregate::{Aggregate, AggregateQuery, AggregateStats, Condition, Input, ParameterAnswers, Reading};
+use engine::read::aggregate::{Aggregate, AggregateQuery, AggregateStats, Combine, Condition, Input, ParameterAnswers, Reading};
 use engine::read::{ScanOptions, SliceQuery};
 use pgrx::pg_sys;
 use pgrx::PgSqlErrorCode;
@@ -31,6 +31,9 @@ struct AggregatePlan {
     query: AggregateQuery,
     /// The base relation's pruning filter.
     options: ScanOptions,
+    /// The planner's estimate of the groups per input row (0 without `GROUP BY`): where the
+    /// rows are aggregated ([`Combine::for_estimate`]).
+    groups_per_row: f64,
 }
 
 impl Translator<'_> {
@@ -208,7 +211,8 @@ pub unsafe extern "C-unwind" fn get_foreign_upper_paths(
     // aggregating the few rows a probe of the cache finds is cheaper.
     let scan_cost = lake_scan_cost(input_rel);
     let cost = 100.0 + (scan_cost - 100.0).max(0.0) * 0.2 + rows * pg_sys::cpu_tuple_cost;
-    let plan = AggregatePlan { relid: relid.to_u32(), query, options: info.options.clone() };
+    let groups_per_row = if keys.is_empty() || input_rows <= 0.0 { 0.0 } else { rows / input_rows };
+    let plan = AggregatePlan { relid: relid.to_u32(), query, options: info.options.clone(), groups_per_row };
     let mut private = crate::fdw::private_list(&plan);
     private = pg_sys::lappend(private, scan_tlist.cast());
     private = pg_sys::lappend(private, param_list.cast());
@@ -296,8 +300,8 @@ impl AggregateScan {
             // a record key, whose value the read of one run prunes to one key's rows.
             let grouped = self.plan.query.grouped_by_parameter().filter(|(_, grouped)| !self.is_record_key(&grouped.group_by[0].field));
             if let Some((param, grouped)) = grouped {
-                let (result, report) = self.aggregate(&grouped.bind(&values).or_report(), true);
-                let (empty, _) = self.aggregate(&self.plan.query.bind(&vec![None; values.len()]).or_report(), false);
+                let (result, report) = self.aggregate(&grouped.bind(&values).or_report(), true, 0.0);
+                let (empty, _) = self.aggregate(&self.plan.query.bind(&vec![None; values.len()]).or_report(), false, 0.0);
                 self.answers = Some((param, ParameterAnswers::new(result, empty).or_report()));
                 self.stats = Some(report);
             }
@@ -310,7 +314,7 @@ impl AggregateScan {
             return;
         }
         let query = self.plan.query.bind(&values).or_report();
-        let (result, report) = self.aggregate(&query, true);
+        let (result, report) = self.aggregate(&query, true, self.plan.groups_per_row);
         self.outputs = outputs(&self.plan.query, &result, (*(*node).ss.ss_ScanTupleSlot).tts_tupleDescriptor);
         self.result = Some(result);
         self.stats = Some(report);
@@ -324,9 +328,10 @@ impl AggregateScan {
         reader.config().record_key_fields == [field]
     }
 
-    /// `query` (bound) over the table's slices (or over none, without `read`); the values of
-    /// its parameters prune slices, pages and record keys as constants do.
-    unsafe fn aggregate(&self, query: &AggregateQuery, read: bool) -> (RecordBatch, AggregateStats) {
+    /// `query` (bound) over the table's slices (or over none, without `read`), expected to
+    /// have `groups_per_row` groups per row read; the values of its parameters prune slices,
+    /// pages and record keys as constants do.
+    unsafe fn aggregate(&self, query: &AggregateQuery, read: bool, groups_per_row: f64) -> (RecordBatch, AggregateStats) {
         let table = ForeignHudiTable::of_relation(pg_sys::Oid::from(self.plan.relid));
         let spec = scan::read_spec(&table);
         let reader = scan::open_for(&table, &spec);
@@ -346,7 +351,8 @@ impl AggregateScan {
             }
         };
         let depth = crate::guc::read_ahead_slices();
-        block_on(reader.aggregate(query, slice_query, options, slices, stats, depth)).or_report()
+        let combine = Combine::for_estimate(groups_per_row, slices.len());
+        block_on(reader.aggregate(query, slice_query, options, slices, stats, depth, combine)).or_report()
     }
 }
 

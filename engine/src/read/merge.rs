@@ -710,11 +710,28 @@ impl MergeOutcome {
         if output.takes_standing(&self.winners) {
             // The masks depend on the outcome alone: made once, then only paired.
             let masks = self.masks.get_or_init(|| standing_masks(&self.batch_rows, &self.kept, &self.winners));
-            merged.standing = batches.iter().zip(masks).filter_map(|(batch, mask)| Some((batch.clone(), mask.clone()?))).collect();
+            merged.standing = batches
+                .iter()
+                .zip(masks)
+                .filter_map(|(batch, mask)| Some((batch, mask.clone()?)))
+                .map(|(batch, mask)| Ok((output_columns(batch, output)?, mask)))
+                .collect::<Result<_>>()?;
             return Ok(());
         }
         assemble_rows(merged, schema, batches, &BooleanArray::new(self.kept.clone(), None), &self.winners, output)
     }
+}
+
+/// `batch` with the columns `output` does not ask for as NULL columns: the merge read the
+/// record keys and ordering values of every row, which a consumer of the standing rows would
+/// otherwise filter and copy with the rest.
+fn output_columns(batch: &RecordBatch, output: MergeOutput) -> Result<RecordBatch> {
+    let Some((columns, nulls)) = output.columns else { return Ok(batch.clone()) };
+    let schema = batch.schema();
+    let projected = (0..schema.fields().len())
+        .map(|c| if columns.contains(&c) { batch.column(c).clone() } else { nulls.get(schema.field(c).data_type(), batch.num_rows()) })
+        .collect();
+    RecordBatch::try_new(schema.clone(), projected).map_err(|e| Error::new(ErrorKind::Internal, "cannot assemble merged rows").with_source(e))
 }
 
 /// For each of the merged batches (of `batch_rows` rows), the mask of its rows in the result

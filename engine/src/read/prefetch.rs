@@ -11,12 +11,14 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use arrow::compute::{and, concat_batches, filter_record_batch};
-use arrow::record_batch::RecordBatch;
+use arrow::array::ArrayRef;
+use arrow::compute::{and, concat, filter};
+use arrow::record_batch::{RecordBatch, RecordBatchOptions};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::read::condition::Condition;
 use crate::read::filter::ScanFilter;
+use crate::read::schema::NullColumns;
 use crate::read::slice::RowParts;
 use crate::read::{ScanOptions, ScanStats, SlicePart, SliceQuery, SliceRead, TableReader};
 use crate::view::FileSlice;
@@ -82,8 +84,10 @@ fn run(read: SliceRead, transform: Option<&Transform>) -> SliceRows {
 
 /// The transform of a scan with a row filter: each part's rows that satisfy `condition`
 /// (and its mask), in one batch; `dropped` counts the others. Filtering the parts spares
-/// copying the base rows that stand only to drop most of them.
-fn row_filter(condition: Condition, dropped: Arc<AtomicU64>) -> Transform {
+/// copying the base rows that stand only to drop most of them. Columns of NULLs only (those
+/// the scan does not read) come from `nulls`, shared, rather than filtered and concatenated:
+/// made per batch, a 16-column table's columns cost 40 MiB a slice.
+fn row_filter(condition: Condition, dropped: Arc<AtomicU64>, nulls: NullColumns) -> Transform {
     Arc::new(move |parts: RowParts| {
         let kernel = |e: arrow::error::ArrowError| Error::new(ErrorKind::Internal, "cannot filter rows").with_source(e);
         let mut kept = Vec::with_capacity(parts.len());
@@ -93,17 +97,36 @@ fn row_filter(condition: Condition, dropped: Arc<AtomicU64>) -> Transform {
                 Some(mask) => (and(&passes, &mask).map_err(kernel)?, mask.true_count()),
                 None => (passes, rows.num_rows()),
             };
-            let rows = filter_record_batch(&rows, &keep).map_err(kernel)?;
-            dropped.fetch_add((belonging - rows.num_rows()) as u64, Ordering::Relaxed);
-            if rows.num_rows() > 0 {
-                kept.push(rows);
+            let count = keep.true_count();
+            dropped.fetch_add((belonging - count) as u64, Ordering::Relaxed);
+            if count > 0 {
+                kept.push((rows, keep, count));
             }
         }
-        match kept.len() {
-            0 => Ok(None),
-            1 => Ok(kept.pop()),
-            _ => Ok(Some(concat_batches(&kept[0].schema(), &kept).map_err(kernel)?)),
-        }
+        let Some((first, _, _)) = kept.first() else { return Ok(None) };
+        let schema = first.schema();
+        let total: usize = kept.iter().map(|(_, _, count)| count).sum();
+        let columns = (0..schema.fields().len())
+            .map(|c| {
+                if kept.iter().all(|(rows, _, _)| rows.column(c).logical_null_count() == rows.num_rows()) {
+                    return Ok(nulls.get(schema.field(c).data_type(), total));
+                }
+                let mut parts: Vec<ArrayRef> = kept
+                    .iter()
+                    .map(|(rows, keep, count)| match *count == rows.num_rows() {
+                        true => Ok(rows.column(c).clone()),
+                        false => filter(rows.column(c), keep),
+                    })
+                    .collect::<std::result::Result<_, _>>()
+                    .map_err(kernel)?;
+                match parts.len() {
+                    1 => Ok(parts.pop().expect("one part")),
+                    _ => concat(&parts.iter().map(|p| p.as_ref()).collect::<Vec<_>>()).map_err(kernel),
+                }
+            })
+            .collect::<Result<Vec<ArrayRef>>>()?;
+        let options = RecordBatchOptions::new().with_row_count(Some(total));
+        Ok(Some(RecordBatch::try_new_with_options(schema, columns, &options).map_err(kernel)?))
     })
 }
 
@@ -145,7 +168,7 @@ impl SliceScan {
     ) -> SliceScan {
         let units = (0..slices.len()).map(|slice| ScanUnit { slice, part: SlicePart::WHOLE }).collect();
         let rows_filtered = Arc::new(AtomicU64::new(0));
-        let transform = options.row_filter.clone().map(|condition| row_filter(condition, rows_filtered.clone()));
+        let transform = options.row_filter.clone().map(|condition| row_filter(condition, rows_filtered.clone(), reader.nulls.clone()));
         SliceScan {
             reader,
             query,
@@ -214,7 +237,7 @@ impl SliceScan {
     /// slices in flight, filtered by the old one, are dropped: call it before a (re)start.
     pub fn set_row_filter(&mut self, condition: Option<Condition>) {
         self.pending.clear();
-        self.transform = condition.clone().map(|condition| row_filter(condition, self.rows_filtered.clone()));
+        self.transform = condition.clone().map(|condition| row_filter(condition, self.rows_filtered.clone(), self.reader.nulls.clone()));
         self.options.row_filter = condition;
     }
 

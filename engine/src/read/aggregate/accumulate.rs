@@ -86,23 +86,53 @@ impl Accumulator for Count {
 }
 
 /// The exact sum of integers or decimals at `scale`; NULL for a group without values.
+///
+/// Sums are kept in 128 bits while they fit (16 bytes a group: a `GROUP BY` can have millions)
+/// and all in 256 bits once one does not, so no count of rows overflows them.
 pub(crate) struct ExactSum {
-    sums: Vec<Option<i256>>,
+    narrow: Vec<i128>,
+    /// Every group's sum, once one left 128 bits (`narrow` is then empty).
+    wide: Option<Vec<i256>>,
+    /// Whether a group has a value (a sum of none is NULL).
+    seen: Vec<bool>,
     scale: i8,
 }
 
 impl ExactSum {
     pub(crate) fn new(scale: i8) -> ExactSum {
-        ExactSum { sums: Vec::new(), scale }
+        ExactSum { narrow: Vec::new(), wide: None, seen: Vec::new(), scale }
     }
 
-    fn add(&mut self, group: usize, value: i256) {
-        let sum = &mut self.sums[group];
+    fn add(&mut self, group: usize, value: i128) {
+        self.seen[group] = true;
+        if let Some(wide) = &mut self.wide {
+            wide[group] = wide[group].wrapping_add(i256::from_i128(value));
+        } else if let Some(sum) = self.narrow[group].checked_add(value) {
+            self.narrow[group] = sum;
+        } else {
+            self.widen();
+            self.add(group, value);
+        }
+    }
+
+    fn add_wide(&mut self, group: usize, value: i256) {
+        if let Some(value) = value.to_i128() {
+            return self.add(group, value);
+        }
+        self.seen[group] = true;
+        self.widen();
+        let wide = self.wide.as_mut().expect("widened above");
         // 2^255 is beyond any sum of i128 values a table can hold: wrapping never happens.
-        *sum = Some(sum.map_or(value, |s| s.wrapping_add(value)));
+        wide[group] = wide[group].wrapping_add(value);
     }
 
-    fn add_all<T: ArrowPrimitiveType>(&mut self, values: &PrimitiveArray<T>, groups: RowGroups, widen: impl Fn(T::Native) -> i256) {
+    fn widen(&mut self) {
+        if self.wide.is_none() {
+            self.wide = Some(std::mem::take(&mut self.narrow).into_iter().map(i256::from_i128).collect());
+        }
+    }
+
+    fn add_all<T: ArrowPrimitiveType>(&mut self, values: &PrimitiveArray<T>, groups: RowGroups, widen: impl Fn(T::Native) -> i128) {
         if groups.ids.is_none() && values.null_count() < values.len() {
             // One group: the column's sum in its own width when that cannot overflow.
             if let Ok(Some(sum)) = arrow::compute::sum_checked(values) {
@@ -124,13 +154,13 @@ impl ExactSum {
                 None => values.values().iter().map(|&v| v.into()).sum(),
                 Some(nulls) => masked_sum(values.values(), nulls),
             };
-            self.add(0, i256::from_i128(i128::from(sum)));
+            self.add(0, i128::from(sum));
             return;
         }
-        self.add_each(values, groups, |v| i256::from_i128(i128::from(v.into())));
+        self.add_each(values, groups, |v| i128::from(v.into()));
     }
 
-    fn add_each<T: ArrowPrimitiveType>(&mut self, values: &PrimitiveArray<T>, groups: RowGroups, widen: impl Fn(T::Native) -> i256) {
+    fn add_each<T: ArrowPrimitiveType>(&mut self, values: &PrimitiveArray<T>, groups: RowGroups, widen: impl Fn(T::Native) -> i128) {
         for (row, value) in values.iter().enumerate() {
             if let Some(value) = value {
                 self.add(groups.of(row), widen(value));
@@ -180,39 +210,47 @@ fn masked_sum<N: Copy + Into<i64>>(values: &[N], valid: &NullBuffer) -> i64 {
 
 impl Accumulator for ExactSum {
     fn grow(&mut self, count: usize) {
-        grow(&mut self.sums, count, None);
+        grow(&mut self.seen, count, false);
+        match &mut self.wide {
+            Some(wide) => grow(wide, count, i256::ZERO),
+            None => grow(&mut self.narrow, count, 0),
+        }
     }
 
     fn update(&mut self, input: Option<&ArrayRef>, _rows: usize, groups: RowGroups) -> Result<()> {
-        grow(&mut self.sums, groups.count, None);
+        self.grow(groups.count);
         let input = input.ok_or_else(|| Error::new(ErrorKind::Internal, "sum without an input"))?;
         match input.data_type() {
-            DataType::Int64 => self.add_all(input.as_primitive::<types::Int64Type>(), groups, |v| i256::from_i128(i128::from(v))),
+            DataType::Int64 => self.add_all(input.as_primitive::<types::Int64Type>(), groups, i128::from),
             DataType::Int32 => self.add_narrow(input.as_primitive::<types::Int32Type>(), groups),
             DataType::Int16 => self.add_narrow(input.as_primitive::<types::Int16Type>(), groups),
             DataType::Int8 => self.add_narrow(input.as_primitive::<types::Int8Type>(), groups),
             DataType::UInt32 => self.add_narrow(input.as_primitive::<types::UInt32Type>(), groups),
             DataType::UInt16 => self.add_narrow(input.as_primitive::<types::UInt16Type>(), groups),
             DataType::UInt8 => self.add_narrow(input.as_primitive::<types::UInt8Type>(), groups),
-            DataType::Decimal128(..) => self.add_all(input.as_primitive::<types::Decimal128Type>(), groups, i256::from_i128),
+            DataType::Decimal128(..) => self.add_all(input.as_primitive::<types::Decimal128Type>(), groups, |v| v),
             _ => return Err(wrong_input(input)),
         }
         Ok(())
     }
 
     fn merge(&mut self, states: &[ArrayRef], groups: RowGroups) -> Result<()> {
-        grow(&mut self.sums, groups.count, None);
+        self.grow(groups.count);
         let sums = states[0].as_primitive_opt::<types::Decimal256Type>().ok_or_else(|| wrong_input(&states[0]))?;
         for (row, sum) in sums.iter().enumerate() {
             if let Some(sum) = sum {
-                self.add(groups.of(row), sum);
+                self.add_wide(groups.of(row), sum);
             }
         }
         Ok(())
     }
 
     fn state(&self) -> Result<Vec<ArrayRef>> {
-        let sums = Decimal256Array::from(self.sums.clone()).with_precision_and_scale(76, self.scale);
+        let sums: Decimal256Array = match &self.wide {
+            Some(wide) => self.seen.iter().zip(wide).map(|(&seen, &sum)| seen.then_some(sum)).collect(),
+            None => self.seen.iter().zip(&self.narrow).map(|(&seen, &sum)| seen.then_some(i256::from_i128(sum))).collect(),
+        };
+        let sums = sums.with_precision_and_scale(76, self.scale);
         Ok(vec![Arc::new(sums.map_err(|e| Error::new(ErrorKind::Internal, "cannot build sums").with_source(e))?)])
     }
 }
@@ -575,6 +613,20 @@ mod tests {
         let mut empty = ExactSum::new(0);
         empty.update(Some(&(Arc::new(Int64Array::from(vec![None::<i64>])) as ArrayRef)), 1, all(1)).unwrap();
         assert!(empty.state().unwrap()[0].is_null(0));
+        // Sums beyond 128 bits, in one group of two; the other group's sum stays exact.
+        let huge = i128::MAX / 2 + 1;
+        let decimals: ArrayRef = Arc::new(
+            arrow::array::Decimal128Array::from(vec![Some(huge), Some(7), Some(huge), Some(huge), None]).with_precision_and_scale(38, 2).unwrap(),
+        );
+        let mut sum = ExactSum::new(2);
+        sum.update(Some(&decimals), 5, RowGroups { ids: Some(&[0, 1, 0, 0, 1]), count: 2 }).unwrap();
+        let mut merged = ExactSum::new(2);
+        merged.merge(&sum.state().unwrap(), RowGroups { ids: Some(&[1, 0]), count: 2 }).unwrap();
+        merged.merge(&sum.state().unwrap(), RowGroups { ids: Some(&[1, 0]), count: 2 }).unwrap();
+        let state = merged.state().unwrap();
+        let sums = state[0].as_primitive::<types::Decimal256Type>();
+        assert_eq!(sums.value(0), i256::from_i128(14));
+        assert_eq!(sums.value(1), i256::from_i128(huge).wrapping_mul(i256::from_i128(6)));
     }
 
     #[test]

@@ -398,6 +398,10 @@ impl Aggregation {
     /// Adds the rows of a read (the columns of [`AggregateQuery::fields`], as stored) that
     /// satisfy the condition, of those `belonging` selects (all when `None`).
     fn add_rows(&mut self, rows: &RecordBatch, belonging: Option<&BooleanArray>) -> Result<()> {
+        // Only the query's columns are filtered below (a slice's rows have every column).
+        let schema = rows.schema();
+        let used: Vec<usize> = self.query.fields().iter().filter_map(|f| schema.index_of(f).ok()).collect();
+        let rows = &rows.project(&used).map_err(kernel)?;
         let selection = match (&self.query.condition, belonging) {
             (Some(condition), Some(belonging)) => Some(and(&condition.evaluate(rows)?, belonging).map_err(kernel)?),
             (Some(condition), None) => Some(condition.evaluate(rows)?),
@@ -544,11 +548,37 @@ pub struct AggregateStats {
     pub from_statistics: usize,
 }
 
+/// Where the rows of the slices that are read are aggregated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Combine {
+    /// Each slice's rows into a partial, on the thread that read them; the caller combines
+    /// the partials. For groups far fewer than a slice's rows.
+    PerSlice,
+    /// Every row on the caller's thread; the helpers read, merge and filter. Where a slice has
+    /// about as many groups as rows, its partial costs what its rows cost to aggregate, and
+    /// the memory of a group index besides (a `GROUP BY` of an order key, 4 lines an order).
+    OnCaller,
+}
+
+impl Combine {
+    /// [`Combine::OnCaller`] when `groups_per_row` (the planner's estimate of groups over input
+    /// rows) leaves a slice's partial more than half as many rows as the slice, for a read of
+    /// `slices` slices of about equal size.
+    pub fn for_estimate(groups_per_row: f64, slices: usize) -> Combine {
+        if groups_per_row * slices as f64 * 2.0 > 1.0 {
+            Combine::OnCaller
+        } else {
+            Combine::PerSlice
+        }
+    }
+}
+
 impl TableReader {
     /// Computes `query` over the `slices` read as `slice_query` asks (their merged rows), with
-    /// `depth` slices read ahead on helper threads: the key columns (as read) and each
-    /// aggregate's result columns ([`Aggregate::is_exact_average`]: two), a row per group.
-    /// `options` are the read's pruning filter; `stats` what pruning kept.
+    /// `depth` slices read ahead on helper threads, aggregated where `combine` says: the key
+    /// columns (as read) and each aggregate's result columns ([`Aggregate::is_exact_average`]:
+    /// two), a row per group. `options` are the read's pruning filter; `stats` what pruning kept.
+    #[allow(clippy::too_many_arguments)]
     pub async fn aggregate(
         &self,
         query: &AggregateQuery,
@@ -557,6 +587,7 @@ impl TableReader {
         slices: Vec<FileSlice>,
         stats: ScanStats,
         depth: usize,
+        combine: Combine,
     ) -> Result<(RecordBatch, AggregateStats)> {
         let schema = match &slice_query {
             SliceQuery::Snapshot(_) => self.schema().clone(),
@@ -586,6 +617,20 @@ impl TableReader {
             }
         }
         let options = ScanOptions { columns: Some(query.fields()), row_positions: false, ..options };
+        if combine == Combine::OnCaller && report.from_statistics == 0 {
+            // The scan filters the rows (on the helpers); the caller adds those that pass.
+            let options = ScanOptions { row_filter: query.condition.clone(), ..options };
+            let unfiltered = Arc::new(AggregateQuery { condition: None, ..(*query).clone() });
+            let mut all = Aggregation::new(unfiltered, key_types)?;
+            let mut scan = SliceScan::new(self.clone(), slice_query, options, to_read, stats, depth);
+            while let Some(rows) = scan.next().await {
+                if let Some(rows) = rows? {
+                    all.add_rows(&rows, None)?;
+                }
+            }
+            report.scan = *scan.stats();
+            return Ok((all.finish(&schema)?, report));
+        }
         let per_slice = {
             let (query, schema) = (query.clone(), schema.clone());
             move |parts: RowParts| -> Result<Option<RecordBatch>> {
