@@ -309,6 +309,47 @@ def test_row_filters_with_parameters_are_bound_at_each_rescan(db):
     conn.execute("RESET plan_cache_mode")
 
 
+def test_date_columns_against_timestamps_known_at_execution_are_the_engines(db):
+    """`date_column < timestamptz ...` (and stable timestamp expressions) are row filters whose
+    operand, a date, is computed at execution in the session's time zone: every operator and
+    side, at and beside local midnight, infinities, stable expressions, a generic plan's
+    parameter run under two time zones; results equal the heap's."""
+    _, conn = db
+    conn.execute("SET hudi.aggregate_pushdown = off")
+    try:
+        for zone in ("America/New_York", "Asia/Kathmandu"):
+            conn.execute(f"SET TimeZone = '{zone}'")
+            for t in ("timestamptz '1995-06-01 00:00:00'", "timestamptz '1995-06-01 00:00:00.000001'",
+                      "timestamptz '1995-05-31 23:59:59.999999'", "timestamptz '1995-06-01 02:30:00+00'",
+                      "'infinity'::timestamptz", "'-infinity'::timestamptz"):
+                for sql in (f"SELECT count(*), sum(qty) FROM fact WHERE sd {op} {t} AND note <> 'x'" for op in ("<", "<=", ">", ">=")):
+                    text = plan(conn, sql, analyze=True)
+                    assert re.search(r"Hudi Row Filter: .*\(sd [<>=]+ \$\d\)", text), text
+                    assert "Filter:" not in text.replace("Hudi Row Filter:", ""), text
+                    same(conn, sql)
+                same(conn, f"SELECT count(*) FROM fact WHERE {t} > od AND {t} <= sd + 30")
+            same(conn, "SELECT count(*) FROM fact WHERE sd < NULL::timestamptz OR qty = 7")
+            # Stable expressions: timestamptz and timestamp, one transaction for both copies
+            # (now() is the transaction's start).
+            with conn.transaction():
+                for sql in ("SELECT count(*), min(od) FROM fact WHERE od >= now() - interval '33 years 7 hours'",
+                            "SELECT count(*), max(sd) FROM fact WHERE sd < localtimestamp - interval '30 years 5 hours'",
+                            "SELECT count(*) FROM fact WHERE od > date_trunc('day', now() - interval '32 years') + interval '1 us'"):
+                    text = plan(conn, sql)
+                    assert "Filter:" not in text.replace("Hudi Row Filter:", ""), text
+                    same(conn, sql)
+            conn.execute("SET plan_cache_mode = force_generic_plan")
+            try:
+                sql = "SELECT count(*) FROM fact WHERE sd >= %s::timestamptz AND od < %s::timestamptz"
+                for args in (("1994-03-01 00:00:00", "1996-01-01 12:00:00+14"), ("1994-02-28 23:00:00-03", "infinity")):
+                    got = conn.execute(sql, args, prepare=True).fetchone()
+                    assert got == conn.execute(sql.replace("fact", "fact_heap"), args).fetchone(), (zone, args)
+            finally:
+                conn.execute("RESET plan_cache_mode")
+    finally:
+        conn.execute("RESET hudi.aggregate_pushdown; SET TimeZone = 'America/New_York'")
+
+
 def test_estimates_follow_analyze(db):
     admin, conn = db
     for table in ("fact", "customer", "part"):

@@ -209,7 +209,7 @@ impl Translator<'_> {
                 Some(Condition::IsNull { column, negated: (*test).nulltesttype == pg_sys::NullTestType::IS_NOT_NULL })
             }
             pg_sys::NodeTag::T_Var => self.column(node).filter(|c| c.reading == Reading::Bool).map(Condition::IsTrue),
-            pg_sys::NodeTag::T_OpExpr => self.like(node).or_else(|| self.comparison(node)),
+            pg_sys::NodeTag::T_OpExpr => self.like(node).or_else(|| self.comparison(node)).or_else(|| self.date_against_timestamp(node)),
             pg_sys::NodeTag::T_ScalarArrayOpExpr => self.comparison(node),
             _ => None,
         }
@@ -286,6 +286,68 @@ impl Translator<'_> {
     }
 }
 
+impl Translator<'_> {
+    /// `date_column < t` (or `<=`, `>`, `>=`, either side) for a `timestamp` or `timestamptz`
+    /// `t` known at execution: a stable expression (`now() - interval '7 days'`), a parameter,
+    /// or a `timestamptz` constant (whose date depends on the session's time zone then). Its
+    /// operand is a date computed at execution, with PostgreSQL's own functions. PostgreSQL
+    /// compares the date's midnight (in the session's time zone, for `timestamptz`) with `t`,
+    /// and midnights grow with dates; so with `D` the date of `t`, `d <= t` is `d <= D` and
+    /// `d > t` is `d > D`, while `d < t` is `d < C` and `d >= t` is `d >= C`, where `C` is `D`
+    /// when `t` is `D`'s midnight and `D + 1` when it is later. (Timestamp constants are
+    /// converted at planning: [`pushdown::constant_comparison`].)
+    unsafe fn date_against_timestamp(&mut self, node: *mut pg_sys::Node) -> Option<Condition> {
+        use pg_sys::{F_DATE_GE_TIMESTAMP, F_DATE_GE_TIMESTAMPTZ, F_DATE_GT_TIMESTAMP, F_DATE_GT_TIMESTAMPTZ};
+        use pg_sys::{F_DATE_LE_TIMESTAMP, F_DATE_LE_TIMESTAMPTZ, F_DATE_LT_TIMESTAMP, F_DATE_LT_TIMESTAMPTZ};
+        use pg_sys::{F_TIMESTAMPTZ_GE_DATE, F_TIMESTAMPTZ_GT_DATE, F_TIMESTAMPTZ_LE_DATE, F_TIMESTAMPTZ_LT_DATE};
+        use pg_sys::{F_TIMESTAMP_GE_DATE, F_TIMESTAMP_GT_DATE, F_TIMESTAMP_LE_DATE, F_TIMESTAMP_LT_DATE};
+        let expr = node as *mut pg_sys::OpExpr;
+        let [left, right] = list_items::<pg_sys::Node>((*expr).args)[..] else { return None };
+        let (op, date_first) = match pg_sys::get_opcode((*expr).opno).to_u32() {
+            F_DATE_LT_TIMESTAMP | F_DATE_LT_TIMESTAMPTZ => (Op::Lt, true),
+            F_DATE_LE_TIMESTAMP | F_DATE_LE_TIMESTAMPTZ => (Op::LtEq, true),
+            F_DATE_GT_TIMESTAMP | F_DATE_GT_TIMESTAMPTZ => (Op::Gt, true),
+            F_DATE_GE_TIMESTAMP | F_DATE_GE_TIMESTAMPTZ => (Op::GtEq, true),
+            F_TIMESTAMP_LT_DATE | F_TIMESTAMPTZ_LT_DATE => (Op::Lt, false),
+            F_TIMESTAMP_LE_DATE | F_TIMESTAMPTZ_LE_DATE => (Op::LtEq, false),
+            F_TIMESTAMP_GT_DATE | F_TIMESTAMPTZ_GT_DATE => (Op::Gt, false),
+            F_TIMESTAMP_GE_DATE | F_TIMESTAMPTZ_GE_DATE => (Op::GtEq, false),
+            _ => return None,
+        };
+        let (column, t, op) = if date_first { (left, right, op) } else { (right, left, op.commuted()) };
+        let column = self.column(column).filter(|c| c.reading == Reading::Date)?;
+        let with_zone = match pg_sys::exprType(t) {
+            pg_sys::TIMESTAMPTZOID => true,
+            pg_sys::TIMESTAMPOID if (*strip(t)).type_ != pg_sys::NodeTag::T_Const => false,
+            _ => return None,
+        };
+        if !is_runtime_value(t) {
+            return None;
+        }
+        let call = |function: u32, result: pg_sys::Oid, args: &[*mut pg_sys::Node]| -> *mut pg_sys::Node {
+            let mut list: *mut pg_sys::List = std::ptr::null_mut();
+            for &arg in args {
+                list = pg_sys::lappend(list, pg_sys::copyObjectImpl(arg.cast()));
+            }
+            let oid = pg_sys::Oid::from(function);
+            pg_sys::makeFuncExpr(oid, result, list, pg_sys::InvalidOid, pg_sys::InvalidOid, pg_sys::CoercionForm::COERCE_EXPLICIT_CALL).cast()
+        };
+        let date = call(if with_zone { pg_sys::F_DATE_TIMESTAMPTZ } else { pg_sys::F_DATE_TIMESTAMP }, pg_sys::DATEOID, &[t]);
+        let bound = match op {
+            Op::LtEq | Op::Gt => date,
+            Op::Lt | Op::GtEq => {
+                // D + (t > D)::integer; an infinite t gives its infinite date.
+                let later = call(if with_zone { pg_sys::F_TIMESTAMPTZ_GT_DATE } else { pg_sys::F_TIMESTAMP_GT_DATE }, pg_sys::BOOLOID, &[t, date]);
+                let one_if_later = call(pg_sys::F_INT4_BOOL, pg_sys::INT4OID, &[later]);
+                call(pg_sys::F_DATE_PLI, pg_sys::DATEOID, &[date, one_if_later])
+            }
+            Op::Eq | Op::NotEq => return None,
+        };
+        self.params.push(bound);
+        Some(Condition::Compare { column, op, operand: Operand::Param(self.params.len() - 1) })
+    }
+}
+
 /// An expression without columns, volatile functions, aggregates or subplans: one value per
 /// scan, evaluated at its start.
 unsafe fn is_runtime_value(node: *mut pg_sys::Node) -> bool {
@@ -301,6 +363,16 @@ unsafe fn is_runtime_value(node: *mut pg_sys::Node) -> bool {
 /// carries no such constant, but the engine compares them).
 pub(crate) unsafe fn operand_value(datum: pg_sys::Datum, type_oid: pg_sys::Oid) -> Scalar {
     use pgrx::FromDatum;
+    if type_oid == pg_sys::DATEOID {
+        // PostgreSQL's infinite dates (DATEVAL_NOBEGIN, DATEVAL_NOEND) compare as the extremes
+        // of the engine's days since 1970: every date a table stores lies strictly between
+        // them (PostgreSQL's dates end in 5874897, 2,145,042,905 days after 1970).
+        match datum.value() as i32 {
+            i32::MIN => return Scalar::Date(i32::MIN),
+            i32::MAX => return Scalar::Date(i32::MAX),
+            _ => {}
+        }
+    }
     let float = match type_oid {
         pg_sys::FLOAT4OID => f32::from_datum(datum, false).map(f64::from),
         pg_sys::FLOAT8OID => f64::from_datum(datum, false),
