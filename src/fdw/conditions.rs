@@ -284,9 +284,7 @@ impl Translator<'_> {
         // Constants the engine cannot compare (a NaN numeric) fail the query's check.
         Some(Condition::Compare { column, op, operand })
     }
-}
 
-impl Translator<'_> {
     /// `date_column < t` (or `<=`, `>`, `>=`, either side) for a `timestamp` or `timestamptz`
     /// `t` known at execution: a stable expression (`now() - interval '7 days'`), a parameter,
     /// or a `timestamptz` constant (whose date depends on the session's time zone then). Its
