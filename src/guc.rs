@@ -101,8 +101,8 @@ pub static AGGREGATE_PUSHDOWN: GucSetting<bool> = GucSetting::<bool>::new(true);
 pub static CACHE_TABLE_STATE: GucSetting<bool> = GucSetting::<bool>::new(true);
 
 /// `hudi.merge_cache_size`: kilobytes of merge outcomes a process keeps, so that a repeated
-/// read of a file slice with logs assembles its rows without merging it again
-/// (`engine::read::merge_cache`; 0: none).
+/// read of a file slice with logs assembles its rows without merging it again, and of the
+/// log blocks' record keys that point queries look up (`engine::read::merge_cache`; 0: none).
 pub static MERGE_CACHE_SIZE: GucSetting<i32> = GucSetting::<i32>::new((engine::read::merge_cache::DEFAULT_CAPACITY >> 10) as i32);
 
 /// `hudi.merge_cache_size` in bytes.

@@ -43,8 +43,12 @@ def whole_table(conn):
     return same(conn, "SELECT count(*), sum(hashtext(id || name || qty || ts)) FROM {}")
 
 
+def explained(conn, sql):
+    return "\n".join(r[0] for r in conn.execute("EXPLAIN (ANALYZE, VERBOSE, COSTS OFF, TIMING OFF) " + sql))
+
+
 def read_amounts(conn, sql):
-    plan = "\n".join(r[0] for r in conn.execute("EXPLAIN (ANALYZE, VERBOSE, COSTS OFF, TIMING OFF) " + sql))
+    plan = explained(conn, sql)
     slices = re.search(r"Hudi File Slices: (\d+) of (\d+)", plan)
     rows = re.search(r"Hudi Base File Rows: (\d+) of (\d+) read", plan)
     assert slices and rows, plan
@@ -100,6 +104,21 @@ def test_point_queries_read_a_key_and_equal_a_heap_copy(cluster):
         check_point_reads(conn, rng, 60)
         (kept, total), (read, rows) = read_amounts(conn, "SELECT * FROM t WHERE id = 4240")
         assert (kept, total) == (1, 2) and read * 2 <= rows, (read, rows)
+        # Of the slice's log blocks, only those with versions of the key are read: the UPDATE's
+        # for 4240, none for 4241 (the blocks' keys are known after the first read).
+        for key, blocks in ((4240, 1), (4241, 0)):
+            plan = explained(conn, f"SELECT * FROM t WHERE id = {key}")
+            assert re.search(rf"Hudi Log Blocks: {blocks} of [2-9] read", plan), plan
+        # A prepared point query's generic plan costs what a custom plan does (a data page of
+        # one slice): PostgreSQL keeps it instead of planning each execution, and the scan
+        # prunes by the parameter's value at execution.
+        conn.execute("PREPARE point(bigint) AS SELECT * FROM t WHERE id = $1")
+        for key in rng.sample(range(1, ROWS), 7):
+            same(conn, "SELECT * FROM {} WHERE id = %s", (key,))
+            conn.execute(f"EXECUTE point({key})").fetchall()
+        plan = explained(conn, "EXECUTE point(4241)")
+        assert "Hudi Row Filter: id = $1" in plan and "Hudi File Slices: 1 of 2" in plan, plan
+        assert re.search(r"Hudi Log Blocks: 0 of [2-9] read", plan), plan
         whole_table(conn)
 
         # Point writes on a compacted table: each names its row's base position.

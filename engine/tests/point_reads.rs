@@ -70,9 +70,11 @@ fn random_filter(rng: &mut rand::rngs::StdRng) -> (ScanFilter, Vec<i64>) {
     (ScanFilter { predicates: predicates_and_ids.0 }, predicates_and_ids.1)
 }
 
-/// Checks `cases` seeded random key filters against the whole snapshot, and that a single
-/// key's read decodes one data page of the base file (less than a third of its rows).
-async fn check_against_snapshot(storage: &Storage, seed: u64, cases: usize) {
+/// Checks `cases` seeded random key filters against the whole snapshot, that a single key's
+/// read decodes one data page of the base file (less than a third of its rows), and that a
+/// read decodes only the log blocks that have versions of its keys (`blocks_with(ids)` of
+/// them; how many blocks have which keys is kept per process after the first read).
+async fn check_against_snapshot(storage: &Storage, seed: u64, cases: usize, blocks_with: impl Fn(&[i64]) -> usize) {
     let all = summary(read_with_positions(storage, None).await);
     let by_id: BTreeMap<i64, (String, Option<u64>)> = all.into_iter().map(|(id, name, at)| (id, (name, at))).collect();
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
@@ -86,6 +88,7 @@ async fn check_against_snapshot(storage: &Storage, seed: u64, cases: usize) {
         expected.sort();
         expected.dedup();
         assert_eq!(summary(rows), expected, "seed {seed}, case {case}: {filter:?}");
+        assert_eq!(stats.log_blocks_read, blocks_with(&ids), "seed {seed}, case {case}: {filter:?}: {stats:?}");
         if ids.len() == 1 {
             let (read, total) = (stats.base_rows_read, stats.base_rows_total);
             assert!(total <= ROWS as u64 && read * 3 < ROWS as u64, "seed {seed}, case {case}: {filter:?} read {read} of {total} rows");
@@ -115,7 +118,7 @@ async fn point_reads(storage: Storage, seed: u64) {
     compact(&storage, &writer(9), &LockOptions::default(), Duration::from_secs(60)).await.unwrap().unwrap();
 
     // Base files only.
-    check_against_snapshot(&storage, seed, 30).await;
+    check_against_snapshot(&storage, seed, 30, |_| 0).await;
 
     // Updates and deletes that name their base rows, and upserts that do not (existing keys
     // and keys only the logs have): the logs' versions of the keys asked for win as in a full
@@ -132,12 +135,15 @@ async fn point_reads(storage: Storage, seed: u64) {
     let positions: Vec<Option<BaseRow>> = deleted.iter().map(|r| r.at.clone()).collect();
     tx.delete_rows_with_positions(&rows(&data), &positions).await.unwrap();
     tx.commit().await.unwrap();
-    check_against_snapshot(&storage, seed + 1, 30).await;
+    // One data block has the updated keys, one delete block the deleted ones.
+    let updates_and_deletes = |ids: &[i64]| usize::from(ids.iter().any(|id| id % 11 == 0)) + usize::from(ids.iter().any(|id| id % 13 == 0));
+    check_against_snapshot(&storage, seed + 1, 30, updates_and_deletes).await;
 
     let mut tx = Transaction::begin(storage.clone(), config, writer(1), LockOptions::default()).await.unwrap();
     let upserts: Vec<(i64, &str, &str, i64)> =
         (0..ROWS + 50).filter(|i| i % 17 == 0 || *i >= ROWS).map(|i| (i, "upserted", "nl", 40)).collect();
     tx.upsert(&rows(&upserts)).await.unwrap();
     tx.commit().await.unwrap();
-    check_against_snapshot(&storage, seed + 2, 40).await;
+    let upserted = |ids: &[i64]| usize::from(ids.iter().any(|id| id % 17 == 0 || *id >= ROWS));
+    check_against_snapshot(&storage, seed + 2, 40, |ids| updates_and_deletes(ids) + upserted(ids)).await;
 }

@@ -125,9 +125,11 @@ pub(crate) struct PlanInfo {
     /// Bytes of the slices kept.
     #[serde(default)]
     bytes: u64,
-    /// Rows of the slices kept, about: those the scan decodes.
+    /// Rows the scan decodes, about (those of the slices kept, or of their pages where the
+    /// read fixes its record keys): by a serial scan, and by a parallel one, which does not
+    /// prune by runtime operands (its row filter has none).
     #[serde(default)]
-    read_rows: f64,
+    read_rows: (f64, f64),
     /// The attributes' Hudi fields.
     pub(crate) fields: FieldNames,
     /// The table's lookup cache, when a latest-snapshot read may use it.
@@ -325,13 +327,20 @@ pub unsafe extern "C-unwind" fn get_foreign_rel_size(
     let (_, stats) = slices_to_read(&reader, &spec, &options);
     let bytes = stats.bytes_kept;
     estimate_size(root, baserel, &stats);
+    // A read of a few record keys decodes a data page of a slice per key: a generic plan of
+    // `key = $1` (pruned when the parameter is bound) costs what a custom plan does, and
+    // prepared statements keep it instead of planning each execution.
+    let slice_rows = (*baserel).tuples * bytes as f64 / stats.bytes_total.max(1) as f64;
+    let conditions: Vec<&Condition> = pushed.iter().map(|(_, c)| c).collect();
+    let keyed = |conditions: &[&Condition]| reader.keyed_read_rows(&options, conditions, &stats).map_or(slice_rows, |rows| rows.min(slice_rows));
+    let read_rows = (keyed(&conditions), keyed(&[]));
     let latest = matches!(spec, ReadSpec::Snapshot { bound: ReadBound::Latest, read_optimized: false });
     let cache = if latest { lookup::shape(relid, table.uri.as_str(), reader.schema()) } else { None };
     let info = PlanInfo {
         options,
         stats: (stats.partitions_kept, stats.partitions_total, stats.slices_kept, stats.slices_total),
         bytes,
-        read_rows: (*baserel).tuples * bytes as f64 / stats.bytes_total.max(1) as f64,
+        read_rows,
         fields,
         cache,
         lookup: None,
@@ -352,24 +361,25 @@ pub unsafe extern "C-unwind" fn get_foreign_paths(
 ) {
     let rows = (*baserel).rows;
     let info = PlanInfo::from_list((*baserel).fdw_private as *mut pg_sys::List);
-    let (startup, run) = scan_costs(&info, rows);
+    let (startup, run) = scan_costs(&info, rows, false);
     lookup::add_foreign_path(root, baserel, rows, (startup, startup + run), std::ptr::null_mut(), std::ptr::null_mut());
     if !info.options.row_positions {
-        crate::fdw::parallel::add_partial_path(root, baserel, rows, info.stats.2, info.bytes, (startup, run));
+        crate::fdw::parallel::add_partial_path(root, baserel, rows, info.stats.2, info.bytes, scan_costs(&info, rows, true));
     }
     if let (Some(shape), Some(types)) = (&info.cache, lookup::cached_schema(relid)) {
         lookup::add_paths(root, baserel, shape, &info.fields, info.options.columns.as_deref(), &types);
     }
 }
 
-/// The startup cost of a scan returning `rows`, and the cost of its run: per row of the
-/// slices kept, decoding the columns it reads (a heap scan's page and tuple costs are about
-/// 0.02 a row); per row returned, making its datums.
-fn scan_costs(info: &PlanInfo, rows: f64) -> (f64, f64) {
+/// The startup cost of a scan returning `rows` (`parallel`: a parallel one), and the cost of
+/// its run: per row decoded, decoding the columns it reads (a heap scan's page and tuple costs
+/// are about 0.02 a row); per row returned, making its datums.
+fn scan_costs(info: &PlanInfo, rows: f64, parallel: bool) -> (f64, f64) {
     let columns = info.options.columns.as_ref().map_or(info.fields.len(), Vec::len) as f64;
     // SAFETY: planner settings, read on the backend's thread.
     let (tuple, operator) = unsafe { (pg_sys::cpu_tuple_cost, pg_sys::cpu_operator_cost) };
-    (100.0, info.read_rows * (tuple + operator * (1.0 + columns)) + rows * tuple)
+    let read_rows = if parallel { info.read_rows.1 } else { info.read_rows.0 };
+    (100.0, read_rows * (tuple + operator * (1.0 + columns)) + rows * tuple)
 }
 
 fn node_list(nodes: Vec<*mut pg_sys::Node>) -> *mut pg_sys::List {
@@ -844,6 +854,10 @@ pub unsafe extern "C-unwind" fn explain_foreign_scan(node: *mut pg_sys::ForeignS
         if stats.base_rows_read < stats.base_rows_total {
             // Data pages that the page index ruled out.
             explain_text("Hudi Base File Rows", &format!("{} of {} read", stats.base_rows_read, stats.base_rows_total), es);
+        }
+        if stats.log_blocks_read < stats.log_blocks_total {
+            // Blocks without versions of the keys a point query reads.
+            explain_text("Hudi Log Blocks", &format!("{} of {} read", stats.log_blocks_read, stats.log_blocks_total), es);
         }
         if stats.merges_reused > 0 {
             // Slices with logs assembled by a kept merge outcome (hudi.merge_cache_size).

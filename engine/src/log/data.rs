@@ -10,7 +10,7 @@ use arrow::record_batch::RecordBatch;
 use arrow_avro::reader::ReaderBuilder;
 use arrow_avro::schema::{AvroSchema, Fingerprint, FingerprintAlgorithm, SchemaStore};
 use bytes::Bytes;
-use parquet::arrow::arrow_reader::{ArrowPredicateFn, ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder, RowFilter};
+use parquet::arrow::arrow_reader::{ArrowPredicateFn, ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder, RowFilter, RowSelection};
 use parquet::file::reader::ChunkReader;
 use parquet::arrow::ProjectionMask;
 use parquet::file::metadata::PageIndexPolicy;
@@ -108,13 +108,31 @@ pub fn decode_parquet_data(block: &LogBlock, columns: Option<&HashSet<String>>, 
     let options = ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional);
     let builder = ParquetRecordBatchReaderBuilder::try_new_with_options(block.content.clone(), options);
     let builder = builder.map_err(|e| corrupt("invalid Parquet in data block").with_source(e))?;
-    read_parquet_data(builder, columns, keys)
+    read_parquet_data(builder, columns, keys, None)
 }
 
 /// [`decode_parquet_data`] of a block whose footer (`metadata`) is known and of whose content
 /// the column chunks of `columns` were fetched (`chunks`, at their offsets in the content).
 pub fn decode_parquet_columns(metadata: ArrowReaderMetadata, chunks: ChunkBytes, columns: Option<&HashSet<String>>) -> Result<Vec<RecordBatch>> {
-    catching_panics(|| read_parquet_data(ParquetRecordBatchReaderBuilder::new_with_metadata(chunks, metadata), columns, None))
+    catching_panics(|| read_parquet_data(ParquetRecordBatchReaderBuilder::new_with_metadata(chunks, metadata), columns, None, None))
+}
+
+/// [`decode_parquet_columns`] of the records at `records` (ascending row indices) only, and
+/// of those the ones with one of the record `keys`.
+pub fn decode_parquet_records(
+    metadata: ArrowReaderMetadata,
+    chunks: ChunkBytes,
+    columns: Option<&HashSet<String>>,
+    keys: &Arc<RecordKeys>,
+    records: &[u32],
+) -> Result<Vec<RecordBatch>> {
+    let rows = usize::try_from(metadata.metadata().file_metadata().num_rows()).map_err(|_| corrupt("negative row count"))?;
+    if records.last().is_some_and(|&last| last as usize >= rows) {
+        return Err(corrupt(format!("a data block of {rows} records has no record {}", records[records.len() - 1])));
+    }
+    let selection = RowSelection::from_consecutive_ranges(records.iter().map(|&r| r as usize..r as usize + 1), rows);
+    let builder = ParquetRecordBatchReaderBuilder::new_with_metadata(chunks, metadata);
+    catching_panics(|| read_parquet_data(builder, columns, Some(keys), Some(selection)))
 }
 
 /// The byte ranges in a data block's content of the column chunks that
@@ -138,7 +156,11 @@ fn read_parquet_data<T: ChunkReader + 'static>(
     mut builder: ParquetRecordBatchReaderBuilder<T>,
     columns: Option<&HashSet<String>>,
     keys: Option<&Arc<RecordKeys>>,
+    selection: Option<RowSelection>,
 ) -> Result<Vec<RecordBatch>> {
+    if let Some(selection) = selection {
+        builder = builder.with_row_selection(selection);
+    }
     let key_column = builder.schema().index_of(META_FIELDS[RECORD_KEY_COLUMN]).ok();
     if let (Some(keys), Some(key_column)) = (keys, key_column) {
         let keys = keys.clone();

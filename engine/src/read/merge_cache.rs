@@ -12,6 +12,10 @@
 //! a log file by its path and size. A new block, a rolled-back one or a compacted slice is
 //! another key; the entries of slices no longer read age out. Memory is bounded by
 //! [`set_capacity`] (least recently used entries go first).
+//!
+//! Reads of a few record keys (a point query) keep, per log block, the hashes of its record
+//! keys ([`BlockKeys`]): a later read of other keys skips the blocks that do not have them
+//! without fetching or decoding anything, and decodes only the rows that do of the others.
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
@@ -87,6 +91,55 @@ impl KnownBlock {
     }
 }
 
+/// The record keys of a data or delete block, as hashes sorted with the index of the record
+/// each belongs to (a data block's row, a delete block's record): what a read of a few keys
+/// looks up instead of decoding the block's keys. Twelve bytes a record.
+#[derive(Debug, Default)]
+pub(crate) struct BlockKeys {
+    hashes: Vec<u64>,
+    records: Vec<u32>,
+}
+
+/// The hash [`BlockKeys`] keeps of a record key (fixed within the process).
+fn key_hash(key: &str) -> u64 {
+    use std::hash::{BuildHasher, BuildHasherDefault};
+    BuildHasherDefault::<std::hash::DefaultHasher>::default().hash_one(key)
+}
+
+impl BlockKeys {
+    /// The keys of a block's records, in record order (a record without a key matches none).
+    pub(crate) fn of<'k>(keys: impl Iterator<Item = Option<&'k str>>) -> BlockKeys {
+        let mut pairs: Vec<(u64, u32)> =
+            keys.enumerate().filter_map(|(record, key)| Some((key_hash(key?), u32::try_from(record).ok()?))).collect();
+        pairs.sort_unstable();
+        let (hashes, records) = pairs.into_iter().unzip();
+        BlockKeys { hashes, records }
+    }
+
+    /// The indices, ascending and distinct, of the records whose key may be one of `keys`:
+    /// every record that has one, and rarely another whose key hashes alike (a reader checks
+    /// the keys it decodes).
+    pub(crate) fn records_of<'k>(&self, keys: impl Iterator<Item = &'k str>) -> Vec<u32> {
+        let mut found = Vec::new();
+        for key in keys {
+            let hash = key_hash(key);
+            let from = self.hashes.partition_point(|h| *h < hash);
+            let to = from + self.hashes[from..].partition_point(|h| *h == hash);
+            found.extend_from_slice(&self.records[from..to]);
+        }
+        found.sort_unstable();
+        found.dedup();
+        found
+    }
+
+    fn size(&self) -> usize {
+        std::mem::size_of::<Self>() + self.hashes.capacity() * 8 + self.records.capacity() * 4
+    }
+}
+
+/// A block of a log file: the file as kept ([`LogFileKey`]) and the block's offset in it.
+pub(crate) type BlockKey = (LogFileKey, usize);
+
 struct Entry<V> {
     value: Arc<V>,
     bytes: usize,
@@ -144,13 +197,17 @@ impl<K: std::hash::Hash + Eq + Clone, V> Cache<K, V> {
     }
 }
 
-/// The log files' share of the capacity: their blocks' headers and footers are small beside
-/// the outcomes.
+/// The log files' share of the capacity (one part in this many): their blocks' headers and
+/// footers are small beside the outcomes.
 const LOG_FILES_SHARE: usize = 8;
+/// The blocks' record keys' share (one part in this many): twelve bytes a log record.
+const BLOCK_KEYS_SHARE: usize = 4;
 
 static OUTCOMES: LazyLock<Mutex<Cache<MergeKey, MergeOutcome>>> = LazyLock::new(|| Mutex::new(Cache::new(DEFAULT_CAPACITY)));
 static LOG_FILES: LazyLock<Mutex<Cache<LogFileKey, Vec<KnownBlock>>>> =
     LazyLock::new(|| Mutex::new(Cache::new(DEFAULT_CAPACITY / LOG_FILES_SHARE)));
+static BLOCK_KEYS: LazyLock<Mutex<Cache<BlockKey, BlockKeys>>> =
+    LazyLock::new(|| Mutex::new(Cache::new(DEFAULT_CAPACITY / BLOCK_KEYS_SHARE)));
 
 fn lock<T>(cache: &'static Mutex<T>) -> std::sync::MutexGuard<'static, T> {
     // An entry is either in or not: a panic elsewhere cannot leave one half made.
@@ -159,8 +216,9 @@ fn lock<T>(cache: &'static Mutex<T>) -> std::sync::MutexGuard<'static, T> {
 
 /// Bounds the memory this process keeps for merges to `bytes` (0: nothing is kept).
 pub fn set_capacity(bytes: usize) {
-    lock(&OUTCOMES).set_capacity(bytes - bytes / LOG_FILES_SHARE);
+    lock(&OUTCOMES).set_capacity(bytes - bytes / LOG_FILES_SHARE - bytes / BLOCK_KEYS_SHARE);
     lock(&LOG_FILES).set_capacity(bytes / LOG_FILES_SHARE);
+    lock(&BLOCK_KEYS).set_capacity(bytes / BLOCK_KEYS_SHARE);
 }
 
 /// The kept outcome of the merge `key` names.
@@ -192,6 +250,19 @@ pub(crate) fn keep_log_file(key: LogFileKey, blocks: &[LogBlock]) {
     lock(&LOG_FILES).put(key, Arc::new(known), bytes)
 }
 
+/// The kept record keys of a block.
+pub(crate) fn block_keys(key: &BlockKey) -> Option<Arc<BlockKeys>> {
+    lock(&BLOCK_KEYS).get(key)
+}
+
+/// Keeps the record keys of a block; returns them.
+pub(crate) fn keep_block_keys(key: BlockKey, keys: BlockKeys) -> Arc<BlockKeys> {
+    let keys = Arc::new(keys);
+    let bytes = keys.size() + key.0 .0.len() + key.0 .1.len();
+    lock(&BLOCK_KEYS).put(key, keys.clone(), bytes);
+    keys
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -218,6 +289,17 @@ mod tests {
 
     fn key(base: &str) -> MergeKey {
         MergeKey { table: "file:///t".into(), base: Some((base.into(), 1)), blocks: vec![], by_position: false, rule: (MergeMode::EventTimeOrdering, Some(5)) }
+    }
+
+    #[test]
+    fn a_blocks_keys_find_each_record_of_the_keys_asked_for() {
+        let keys = ["b", "a", "c", "a", "d"];
+        let index = BlockKeys::of(keys.iter().map(|k| Some(*k)).chain([None]));
+        assert_eq!(index.records_of(["a"].into_iter()), [1, 3]);
+        assert_eq!(index.records_of(["d", "b", "z"].into_iter()), [0, 4]);
+        assert_eq!(index.records_of(["a", "a", "c"].into_iter()), [1, 2, 3]);
+        assert!(index.records_of(["z", ""].into_iter()).is_empty());
+        assert_eq!(index.hashes.len(), 5, "a record without a key is not kept");
     }
 
     #[test]

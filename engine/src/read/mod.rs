@@ -37,7 +37,7 @@ use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData};
 use parquet::DecodeResult;
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, ErrorKind, Result, ResultExt};
 use crate::log::{read_blocks, BlockType, LogBlock};
 use crate::read::base_ordering::{BaseOrdering, OrderingChunks, StoredBound};
 use crate::read::filter::{RecordKeys, ScanFilter};
@@ -45,7 +45,7 @@ use crate::read::chunk_bytes::ChunkBytes;
 use crate::read::merge::{MergeOutcome, MergeRule};
 use crate::read::merge_cache::MergeKey;
 pub use crate::read::slice::SliceRead;
-use crate::read::slice::{FetchedBase, FetchedColumns, KeptMerge, RangeStart, SliceOutput};
+use crate::read::slice::{FetchedBase, FetchedColumns, FetchedRecords, KeptMerge, RangeStart, SliceOutput};
 use crate::storage::Storage;
 use crate::table::{self, MergeMode, TableConfig};
 use crate::timeline::history::History;
@@ -142,6 +142,10 @@ pub struct ScanStats {
     /// that the page index did not rule out.
     pub base_rows_total: u64,
     pub base_rows_read: u64,
+    /// Visible data and delete blocks of the slices' log files, and of those the blocks
+    /// decoded: a read of a few record keys skips the blocks without versions of them.
+    pub log_blocks_total: usize,
+    pub log_blocks_read: usize,
     /// Slices with logs whose rows were assembled by a kept merge outcome
     /// ([`merge_cache`]), without merging them again.
     pub merges_reused: usize,
@@ -413,6 +417,40 @@ impl TableReader {
         // A count outside 1..=MAX_BUCKETS is damage: no pruning by bucket, then.
         let buckets = props.get("hoodie.bucket.index.num.buckets")?.trim().parse().ok().filter(|n| (1..=crate::table::bucket::MAX_BUCKETS).contains(n))?;
         (is_bucket && simple).then_some(buckets)
+    }
+
+    /// The base-file rows a read decodes where it fixes its record keys, estimated before it
+    /// runs (`stats`: what pruning by `options.filter` kept): one data page of each slice that
+    /// may hold a key, per key. The keys are fixed by the filter's constants, or by an
+    /// equality on every record key field among the top-level `conditions` of the row filter,
+    /// whose parameters are bound at execution (a generic plan's read prunes by them then).
+    /// `None` where the keys are not fixed.
+    pub fn keyed_read_rows(&self, options: &ScanOptions, conditions: &[&crate::read::condition::Condition], stats: &ScanStats) -> Option<f64> {
+        use crate::read::condition::{Condition, Operand};
+        let keys = match options.filter.record_keys(&self.config, &self.schema) {
+            Some(keys) => keys.as_slice().len(),
+            None => {
+                let items = conditions.iter().flat_map(|c| match c {
+                    Condition::And(items) => items.iter().collect(),
+                    one => vec![*one],
+                });
+                let fixed: HashSet<&str> = items
+                    .filter_map(|c| match c {
+                        Condition::Compare { column, op: crate::read::filter::Op::Eq, operand: Operand::Param(_) | Operand::Value(_) } => Some(column.field.as_str()),
+                        _ => None,
+                    })
+                    .collect();
+                let key_fields = &self.config.record_key_fields;
+                let all_fixed = !key_fields.is_empty() && key_fields.iter().all(|f| fixed.contains(f.as_str()));
+                (self.config.populate_meta_fields && all_fixed).then_some(1)?
+            }
+        };
+        // With a bucket index, a key is in one bucket of each partition.
+        let slices = match self.bucket_count() {
+            Some(buckets) => stats.slices_kept.div_ceil(buckets as usize),
+            None => stats.slices_kept,
+        };
+        Some((keys * slices * crate::write::BASE_PAGE_ROWS) as f64)
     }
 
     /// The slices within `bound` that `options.filter` does not rule out, and how many of the
@@ -688,13 +726,19 @@ impl TableReader {
             (true, None) => self.reusable_merge(slice, &bound, options).await?,
             _ => None,
         };
+        let mut keyed_records = None;
         let (blocks, kept_merge) = match reused {
             Some((blocks, outcome, columns)) => (blocks, KeptMerge::Reuse(outcome, Some(columns))),
             None => {
-                let blocks = match (merging, logs) {
-                    (false, _) => Vec::new(),
-                    (true, Some(logs)) => self.visible_blocks(logs, &bound),
-                    (true, None) => self.visible_blocks(self.read_log_blocks(slice).await?, &bound),
+                let blocks = match (merging, logs, &record_keys) {
+                    (false, _, _) => Vec::new(),
+                    (true, Some(logs), _) => self.visible_blocks(logs, &bound),
+                    (true, None, Some(keys)) if !changes => {
+                        let (blocks, records) = self.keyed_blocks(slice, &bound, keys, options, stats).await?;
+                        keyed_records = Some(records);
+                        blocks
+                    }
+                    (true, None, _) => self.visible_blocks(self.read_log_blocks(slice).await?, &bound),
                 };
                 let kept_merge = match keeps_merge {
                     false => KeptMerge::No,
@@ -719,6 +763,10 @@ impl TableReader {
             },
             (_, record_keys) => (blocks, record_keys, nothing),
         };
+        if keyed_records.is_none() {
+            stats.log_blocks_total += blocks.len();
+        }
+        stats.log_blocks_read += blocks.len();
         let reusing = matches!(kept_merge, KeptMerge::Reuse(..));
         if reusing {
             stats.merges_reused += 1;
@@ -775,6 +823,7 @@ impl TableReader {
             merging,
             kept_merge,
             blocks,
+            keyed_records,
             positions_of,
             record_keys,
             row_positions: options.row_positions && !changes,
@@ -824,17 +873,133 @@ impl TableReader {
                     let footer = known().find(|(p, b)| *p == path && b.block.offset == block.offset).and_then(|(_, b)| Some((b.footer.clone()?, b.content_length)));
                     let Some((footer, content_length)) = footer else { return Ok(None) };
                     let ranges = crate::log::data::parquet_column_ranges(&footer, needed.as_ref(), content_length);
-                    let at = block.content_offset as u64;
-                    let mut reader = self.storage.parquet_reader(path, None);
-                    let in_file = ranges.iter().map(|r| r.start + at..r.end + at).collect();
-                    let bytes = reader.get_byte_ranges(in_file).await.map_err(|e| parquet_error(&format!("{}/{path}", self.storage.uri()), e))?;
-                    Some((footer, ChunkBytes(ranges.iter().map(|r| r.start).zip(bytes).collect())))
+                    Some((footer, self.fetch_block_ranges(path, block, ranges).await?))
                 }
                 _ => return Ok(None),
             };
             columns.push(fetched);
         }
         Ok(Some((blocks, outcome, columns)))
+    }
+
+    /// Byte `ranges` of a block's content (as offsets in the content), fetched from its log
+    /// file at `path`.
+    async fn fetch_block_ranges(&self, path: &str, block: &LogBlock, ranges: Vec<Range<u64>>) -> Result<ChunkBytes> {
+        let at = block.content_offset as u64;
+        let mut reader = self.storage.parquet_reader(path, None);
+        let in_file = ranges.iter().map(|r| r.start + at..r.end + at).collect();
+        let bytes = reader.get_byte_ranges(in_file).await.map_err(|e| parquet_error(&format!("{}/{path}", self.storage.uri()), e))?;
+        Ok(ChunkBytes(ranges.iter().map(|r| r.start).zip(bytes).collect()))
+    }
+
+    /// Fetches the content (of `length` bytes) of a block kept without it.
+    async fn fill_block_content(&self, path: &str, block: &mut LogBlock, length: u64) -> Result<()> {
+        if block.content.is_empty() && length > 0 {
+            block.content = self.fetch_block_ranges(path, block, vec![0..length]).await?.0.remove(0).1;
+        }
+        Ok(())
+    }
+
+    /// For a snapshot of a few record `keys`: the slice's visible blocks that may hold versions
+    /// of them, in the order written, and per block where it is a Parquet data block, its
+    /// footer, the column chunks `options` need and the indices of those versions' records.
+    /// Which records of a block have which keys is kept per process
+    /// ([`merge_cache::BlockKeys`]): a block is read for its keys once, and a later read of
+    /// other keys fetches nothing of the blocks without them (nor, of a log file read before,
+    /// the file itself).
+    async fn keyed_blocks(
+        &self,
+        slice: &FileSlice,
+        bound: &ReadBound,
+        keys: &RecordKeys,
+        options: &ScanOptions,
+        stats: &mut ScanStats,
+    ) -> Result<(Vec<(String, String, LogBlock)>, FetchedRecords)> {
+        // What the slice read decodes of the blocks (see fetch_slice_files: merged by key).
+        let needed = self.needed_columns(options, true, true, false);
+        let table = self.storage.uri().to_string();
+        // Every block of the slice's log files, with its file, footer and content length.
+        let mut listed = Vec::new();
+        let mut about = std::collections::HashMap::new();
+        for log in &slice.log_files {
+            let path = slice.log_path(log);
+            let file = (table.clone(), path.clone(), log.size);
+            // Blocks are kept without the Avro schema that an Avro data block is decoded by.
+            let known = merge_cache::log_file(&file).filter(|known| known.iter().all(|k| k.block.block_type != BlockType::AvroData));
+            let blocks: Vec<(LogBlock, Option<ArrowReaderMetadata>, u64)> = match known {
+                Some(known) => known.iter().map(|k| (k.block.clone(), k.footer.clone(), k.content_length)).collect(),
+                None => self.read_log_file(path.clone()).await?.into_iter().map(|(_, b)| { let length = b.content.len() as u64; (b, None, length) }).collect(),
+            };
+            for (block, footer, length) in blocks {
+                about.insert((path.clone(), block.offset), (file.clone(), footer, length));
+                listed.push((path.clone(), block));
+            }
+        }
+        let key_column: HashSet<String> = [schema::META_FIELDS[schema::RECORD_KEY_COLUMN].to_owned()].into();
+        let mut blocks = Vec::new();
+        let mut records = Vec::new();
+        let visible = self.visible_blocks(listed, bound);
+        stats.log_blocks_total += visible.len();
+        for (path, instant, mut block) in visible {
+            let (file, footer, length) = about.remove(&(path.clone(), block.offset)).expect("a listed block");
+            let offset = block.offset;
+            let context = || format!("reading block at {offset} of {path}");
+            let has_content = !block.content.is_empty() || length == 0;
+            let footer = match (block.block_type, footer) {
+                (BlockType::ParquetData, None) if has_content => ArrowReaderMetadata::load(&block.content, Default::default()).ok(),
+                (_, footer) => footer,
+            };
+            let block_key = (file, block.offset);
+            let mut index = merge_cache::block_keys(&block_key);
+            if index.is_none() {
+                let keys_of = match (block.block_type, &footer) {
+                    (BlockType::ParquetData, Some(footer)) => {
+                        let batches = match has_content {
+                            true => crate::log::data::decode_parquet_data(&block, Some(&key_column), None),
+                            false => {
+                                let ranges = crate::log::data::parquet_column_ranges(footer, Some(&key_column), length);
+                                let chunks = self.fetch_block_ranges(&path, &block, ranges).await?;
+                                crate::log::data::decode_parquet_columns(footer.clone(), chunks, Some(&key_column))
+                            }
+                        };
+                        let batches = batches.context(context)?;
+                        let columns: Option<Vec<&arrow::array::StringArray>> = batches.iter().map(|b| b.column(0).as_string_opt::<i32>()).collect();
+                        columns.map(|columns| merge_cache::BlockKeys::of(columns.into_iter().flat_map(|c| c.iter())))
+                    }
+                    (BlockType::Delete, _) => {
+                        self.fill_block_content(&path, &mut block, length).await?;
+                        match crate::log::decode_block(&block, None, None).context(context)? {
+                            Some(crate::log::BlockContent::Deletes(deletes)) => Some(merge_cache::BlockKeys::of(deletes.iter().map(|d| Some(d.record_key.as_str())))),
+                            _ => None,
+                        }
+                    }
+                    // Avro data blocks are decoded whole anyway.
+                    _ => None,
+                };
+                index = keys_of.map(|keys_of| merge_cache::keep_block_keys(block_key, keys_of));
+            }
+            let found = index.map(|index| index.records_of(keys.as_slice().iter().map(String::as_str)));
+            if found.as_ref().is_some_and(Vec::is_empty) {
+                // No version of the keys.
+                continue;
+            }
+            let selected = match (block.block_type, footer, found) {
+                (BlockType::ParquetData, Some(footer), Some(found)) => {
+                    let chunks = match has_content {
+                        true => ChunkBytes(vec![(0, block.content.clone())]),
+                        false => self.fetch_block_ranges(&path, &block, crate::log::data::parquet_column_ranges(&footer, needed.as_ref(), length)).await?,
+                    };
+                    Some((footer, chunks, found))
+                }
+                _ => {
+                    self.fill_block_content(&path, &mut block, length).await?;
+                    None
+                }
+            };
+            blocks.push((path, instant, block));
+            records.push(selected);
+        }
+        Ok((blocks, records))
     }
 
     /// What identifies the merge of `slice`'s base file with its visible `blocks`, read with

@@ -14,7 +14,7 @@ use arrow::record_batch::RecordBatch;
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ParquetRecordBatchReader};
 
 use crate::error::{Error, ErrorKind, Result, ResultExt};
-use crate::log::data::decode_parquet_columns;
+use crate::log::data::{decode_parquet_columns, decode_parquet_records};
 use crate::log::{decode_block, BlockContent, LogBlock};
 use crate::read::base_ordering::BaseOrdering;
 use crate::read::filter::RecordKeys;
@@ -175,6 +175,11 @@ impl FetchedBase {
 /// delete block).
 pub(crate) type FetchedColumns = Vec<Option<(ArrowReaderMetadata, ChunkBytes)>>;
 
+/// Per block of a read of a few record keys ([`crate::read::TableReader`]'s `keyed_blocks`):
+/// of a Parquet data block, its footer, the needed column chunks and the indices of the
+/// records that may have the keys; `None` for a block with its content, decoded whole.
+pub(crate) type FetchedRecords = Vec<Option<(ArrowReaderMetadata, ChunkBytes, Vec<u32>)>>;
+
 /// What a slice's merge does with the kept merge outcomes ([`crate::read::merge_cache`]).
 #[derive(Debug)]
 pub(crate) enum KeptMerge {
@@ -201,6 +206,8 @@ pub struct SliceRead {
     pub(crate) kept_merge: KeptMerge,
     /// Visible data and delete blocks, in the order written: `(file path, instant, block)`.
     pub(crate) blocks: Vec<(String, String, LogBlock)>,
+    /// Of a read of some record keys, per block, the records to decode (see [`FetchedRecords`]).
+    pub(crate) keyed_records: Option<FetchedRecords>,
     /// The base file's instant when every block carries record positions for it: then the
     /// merge matches by position.
     pub(crate) positions_of: Option<String>,
@@ -305,6 +312,7 @@ impl SliceRead {
     fn merge_with_logs(&mut self, base: Option<RecordBatch>, ordering: Option<BaseOrdering>, unassembled: bool) -> Result<Merged> {
         let kept_merge = std::mem::replace(&mut self.kept_merge, KeptMerge::No);
         let blocks = std::mem::take(&mut self.blocks);
+        let mut keyed_records = self.keyed_records.take().map(Vec::into_iter);
         let output = MergeOutput {
             columns: self.output.as_ref().map(|o| (o, &self.nulls)),
             base_positions: self.row_positions,
@@ -327,7 +335,13 @@ impl SliceRead {
                 Some(base_instant) => block.record_positions(base_instant).context(context)?,
                 None => None,
             };
-            match decode_block(&block, self.needed.as_ref(), self.record_keys.as_ref()).context(context)? {
+            let content = match (keyed_records.as_mut().and_then(Iterator::next).flatten(), &self.record_keys) {
+                (Some((footer, chunks, records)), Some(keys)) => {
+                    Some(BlockContent::Data(decode_parquet_records(footer, chunks, self.needed.as_ref(), keys, &records).context(context)?))
+                }
+                _ => decode_block(&block, self.needed.as_ref(), self.record_keys.as_ref()).context(context)?,
+            };
+            match content {
                 Some(BlockContent::Data(batches)) => {
                     let records: usize = batches.iter().map(RecordBatch::num_rows).sum();
                     if positions.as_ref().is_some_and(|p| p.len() != records) {

@@ -73,7 +73,7 @@ pub(crate) fn parquet_bytes(batch: &RecordBatch, purpose: ParquetFile) -> Result
 /// Rows of a base file's data pages at most. A point query reads one page of each column,
 /// decompressing it whole (Parquet's default, 20,000 rows, made a point query decompress and
 /// skip 20,480 rows of every column); pages this small cost scans nothing measurable.
-const BASE_PAGE_ROWS: usize = 4096;
+pub const BASE_PAGE_ROWS: usize = 4096;
 
 /// Per-column choices for base files, whose record keys and ordering values every merge of
 /// the slice decodes again:
