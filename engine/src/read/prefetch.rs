@@ -290,7 +290,11 @@ impl SliceScan {
             let Some(&ScanUnit { slice, part }) = index.and_then(|i| self.units.get(i)) else { break };
             self.next_unit = index.map_or(self.next_unit, |i| i + 1);
             let read = self.reader.fetch_slice_part(&self.slices[slice], part, &self.query, &self.options, &mut self.stats).await?;
-            self.pending.push_back((slice, Pending::start(read, self.depth > 0, self.transform.clone())));
+            // The last unit with none before it pending has nothing to overlap: the caller
+            // waits for it anyway, so it runs on the caller's thread (a point query's one
+            // slice, without two hand-offs to a helper thread).
+            let last = self.claim.is_none() && self.next_unit >= self.units.len() && self.pending.is_empty();
+            self.pending.push_back((slice, Pending::start(read, self.depth > 0 && !last, self.transform.clone())));
         }
         Ok(())
     }
