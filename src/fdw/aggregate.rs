@@ -43,7 +43,6 @@ impl Translator<'_> {
         let plain = a.aggkind == b'n' as std::ffi::c_char
             && a.agglevelsup == 0
             && a.aggorder.is_null()
-            && a.aggdistinct.is_null()
             && a.aggfilter.is_null()
             && !a.aggvariadic
             && a.aggsplit == pg_sys::AggSplit::AGGSPLIT_SIMPLE;
@@ -51,6 +50,15 @@ impl Translator<'_> {
             return None;
         }
         let name = CStr::from_ptr(pg_sys::get_func_name(a.aggfnoid)).to_str().ok()?;
+        // count(DISTINCT column) only: its values compared by the type's equality (the
+        // engine's, for text only where the collation's equality is the bytes').
+        let distinct = !a.aggdistinct.is_null();
+        if distinct {
+            let [argument] = list_items::<pg_sys::TargetEntry>(a.args)[..] else { return None };
+            let column = self.column((*argument).expr as *mut pg_sys::Node)?;
+            let comparable = column.reading != Reading::Text || bytewise(a.inputcollid);
+            return (name == "count" && comparable && a.aggtype == pg_sys::INT8OID).then_some(Aggregate::CountDistinct(Input::Column(column)));
+        }
         if a.aggstar {
             return (name == "count").then_some(Aggregate::CountRows);
         }
@@ -81,7 +89,7 @@ impl Translator<'_> {
         };
         // The result types this module converts to (see `Output`).
         let expected = match &aggregate {
-            Aggregate::CountRows | Aggregate::Count(_) => result == pg_sys::INT8OID,
+            Aggregate::CountRows | Aggregate::Count(_) | Aggregate::CountDistinct(_) => result == pg_sys::INT8OID,
             Aggregate::Sum(_) if matches!(reading, R::Int | R::Decimal) => matches!(result, pg_sys::INT8OID | pg_sys::NUMERICOID),
             Aggregate::Sum(_) => result == if reading == R::Float4 { pg_sys::FLOAT4OID } else { pg_sys::FLOAT8OID },
             Aggregate::Avg(_) if aggregate.is_exact_average() => result == pg_sys::NUMERICOID,

@@ -507,6 +507,118 @@ impl<T: ArrowPrimitiveType> Accumulator for Extreme<T> {
     }
 }
 
+/// `count(DISTINCT input)`: each group's distinct values, as read (floats canonical, so that
+/// `-0` and `0`, and every NaN, are one value as PostgreSQL's equality makes them; text by
+/// bytes, which the host pushes only where that is its collation's equality). The partial
+/// state is each group's values, as a list: the caller's union of the slices' sets.
+#[derive(Default)]
+pub(crate) struct CountDistinct {
+    sets: Vec<std::collections::HashSet<DistinctValue>>,
+}
+
+/// A value of [`CountDistinct`]: any fixed-width value as the 128-bit integer of its bits (a
+/// column's values are of one type, and decimals of one scale), or text.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum DistinctValue {
+    Number(i128),
+    Text(Box<str>),
+}
+
+impl CountDistinct {
+    fn insert_all(&mut self, values: &ArrayRef, group_of: impl Fn(usize) -> usize) -> Result<()> {
+        let mut insert = |row: usize, value: DistinctValue| {
+            self.sets[group_of(row)].insert(value);
+        };
+        macro_rules! numbers {
+            ($type:ty, $widen:expr) => {{
+                let widen = $widen;
+                for (row, value) in values.as_primitive::<$type>().iter().enumerate() {
+                    if let Some(value) = value {
+                        insert(row, DistinctValue::Number(widen(value)));
+                    }
+                }
+            }};
+        }
+        match values.data_type() {
+            DataType::Int64 => numbers!(types::Int64Type, i128::from),
+            DataType::Date32 => numbers!(types::Date32Type, i128::from),
+            DataType::Timestamp(..) => numbers!(types::TimestampMicrosecondType, i128::from),
+            DataType::Decimal128(..) => numbers!(types::Decimal128Type, |v: i128| v),
+            DataType::Float32 => numbers!(types::Float32Type, |v: f32| i128::from(v.to_bits())),
+            DataType::Float64 => numbers!(types::Float64Type, |v: f64| i128::from(v.to_bits())),
+            DataType::Boolean => {
+                for (row, value) in values.as_boolean().iter().enumerate() {
+                    if let Some(value) = value {
+                        insert(row, DistinctValue::Number(i128::from(value)));
+                    }
+                }
+            }
+            DataType::Utf8 => {
+                for (row, value) in values.as_string::<i32>().iter().enumerate() {
+                    if let Some(value) = value {
+                        insert(row, DistinctValue::Text(value.into()));
+                    }
+                }
+            }
+            _ => return Err(wrong_input(values.as_ref())),
+        }
+        Ok(())
+    }
+}
+
+impl Accumulator for CountDistinct {
+    fn grow(&mut self, count: usize) {
+        grow(&mut self.sets, count, Default::default());
+    }
+
+    fn update(&mut self, input: Option<&ArrayRef>, _rows: usize, groups: RowGroups) -> Result<()> {
+        grow(&mut self.sets, groups.count, Default::default());
+        let input = input.ok_or_else(|| Error::new(ErrorKind::Internal, "count(DISTINCT) without an input"))?;
+        self.insert_all(input, |row| groups.of(row))
+    }
+
+    fn merge(&mut self, states: &[ArrayRef], groups: RowGroups) -> Result<()> {
+        grow(&mut self.sets, groups.count, Default::default());
+        let lists = states[0].as_list_opt::<i32>().ok_or_else(|| wrong_input(&states[0]))?;
+        let offsets = lists.value_offsets();
+        // The row of each listed value: the group of its list.
+        let mut list_of = Vec::with_capacity(lists.values().len());
+        for row in 0..lists.len() {
+            list_of.extend(std::iter::repeat_n(groups.of(row), (offsets[row + 1] - offsets[row]) as usize));
+        }
+        let values = lists.values().slice(offsets[0] as usize, list_of.len());
+        self.insert_all(&values, |at| list_of[at])
+    }
+
+    fn state(&self) -> Result<Vec<ArrayRef>> {
+        use arrow::array::{Decimal128Builder, ListBuilder, StringBuilder};
+        let texts = self.sets.iter().flatten().any(|v| matches!(v, DistinctValue::Text(_)));
+        let list: ArrayRef = match texts {
+            true => {
+                let mut list = ListBuilder::new(StringBuilder::new());
+                for set in &self.sets {
+                    set.iter().for_each(|v| list.values().append_option(if let DistinctValue::Text(t) = v { Some(&**t) } else { None }));
+                    list.append(true);
+                }
+                Arc::new(list.finish())
+            }
+            false => {
+                let mut list = ListBuilder::new(Decimal128Builder::new());
+                for set in &self.sets {
+                    set.iter().for_each(|v| list.values().append_option(if let DistinctValue::Number(n) = v { Some(*n) } else { None }));
+                    list.append(true);
+                }
+                Arc::new(list.finish())
+            }
+        };
+        Ok(vec![list])
+    }
+
+    fn finish(&self) -> Result<Vec<ArrayRef>> {
+        Ok(vec![Arc::new(Int64Array::from_iter_values(self.sets.iter().map(|set| set.len() as i64)))])
+    }
+}
+
 /// `min` or `max` of text, by bytes (the host pushes it only where that is its collation).
 pub(crate) struct TextExtreme {
     best: Vec<Option<String>>,
@@ -600,6 +712,35 @@ mod tests {
 
     fn all(count: usize) -> RowGroups<'static> {
         RowGroups { ids: None, count }
+    }
+
+    #[test]
+    fn distinct_counts_combine_their_partial_sets() {
+        // Two slices' partials of three groups, then combined: 1.0 and 2.5 in group 0 (NaN and
+        // every -0 as read are one value each), nothing in group 1, NaN in group 2.
+        let nan = f64::NAN;
+        let slice = |values: Vec<Option<f64>>, ids: &[u32]| {
+            let mut distinct = CountDistinct::default();
+            let values: ArrayRef = Arc::new(Float64Array::from(values));
+            distinct.update(Some(&values), ids.len(), RowGroups { ids: Some(ids), count: 3 }).unwrap();
+            distinct
+        };
+        let one = slice(vec![Some(1.0), Some(2.5), Some(1.0), None, Some(nan)], &[0, 0, 0, 1, 2]);
+        let two = slice(vec![Some(2.5), Some(nan), None], &[0, 2, 1]);
+        assert_eq!(one.finish().unwrap()[0].as_primitive::<types::Int64Type>().values(), &[2, 0, 1]);
+        let mut combined = CountDistinct::default();
+        for partial in [one, two] {
+            combined.merge(&partial.state().unwrap(), RowGroups { ids: Some(&[0, 1, 2]), count: 3 }).unwrap();
+        }
+        assert_eq!(combined.finish().unwrap()[0].as_primitive::<types::Int64Type>().values(), &[2, 0, 1]);
+
+        let mut texts = CountDistinct::default();
+        let values: ArrayRef = Arc::new(StringArray::from(vec![Some("a"), Some("b"), Some("a"), None]));
+        texts.update(Some(&values), 4, all(1)).unwrap();
+        let mut combined = CountDistinct::default();
+        combined.merge(&texts.state().unwrap(), all(1)).unwrap();
+        combined.merge(&texts.state().unwrap(), all(1)).unwrap();
+        assert_eq!(combined.finish().unwrap()[0].as_primitive::<types::Int64Type>().values(), &[2]);
     }
 
     #[test]

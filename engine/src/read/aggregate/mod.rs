@@ -113,6 +113,8 @@ pub enum Aggregate {
     /// `count(*)`.
     CountRows,
     Count(Input),
+    /// `count(DISTINCT input)`.
+    CountDistinct(Input),
     Sum(Input),
     Avg(Input),
     Min(Input),
@@ -125,7 +127,7 @@ impl Aggregate {
     fn input(&self) -> Option<&Input> {
         match self {
             Aggregate::CountRows => None,
-            Aggregate::Count(c) | Aggregate::Sum(c) | Aggregate::Avg(c) | Aggregate::Min(c) | Aggregate::Max(c) => Some(c),
+            Aggregate::Count(c) | Aggregate::CountDistinct(c) | Aggregate::Sum(c) | Aggregate::Avg(c) | Aggregate::Min(c) | Aggregate::Max(c) => Some(c),
             Aggregate::BoolAnd(c) | Aggregate::BoolOr(c) => Some(c),
         }
     }
@@ -143,7 +145,7 @@ impl Aggregate {
         use Reading as R;
         let reading = input.reading();
         let fits = match self {
-            Aggregate::CountRows | Aggregate::Count(_) => true,
+            Aggregate::CountRows | Aggregate::Count(_) | Aggregate::CountDistinct(_) => true,
             Aggregate::Sum(_) | Aggregate::Avg(_) => matches!(reading, R::Int | R::Float4 | R::Float8 | R::Decimal),
             Aggregate::Min(_) | Aggregate::Max(_) => reading != R::Bool,
             Aggregate::BoolAnd(_) | Aggregate::BoolOr(_) => reading == R::Bool,
@@ -165,6 +167,7 @@ impl Aggregate {
         let reading = self.input().map(Input::reading);
         Ok(match self {
             Aggregate::CountRows | Aggregate::Count(_) => Box::new(Count::default()),
+            Aggregate::CountDistinct(_) => Box::new(CountDistinct::default()),
             Aggregate::Sum(_) if matches!(reading, Some(Reading::Float4 | Reading::Float8)) => {
                 Box::new(FloatSum::new(reading.unwrap_or(Reading::Float8)))
             }
@@ -195,6 +198,7 @@ impl std::fmt::Display for Aggregate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let name = match self {
             Aggregate::CountRows => return f.write_str("count(*)"),
+            Aggregate::CountDistinct(input) => return write!(f, "count(DISTINCT {input})"),
             Aggregate::Count(_) => "count",
             Aggregate::Sum(_) => "sum",
             Aggregate::Avg(_) => "avg",

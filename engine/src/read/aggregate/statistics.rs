@@ -25,7 +25,7 @@ pub(super) fn answers(aggregate: &Aggregate) -> bool {
         Aggregate::Min(c) | Aggregate::Max(c) => {
             c.as_column().is_some_and(|c| matches!(c.reading, Reading::Int | Reading::Decimal | Reading::Date | Reading::Timestamp))
         }
-        Aggregate::Sum(_) | Aggregate::Avg(_) => false,
+        Aggregate::CountDistinct(_) | Aggregate::Sum(_) | Aggregate::Avg(_) => false,
     }
 }
 
