@@ -83,12 +83,16 @@ impl Translator<'_> {
     /// A numeric expression the engine computes exactly ([`Expression`]): `+`, `-` and `*` of
     /// `numeric` columns and constants (`numeric_add`, `numeric_sub`, `numeric_mul`); `+`,
     /// `-`, `*` and `/` of integer columns and constants (the built-in operators of `smallint`,
-    /// `integer` and `bigint`); widening casts of integers; and searched `CASE` of those whose
-    /// conditions the engine evaluates without parameters.
+    /// `integer` and `bigint`); widening casts of integers; searched `CASE` of those whose
+    /// conditions the engine evaluates without parameters; and `+`, `-`, `*` and `/` of
+    /// `double precision` columns, constants and integers or reals cast to it (`float8pl`,
+    /// `float8mi`, `float8mul`, `float8div`, with their range errors).
     pub(crate) unsafe fn expression(&mut self, node: *mut pg_sys::Node) -> Option<Expression> {
         let node = strip(node);
         match (*node).type_ {
-            pg_sys::NodeTag::T_Var => self.column(node).filter(|c| matches!(c.reading, Reading::Decimal | Reading::Int)).map(Expression::Column),
+            pg_sys::NodeTag::T_Var => {
+                self.column(node).filter(|c| matches!(c.reading, Reading::Decimal | Reading::Int | Reading::Float8 | Reading::Float4)).map(Expression::Column)
+            }
             pg_sys::NodeTag::T_Const => {
                 let constant = node as *mut pg_sys::Const;
                 if (*constant).constisnull {
@@ -104,6 +108,7 @@ impl Translator<'_> {
                     pg_sys::INT2OID => i128::from(value.value() as i16),
                     pg_sys::INT4OID => i128::from(value.value() as i32),
                     pg_sys::INT8OID => i128::from(value.value() as i64),
+                    pg_sys::FLOAT8OID => return Some(Expression::Double(f64::from_bits(value.value() as u64))),
                     _ => return None,
                 };
                 Some(Expression::Constant { unscaled, scale: 0 })
@@ -122,6 +127,11 @@ impl Translator<'_> {
                     pg_sys::F_NUMERIC_ADD => (ArithmeticOp::Add, NumberType::Numeric),
                     pg_sys::F_NUMERIC_SUB => (ArithmeticOp::Subtract, NumberType::Numeric),
                     pg_sys::F_NUMERIC_MUL => (ArithmeticOp::Multiply, NumberType::Numeric),
+                    // Of two doubles, or a real and a double (the real made a double first).
+                    pg_sys::F_FLOAT8PL | pg_sys::F_FLOAT48PL | pg_sys::F_FLOAT84PL => (ArithmeticOp::Add, NumberType::Double),
+                    pg_sys::F_FLOAT8MI | pg_sys::F_FLOAT48MI | pg_sys::F_FLOAT84MI => (ArithmeticOp::Subtract, NumberType::Double),
+                    pg_sys::F_FLOAT8MUL | pg_sys::F_FLOAT48MUL | pg_sys::F_FLOAT84MUL => (ArithmeticOp::Multiply, NumberType::Double),
+                    pg_sys::F_FLOAT8DIV | pg_sys::F_FLOAT48DIV | pg_sys::F_FLOAT84DIV => (ArithmeticOp::Divide, NumberType::Double),
                     _ => {
                         // The built-in integer operators, which check their result's range.
                         let integers = [left, right].iter().all(|&arg| arg.is_null() || integer_type(pg_sys::exprType(arg)).is_some());
@@ -157,10 +167,13 @@ impl Translator<'_> {
                     pg_sys::F_NUMERIC_INT2 | pg_sys::F_NUMERIC_INT4 | pg_sys::F_NUMERIC_INT8 | pg_sys::F_INT4_INT2 | pg_sys::F_INT8_INT2 | pg_sys::F_INT8_INT4
                 );
                 let [argument] = list_items::<pg_sys::Node>((*func).args)[..] else { return None };
-                if !widening {
-                    return None;
+                // Integers and reals to double precision (the nearest double).
+                let to_double = matches!((*func).funcid.to_u32(), pg_sys::F_FLOAT8_INT2 | pg_sys::F_FLOAT8_INT4 | pg_sys::F_FLOAT8_INT8 | pg_sys::F_FLOAT8_FLOAT4);
+                match (widening, to_double) {
+                    (true, _) => self.expression(argument),
+                    (_, true) => Some(Expression::ToDouble(Box::new(self.expression(argument)?))),
+                    _ => None,
                 }
-                self.expression(argument)
             }
             pg_sys::NodeTag::T_CaseExpr => {
                 let case = node as *mut pg_sys::CaseExpr;

@@ -13,11 +13,11 @@
 
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Decimal128Array, PrimitiveArray};
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Decimal128Array, Float64Array, PrimitiveArray};
 use arrow::compute::kernels::arity::try_binary;
 use arrow::compute::kernels::boolean::{and_not, or};
 use arrow::compute::{cast, filter_record_batch, prep_null_mask_filter};
-use arrow::datatypes::{DataType, Decimal128Type, Int64Type, Schema};
+use arrow::datatypes::{DataType, Decimal128Type, Float64Type, Int64Type, Schema};
 use arrow::error::ArrowError;
 use arrow::record_batch::RecordBatch;
 use serde::{Deserialize, Serialize};
@@ -46,6 +46,9 @@ pub enum NumberType {
     Integer,
     Bigint,
     Numeric,
+    /// `double precision`, with `float8pl`'s, `float8mi`'s, `float8mul`'s and `float8div`'s
+    /// errors (overflow and underflow, division by zero).
+    Double,
 }
 
 impl NumberType {
@@ -55,7 +58,7 @@ impl NumberType {
             NumberType::Smallint => Some((i16::MIN.into(), i16::MAX.into(), "smallint out of range")),
             NumberType::Integer => Some((i32::MIN.into(), i32::MAX.into(), "integer out of range")),
             NumberType::Bigint => Some((i64::MIN.into(), i64::MAX.into(), "bigint out of range")),
-            NumberType::Numeric => None,
+            NumberType::Numeric | NumberType::Double => None,
         }
     }
 
@@ -65,18 +68,25 @@ impl NumberType {
             NumberType::Smallint => Some(5),
             NumberType::Integer => Some(10),
             NumberType::Bigint => Some(19),
-            NumberType::Numeric => None,
+            NumberType::Numeric | NumberType::Double => None,
         }
     }
 }
 
-/// A numeric expression.
+/// A numeric expression: of `numeric` and integer values (decimals, exactly), or of `double
+/// precision` values ([`Self::is_double`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Expression {
-    /// A column read as `numeric` over a decimal or integer field, or an integer column.
+    /// A column read as `numeric` over a decimal or integer field, an integer column, or a
+    /// float column.
     Column(Column),
     /// A constant: its unscaled value and scale (PostgreSQL's display scale; 0 for integers).
     Constant { unscaled: i128, scale: i8 },
+    /// A `double precision` constant.
+    Double(f64),
+    /// An integer or `real` expression as `double precision` (`float8(integer)` and the like:
+    /// the nearest double, as C converts).
+    ToDouble(Box<Expression>),
     /// `left op right`, whose value must fit `result`.
     Arithmetic { op: ArithmeticOp, left: Box<Expression>, right: Box<Expression>, result: NumberType },
     /// `CASE WHEN condition THEN value ... [ELSE otherwise] END`: NULL where no branch applies
@@ -111,10 +121,49 @@ fn unsupported(why: String) -> Error {
 }
 
 impl Expression {
+    /// Whether the expression's values are `double precision` (else decimals).
+    pub fn is_double(&self) -> bool {
+        match self {
+            Expression::Column(column) => matches!(column.reading, Reading::Float8 | Reading::Float4),
+            Expression::Double(_) | Expression::ToDouble(_) => true,
+            Expression::Arithmetic { result, .. } => *result == NumberType::Double,
+            Expression::Constant { .. } | Expression::Case { .. } => false,
+        }
+    }
+
+    /// Checks a `double precision` expression against the table's `schema`: its columns, and
+    /// that every operation is of doubles (its operands made doubles by [`Self::ToDouble`]).
+    fn check_double(&self, schema: &Schema) -> Result<()> {
+        match self {
+            Expression::Column(column) if self.is_double() => column.check(schema),
+            Expression::Double(_) => Ok(()),
+            Expression::ToDouble(inner) if inner.is_double() => inner.check_double(schema),
+            Expression::ToDouble(inner) => match inner.decimal_type(schema)? {
+                (_, 0) => Ok(()),
+                _ => Err(unsupported(format!("{self} converts a fraction to double precision"))),
+            },
+            Expression::Arithmetic { left, right, result: NumberType::Double, .. } if left.is_double() && right.is_double() => {
+                left.check_double(schema)?;
+                right.check_double(schema)
+            }
+            _ => Err(unsupported(format!("{self} mixes double precision with other values"))),
+        }
+    }
+
+    /// Checks the expression against the table's `schema`: it can be computed here exactly as
+    /// the host computes it.
+    pub fn check(&self, schema: &Schema) -> Result<()> {
+        match self.is_double() {
+            true => self.check_double(schema),
+            false => self.decimal_type(schema).map(|_| ()),
+        }
+    }
+
     /// The precision and scale of the expression's values over the table's `schema`; an
     /// error when it cannot be computed exactly here.
     pub fn decimal_type(&self, schema: &Schema) -> Result<(u8, i8)> {
         let (precision, scale) = match self {
+            _ if self.is_double() => return Err(unsupported(format!("{self} is of double precision"))),
             Expression::Column(column) => {
                 column.check(schema)?;
                 let data_type = schema.field_with_name(&column.field).map(|f| f.data_type()).ok();
@@ -126,6 +175,7 @@ impl Expression {
             }
             Expression::Constant { unscaled, scale } if *scale >= 0 => (digits(*unscaled).max(*scale as u8), *scale),
             Expression::Constant { .. } => return Err(unsupported("a constant of negative scale".into())),
+            Expression::Double(_) | Expression::ToDouble(_) => return Err(unsupported(format!("{self} is of double precision"))),
             Expression::Arithmetic { op, left, right, result } => {
                 let ((p1, s1), (p2, s2)) = (left.decimal_type(schema)?, right.decimal_type(schema)?);
                 if let Some(digits) = result.digits() {
@@ -178,7 +228,8 @@ impl Expression {
     pub fn columns(&self) -> Vec<&Column> {
         match self {
             Expression::Column(column) => vec![column],
-            Expression::Constant { .. } => vec![],
+            Expression::Constant { .. } | Expression::Double(_) => vec![],
+            Expression::ToDouble(inner) => inner.columns(),
             Expression::Arithmetic { left, right, .. } => left.columns().into_iter().chain(right.columns()).collect(),
             Expression::Case { branches, otherwise } => branches
                 .iter()
@@ -188,13 +239,38 @@ impl Expression {
         }
     }
 
-    /// The expression's value for each row of `rows` (NULL where an operand is), a decimal of
-    /// [`Self::decimal_type`].
+    /// The expression's value for each row of `rows` (NULL where an operand is): a decimal of
+    /// [`Self::decimal_type`], or a double.
     pub fn evaluate(&self, rows: &RecordBatch) -> Result<ArrayRef> {
         let schema = rows.schema();
+        if self.is_double() {
+            return Ok(Arc::new(self.doubles(rows, &schema)?));
+        }
         let (precision, scale) = self.decimal_type(&schema)?;
         let values = self.values(rows, &schema)?;
         Ok(Arc::new(values.with_precision_and_scale(precision, scale).map_err(|e| Error::new(ErrorKind::Internal, "a decimal result").with_source(e))?))
+    }
+
+    /// The values of a `double precision` expression, computed as PostgreSQL's `float8`
+    /// operators compute them.
+    fn doubles(&self, rows: &RecordBatch, schema: &Schema) -> Result<Float64Array> {
+        let kernel = |e: ArrowError| Error::new(ErrorKind::Internal, format!("cannot evaluate {self}")).with_source(e);
+        Ok(match self {
+            Expression::Column(column) => cast(column.raw(rows)?, &DataType::Float64).map_err(kernel)?.as_primitive::<Float64Type>().clone(),
+            Expression::Double(value) => Float64Array::from(vec![*value; rows.num_rows()]),
+            Expression::ToDouble(inner) if inner.is_double() => inner.doubles(rows, schema)?,
+            Expression::ToDouble(inner) => inner.values(rows, schema)?.unary(|v: i128| v as f64),
+            Expression::Arithmetic { op, left, right, result: NumberType::Double } => {
+                let (a, b) = (left.doubles(rows, schema)?, right.doubles(rows, schema)?);
+                let values = try_binary(&a, &b, |x: f64, y: f64| double_operation(*op, x, y));
+                values.map_err(|e| match e {
+                    ArrowError::DivideByZero => Error::new(ErrorKind::DivisionByZero, "division by zero"),
+                    ArrowError::ComputeError(message) => Error::new(ErrorKind::OutOfRange, message),
+                    other => kernel(other),
+                })?
+            }
+            _ => return Err(unsupported(format!("{self} is not of double precision"))),
+        })
     }
 
     /// The unscaled values, at the expression's scale.
@@ -209,6 +285,7 @@ impl Expression {
                 }
             }
             Expression::Constant { unscaled, .. } => Decimal128Array::from(vec![*unscaled; rows.num_rows()]),
+            Expression::Double(_) | Expression::ToDouble(_) => return Err(unsupported(format!("{self} is of double precision"))),
             Expression::Arithmetic { op, left, right, result } => {
                 let ((_, s1), (_, s2)) = (left.decimal_type(schema)?, right.decimal_type(schema)?);
                 let (a, b) = (left.values(rows, schema)?, right.values(rows, schema)?);
@@ -288,10 +365,40 @@ impl Expression {
     }
 }
 
+/// `x op y` as PostgreSQL's `float8pl`, `float8mi`, `float8mul` and `float8div` compute it:
+/// an infinite result of finite operands is an overflow, a zero one of non-zero operands an
+/// underflow (for a division: of a finite divisor), and dividing by zero (but NaN) an error.
+fn double_operation(op: ArithmeticOp, x: f64, y: f64) -> std::result::Result<f64, ArrowError> {
+    let out_of_range = |what: &str| ArrowError::ComputeError(format!("value out of range: {what}"));
+    let result = match op {
+        ArithmeticOp::Add => x + y,
+        ArithmeticOp::Subtract => x - y,
+        ArithmeticOp::Multiply => x * y,
+        ArithmeticOp::Divide if y == 0.0 && !x.is_nan() => return Err(ArrowError::DivideByZero),
+        ArithmeticOp::Divide => x / y,
+    };
+    let overflow = match op {
+        ArithmeticOp::Divide => result.is_infinite() && !x.is_infinite(),
+        _ => result.is_infinite() && !x.is_infinite() && !y.is_infinite(),
+    };
+    let underflow = match op {
+        ArithmeticOp::Multiply => result == 0.0 && x != 0.0 && y != 0.0,
+        ArithmeticOp::Divide => result == 0.0 && x != 0.0 && !y.is_infinite(),
+        ArithmeticOp::Add | ArithmeticOp::Subtract => false,
+    };
+    match (overflow, underflow) {
+        (true, _) => Err(out_of_range("overflow")),
+        (_, true) => Err(out_of_range("underflow")),
+        _ => Ok(result),
+    }
+}
+
 impl std::fmt::Display for Expression {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Expression::Column(column) => write!(f, "{column}"),
+            Expression::Double(value) => write!(f, "{value:?}::float8"),
+            Expression::ToDouble(inner) => write!(f, "{inner}::float8"),
             Expression::Constant { unscaled, scale } => {
                 let digits = format!("{:0>width$}", unscaled.unsigned_abs(), width = *scale as usize + 1);
                 let (integer, fraction) = digits.split_at(digits.len() - *scale as usize);
@@ -364,6 +471,59 @@ mod tests {
         assert_eq!(Expression::Constant { unscaled: -5, scale: 2 }.to_string(), "-0.05");
         assert!(op(ArithmeticOp::Multiply, column("wide"), column("price")).decimal_type(&schema).is_err());
         assert!(op(ArithmeticOp::Add, column("wide"), column("wide")).decimal_type(&schema).is_ok());
+    }
+
+    /// double precision operations as PostgreSQL's float8 operators: IEEE results, NaN and
+    /// infinities passing through, overflow and underflow of finite operands refused (22003),
+    /// division by zero refused but for NaN (22012); integers and reals made doubles.
+    #[test]
+    fn double_arithmetic_raises_what_postgres_raises() {
+        use ArithmeticOp::*;
+        assert_eq!(double_operation(Add, 0.1, 0.2).unwrap(), 0.1 + 0.2);
+        assert!(double_operation(Add, f64::NAN, 1.0).unwrap().is_nan());
+        assert_eq!(double_operation(Add, f64::INFINITY, 1.0).unwrap(), f64::INFINITY);
+        assert!(matches!(double_operation(Add, f64::MAX, f64::MAX), Err(ArrowError::ComputeError(m)) if m.ends_with("overflow")));
+        assert!(matches!(double_operation(Subtract, -f64::MAX, f64::MAX), Err(ArrowError::ComputeError(m)) if m.ends_with("overflow")));
+        assert!(matches!(double_operation(Multiply, 1e-300, 1e-300), Err(ArrowError::ComputeError(m)) if m.ends_with("underflow")));
+        assert_eq!(double_operation(Multiply, 0.0, 1e-300).unwrap(), 0.0);
+        assert!(matches!(double_operation(Divide, 1.0, 0.0), Err(ArrowError::DivideByZero)));
+        assert!(matches!(double_operation(Divide, 0.0, -0.0), Err(ArrowError::DivideByZero)));
+        assert!(double_operation(Divide, f64::NAN, 0.0).unwrap().is_nan());
+        assert_eq!(double_operation(Divide, 1.0, f64::INFINITY).unwrap(), 0.0);
+        assert!(matches!(double_operation(Divide, 1e-300, 1e300), Err(ArrowError::ComputeError(m)) if m.ends_with("underflow")));
+        assert!(matches!(double_operation(Divide, 1e300, 1e-300), Err(ArrowError::ComputeError(m)) if m.ends_with("overflow")));
+
+        let schema = Schema::new(vec![Field::new("f", DataType::Float64, true), Field::new("r", DataType::Float32, true), Field::new("q", DataType::Int64, true)]);
+        let rows = RecordBatch::try_new(
+            Arc::new(schema.clone()),
+            vec![
+                Arc::new(Float64Array::from(vec![Some(1.5), None, Some(-2.0)])),
+                Arc::new(arrow::array::Float32Array::from(vec![Some(0.1f32), Some(2.0), None])),
+                Arc::new(arrow::array::Int64Array::from(vec![Some(i64::MAX), Some(3), Some(-4)])),
+            ],
+        )
+        .unwrap();
+        let double = |field: &str, reading| Expression::Column(Column { field: field.into(), reading });
+        let to_double = |e: Expression| Expression::ToDouble(Box::new(e));
+        let q = Expression::Column(Column { field: "q".into(), reading: Reading::Int });
+        // f * r::float8 + q::float8 / 2.0
+        let expression = integer(
+            Add,
+            integer(Multiply, double("f", Reading::Float8), to_double(double("r", Reading::Float4)), NumberType::Double),
+            integer(Divide, to_double(q.clone()), Expression::Double(2.0), NumberType::Double),
+            NumberType::Double,
+        );
+        expression.check(&schema).unwrap();
+        assert!(expression.is_double() && expression.decimal_type(&schema).is_err());
+        let values = expression.evaluate(&rows).unwrap();
+        let values: Vec<Option<f64>> = values.as_primitive::<Float64Type>().iter().collect();
+        assert_eq!(values, [Some(1.5 * f64::from(0.1f32) + i64::MAX as f64 / 2.0), None, None]);
+        // An operation of doubles over a decimal operand, or a fraction made a double, is not
+        // computed here.
+        assert!(integer(Add, double("f", Reading::Float8), q, NumberType::Double).check(&schema).is_err());
+        assert!(to_double(Expression::Constant { unscaled: 15, scale: 1 }).check(&schema).is_err());
+        let failing = integer(Divide, double("f", Reading::Float8), Expression::Double(0.0), NumberType::Double);
+        assert_eq!(failing.evaluate(&rows).unwrap_err().kind(), ErrorKind::DivisionByZero);
     }
 
     fn integer(op: ArithmeticOp, left: Expression, right: Expression, result: NumberType) -> Expression {

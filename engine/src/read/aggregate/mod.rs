@@ -46,6 +46,7 @@ impl Input {
     pub fn reading(&self) -> Reading {
         match self {
             Input::Column(column) => column.reading,
+            Input::Expression(expression) if expression.is_double() => Reading::Float8,
             Input::Expression(_) => Reading::Decimal,
         }
     }
@@ -69,7 +70,7 @@ impl Input {
     fn check(&self, schema: &Schema) -> Result<()> {
         match self {
             Input::Column(column) => column.check(schema),
-            Input::Expression(expression) => expression.decimal_type(schema).map(|_| ()),
+            Input::Expression(expression) => expression.check(schema),
         }
     }
 
@@ -93,6 +94,7 @@ impl Input {
     fn data_type(&self, schema: &Schema) -> Option<DataType> {
         match self {
             Input::Column(column) => Some(column.reading.data_type(schema.field_with_name(&column.field).ok()?.data_type())),
+            Input::Expression(expression) if expression.is_double() => Some(DataType::Float64),
             Input::Expression(expression) => expression.decimal_type(schema).ok().map(|(p, s)| DataType::Decimal128(p, s)),
         }
     }
