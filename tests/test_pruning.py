@@ -930,6 +930,38 @@ def test_pushdown_never_changes_results_on_odd_partition_values(cluster):
             run.finish("odd partition values", expect_pruned=("partitions",))
 
 
+MOMENTS = """CREATE FOREIGN TABLE moments (id bigint, at timestamptz, lts timestamp, n integer, ts timestamptz)
+             SERVER lake OPTIONS (path 'moments', primary_key 'id,at,lts', ordering_field 'ts', partition_by 'at,lts',
+                                  buckets '1')"""
+
+
+def test_timestamp_partitions_are_hudis_integers_and_prune(cluster):
+    """Tables partitioned (and keyed) by timestamp and timestamptz columns: pg_hudi writes the
+    partition paths and record keys as Hudi's key generators do (the stored microseconds), in
+    any session time zone (a zoned timestamp's text made the write fail before), and reads them
+    back to prune partitions without dropping a row."""
+    rng = random.Random(DATA_SEED)
+    instants = [moment(rng, T0) for _ in range(5)]
+    locals_ = [moment(rng, T0).replace(tzinfo=None) for _ in range(3)]
+    with new_lake(cluster) as (conn, root):
+        conn.execute(MOMENTS)
+        conn.execute("SELECT hudi.create_table('moments')")
+        conn.execute("SET TimeZone = 'Asia/Kathmandu'")
+        rows = lambda first, when: [(i, instants[i % 5], locals_[i % 3], rng.randrange(100), moment(rng, when))  # noqa: E731
+                                    for i in range(first, first + 60)]
+        copy_rows(conn, "moments", ("id", "at", "lts", "n", "ts"), rows(0, T0))
+        conn.execute("SELECT * FROM hudi.compact('moments')")
+        copy_rows(conn, "moments", ("id", "at", "lts", "n", "ts"), rows(30, NEWER))
+        micros = lambda t: (t - datetime.datetime(1970, 1, 1, tzinfo=t.tzinfo)) // datetime.timedelta(microseconds=1)  # noqa: E731
+        paths = {p for p, in conn.execute("SELECT DISTINCT partition_path FROM hudi.file_slices('moments')")}
+        assert paths == {f"at={micros(a)}/lts={micros(l)}" for a in instants for l in locals_}, paths
+        weights = key_weights(conn, root, "moments")
+        with reader_sessions(cluster, conn, root, ["public"]) as sessions:
+            run = Differential(sessions)
+            run.check("moments", LOG_TABLE_PREDICATES // 3, weights)
+            run.finish("timestamp partitions", expect_pruned=("partitions",))
+
+
 # ---------------------------------------------------------------------------------------------
 # Compacted tables: statistics prune base files and row groups.
 # ---------------------------------------------------------------------------------------------

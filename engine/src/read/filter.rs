@@ -208,8 +208,35 @@ impl Scalar {
                 OrderingValue::Int(chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d").ok()?.signed_duration_since(epoch).num_days())
             }
             DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => OrderingValue::String(text.to_owned()),
+            DataType::Timestamp(unit, zone) => OrderingValue::Int(timestamp_from_partition_text(text, *unit, zone.is_some())?),
             _ => return None,
         })
+    }
+}
+
+/// A timestamp partition value, in the field's `unit`: the integer Hudi's key generators write
+/// by default (the stored value itself), or ISO text as this extension writes it (Arrow's
+/// text of the value: `2026-01-01T09:30:00.5Z`). Text is read only where it names one instant
+/// whatever the time zone of the writer: with a zone for a `zoned` field, without one for a
+/// local one (Hudi's "consistent logical timestamp" text is in the writer's zone, and reads as
+/// neither). `None` also for a value finer than the unit.
+fn timestamp_from_partition_text(text: &str, unit: TimeUnit, zoned: bool) -> Option<i64> {
+    if let Ok(stored) = text.parse::<i64>() {
+        return Some(stored);
+    }
+    let instant = match zoned {
+        true => chrono::DateTime::parse_from_rfc3339(text).ok()?.to_utc(),
+        false => chrono::NaiveDateTime::parse_from_str(text, "%Y-%m-%dT%H:%M:%S%.f").ok()?.and_utc(),
+    };
+    let exact = |per_second: i64| {
+        let nanos = i64::from(instant.timestamp_subsec_nanos());
+        (nanos % (1_000_000_000 / per_second) == 0).then(|| instant.timestamp().checked_mul(per_second)?.checked_add(nanos / (1_000_000_000 / per_second)))?
+    };
+    match unit {
+        TimeUnit::Second => exact(1),
+        TimeUnit::Millisecond => exact(1000),
+        TimeUnit::Microsecond => exact(1_000_000),
+        TimeUnit::Nanosecond => exact(1_000_000_000),
     }
 }
 
@@ -566,6 +593,47 @@ mod tests {
         assert!(!city.may_match_partition(&hive, &schema, "day=2024-01-05/city=y"));
         // Text that is not a date keeps the partition.
         assert!(on(Op::Eq, 19728).may_match_partition(&hive, &schema, "day=20240105/city=x"));
+    }
+
+    /// Timestamp partitions as this extension's writer writes them (the stored integer, as
+    /// Hudi's key generators do by default) and as ISO text with the zone where the field has
+    /// one: read back exactly. Local-time text for a zoned field, zoned text for a local one,
+    /// and values finer than the unit keep the partition.
+    #[test]
+    fn prunes_timestamp_partitions_by_their_written_text() {
+        use arrow::array::TimestampMicrosecondArray;
+        use std::sync::Arc;
+        let zoned = DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()));
+        let local = DataType::Timestamp(TimeUnit::Microsecond, None);
+        let schema = Schema::new(vec![Field::new("at", zoned.clone(), true), Field::new("lts", local.clone(), true)]);
+        let hive = config(true, "at,lts");
+        // 2026-01-01 09:30:00.5 UTC, and the same wall-clock time as a local timestamp.
+        let micros = 1_767_259_800_500_000;
+        let value = |data_type: &DataType| Arc::new(TimestampMicrosecondArray::from(vec![micros]).with_data_type(data_type.clone())) as arrow::array::ArrayRef;
+        let rows = arrow::record_batch::RecordBatch::try_new(Arc::new(schema.clone()), vec![value(&zoned), value(&local)]).unwrap();
+        let written = crate::write::blocks::text_columns(&rows, &["at".into(), "lts".into()], "partition").unwrap();
+        let text = |i: usize| arrow::array::AsArray::as_string::<i32>(&written[i]).value(0).to_owned();
+        assert_eq!((text(0), text(1)), (micros.to_string(), micros.to_string()));
+        let on = |column: &str, op, t| ScanFilter { predicates: vec![cmp(column, op, Scalar::TimestampMicros(t))] };
+        let iso = ("2026-01-01T09:30:00.500Z", "2026-01-01T09:30:00.500");
+        for path in [format!("at={}/lts={}", text(0), text(1)), format!("at={}/lts={}", iso.0, iso.1)] {
+            for column in ["at", "lts"] {
+                assert!(on(column, Op::Eq, micros).may_match_partition(&hive, &schema, &path), "{path}");
+                assert!(!on(column, Op::Eq, micros + 1).may_match_partition(&hive, &schema, &path), "{path}");
+                assert!(!on(column, Op::Gt, micros).may_match_partition(&hive, &schema, &path), "{path}");
+                assert!(on(column, Op::LtEq, micros).may_match_partition(&hive, &schema, &path), "{path}");
+            }
+        }
+        // Text that does not name one instant keeps the partition: a local time for a zoned
+        // field (Hudi's "consistent logical timestamp" text is in the writer's zone), a zoned
+        // one for a local field.
+        for path in [format!("at={}/lts=x", iso.1), "at=2026-01-01 09:30:00.5/lts=x".into()] {
+            assert!(on("at", Op::Eq, micros + 1).may_match_partition(&hive, &schema, &path), "{path}");
+        }
+        assert!(on("lts", Op::Eq, micros + 1).may_match_partition(&hive, &schema, &format!("at=x/lts={}", iso.0)));
+        assert_eq!(timestamp_from_partition_text("2026-01-01T09:30:00.5001Z", TimeUnit::Millisecond, true), None);
+        assert_eq!(timestamp_from_partition_text("2026-01-01T10:30:00.5+01:00", TimeUnit::Millisecond, true), Some(micros / 1000));
+        assert_eq!(timestamp_from_partition_text("2026-01-01T09:30:00.5Z", TimeUnit::Nanosecond, true), Some(micros * 1000));
     }
 
     #[test]

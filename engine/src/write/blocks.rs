@@ -260,14 +260,22 @@ fn positions_header<'r>(partition: &str, file_id: &str, mut rows: impl Iterator<
 }
 
 /// The `fields` of `batch` as text columns (what keys and partition paths are made of).
-fn text_columns(batch: &RecordBatch, fields: &[String], what: &str) -> Result<Vec<ArrayRef>> {
+pub(crate) fn text_columns(batch: &RecordBatch, fields: &[String], what: &str) -> Result<Vec<ArrayRef>> {
     fields
         .iter()
         .map(|f| {
             let column = batch.column_by_name(f).ok_or_else(|| {
                 Error::new(ErrorKind::InvalidArgument, format!("rows lack the {what} column {f}"))
             })?;
-            arrow::compute::cast(column, &DataType::Utf8).map_err(internal("cannot format key values"))
+            let cannot = |e| Error::new(ErrorKind::Internal, "cannot format key values").with_source(e);
+            match column.data_type() {
+                // A timestamp as its stored integer, as Hudi's key generators write one (unless
+                // told to write the JVM's local text of it): a key or partition Spark writes
+                // for the same row is the same text. (Arrow's text of a zoned timestamp needs a
+                // zone database, and was refused.)
+                DataType::Timestamp(..) => arrow::compute::cast(&arrow::compute::cast(column, &DataType::Int64).map_err(cannot)?, &DataType::Utf8).map_err(cannot),
+                _ => arrow::compute::cast(column, &DataType::Utf8).map_err(cannot),
+            }
         })
         .collect()
 }
