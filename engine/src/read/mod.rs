@@ -420,11 +420,13 @@ impl TableReader {
     }
 
     /// The base-file rows a read decodes where it fixes its record keys, estimated before it
-    /// runs (`stats`: what pruning by `options.filter` kept): one data page of each slice that
-    /// may hold a key, per key. The keys are fixed by the filter's constants, or by an
-    /// equality on every record key field among the top-level `conditions` of the row filter,
-    /// whose parameters are bound at execution (a generic plan's read prunes by them then).
-    /// `None` where the keys are not fixed.
+    /// runs (`stats`: what pruning by `options.filter` kept): one data page of the slice of
+    /// each partition that holds a key, per key. The keys are fixed by the filter's constants,
+    /// or by an equality on every record key field among the top-level `conditions` of the
+    /// row filter, whose parameters are bound at execution (a generic plan's read prunes by
+    /// them then). `None` where the keys are not fixed, or the table has no bucket index (whose
+    /// slices this extension compacts into files sorted by key: another writer's base files
+    /// may hold a key on every page).
     pub fn keyed_read_rows(&self, options: &ScanOptions, conditions: &[&crate::read::condition::Condition], stats: &ScanStats) -> Option<f64> {
         use crate::read::condition::{Condition, Operand};
         let keys = match options.filter.record_keys(&self.config, &self.schema) {
@@ -445,11 +447,8 @@ impl TableReader {
                 (self.config.populate_meta_fields && all_fixed).then_some(1)?
             }
         };
-        // With a bucket index, a key is in one bucket of each partition.
-        let slices = match self.bucket_count() {
-            Some(buckets) => stats.slices_kept.div_ceil(buckets as usize),
-            None => stats.slices_kept,
-        };
+        // A key is in one bucket of each partition.
+        let slices = stats.slices_kept.div_ceil(self.bucket_count()? as usize);
         Some((keys * slices * crate::write::BASE_PAGE_ROWS) as f64)
     }
 
