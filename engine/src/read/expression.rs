@@ -163,7 +163,6 @@ impl Expression {
     /// error when it cannot be computed exactly here.
     pub fn decimal_type(&self, schema: &Schema) -> Result<(u8, i8)> {
         let (precision, scale) = match self {
-            _ if self.is_double() => return Err(unsupported(format!("{self} is of double precision"))),
             Expression::Column(column) => {
                 column.check(schema)?;
                 let data_type = schema.field_with_name(&column.field).map(|f| f.data_type()).ok();
@@ -175,7 +174,9 @@ impl Expression {
             }
             Expression::Constant { unscaled, scale } if *scale >= 0 => (digits(*unscaled).max(*scale as u8), *scale),
             Expression::Constant { .. } => return Err(unsupported("a constant of negative scale".into())),
-            Expression::Double(_) | Expression::ToDouble(_) => return Err(unsupported(format!("{self} is of double precision"))),
+            Expression::Double(_) | Expression::ToDouble(_) | Expression::Arithmetic { result: NumberType::Double, .. } => {
+                return Err(unsupported(format!("{self} is of double precision")))
+            }
             Expression::Arithmetic { op, left, right, result } => {
                 let ((p1, s1), (p2, s2)) = (left.decimal_type(schema)?, right.decimal_type(schema)?);
                 if let Some(digits) = result.digits() {
@@ -285,7 +286,9 @@ impl Expression {
                 }
             }
             Expression::Constant { unscaled, .. } => Decimal128Array::from(vec![*unscaled; rows.num_rows()]),
-            Expression::Double(_) | Expression::ToDouble(_) => return Err(unsupported(format!("{self} is of double precision"))),
+            Expression::Double(_) | Expression::ToDouble(_) | Expression::Arithmetic { result: NumberType::Double, .. } => {
+                return Err(unsupported(format!("{self} is of double precision")))
+            }
             Expression::Arithmetic { op, left, right, result } => {
                 let ((_, s1), (_, s2)) = (left.decimal_type(schema)?, right.decimal_type(schema)?);
                 let (a, b) = (left.values(rows, schema)?, right.values(rows, schema)?);

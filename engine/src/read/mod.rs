@@ -899,6 +899,40 @@ impl TableReader {
         Ok(())
     }
 
+    /// The record keys of a Parquet data block (of its content, or of its key column chunk
+    /// fetched by its `footer`) or of a delete block (whose content is fetched if kept without);
+    /// `None` for other blocks, which are decoded whole anyway.
+    async fn read_block_keys(&self, path: &str, block: &mut LogBlock, footer: Option<&ArrowReaderMetadata>, length: u64) -> Result<Option<merge_cache::BlockKeys>> {
+        let key_columns: HashSet<String> = [schema::META_FIELDS[schema::RECORD_KEY_COLUMN].to_owned()].into();
+        Ok(match (block.block_type, footer) {
+            (BlockType::ParquetData, Some(footer)) => {
+                let batches = match block.content.is_empty() && length > 0 {
+                    false => match crate::log::decode_block(block, Some(&key_columns), None)? {
+                        Some(crate::log::BlockContent::Data(batches)) => batches,
+                        _ => return Ok(None),
+                    },
+                    true => {
+                        let ranges = crate::log::data::parquet_column_ranges(footer, Some(&key_columns), length);
+                        let chunks = self.fetch_block_ranges(path, block, ranges).await?;
+                        crate::log::data::decode_parquet_columns(footer.clone(), chunks, Some(&key_columns))?
+                    }
+                };
+                // A block without record keys (or not as text) is decoded whole.
+                let key_column = schema::META_FIELDS[schema::RECORD_KEY_COLUMN];
+                let columns: Option<Vec<&arrow::array::StringArray>> = batches.iter().map(|b| b.column_by_name(key_column)?.as_string_opt::<i32>()).collect();
+                columns.map(|columns| merge_cache::BlockKeys::of(columns.into_iter().flat_map(|c| c.iter())))
+            }
+            (BlockType::Delete, _) => {
+                self.fill_block_content(path, block, length).await?;
+                match crate::log::decode_block(block, None, None)? {
+                    Some(crate::log::BlockContent::Deletes(deletes)) => Some(merge_cache::BlockKeys::of(deletes.iter().map(|d| Some(d.record_key.as_str())))),
+                    _ => None,
+                }
+            }
+            _ => None,
+        })
+    }
+
     /// For a snapshot of a few record `keys`: the slice's visible blocks that may hold versions
     /// of them, in the order written, and per block where it is a Parquet data block, its
     /// footer, the column chunks `options` need and the indices of those versions' records.
@@ -934,7 +968,6 @@ impl TableReader {
                 listed.push((path.clone(), block));
             }
         }
-        let key_column: HashSet<String> = [schema::META_FIELDS[schema::RECORD_KEY_COLUMN].to_owned()].into();
         let mut blocks = Vec::new();
         let mut records = Vec::new();
         let visible = self.visible_blocks(listed, bound);
@@ -949,34 +982,13 @@ impl TableReader {
                 (_, footer) => footer,
             };
             let block_key = (file, block.offset);
-            let mut index = merge_cache::block_keys(&block_key);
-            if index.is_none() {
-                let keys_of = match (block.block_type, &footer) {
-                    (BlockType::ParquetData, Some(footer)) => {
-                        let batches = match has_content {
-                            true => crate::log::data::decode_parquet_data(&block, Some(&key_column), None),
-                            false => {
-                                let ranges = crate::log::data::parquet_column_ranges(footer, Some(&key_column), length);
-                                let chunks = self.fetch_block_ranges(&path, &block, ranges).await?;
-                                crate::log::data::decode_parquet_columns(footer.clone(), chunks, Some(&key_column))
-                            }
-                        };
-                        let batches = batches.context(context)?;
-                        let columns: Option<Vec<&arrow::array::StringArray>> = batches.iter().map(|b| b.column(0).as_string_opt::<i32>()).collect();
-                        columns.map(|columns| merge_cache::BlockKeys::of(columns.into_iter().flat_map(|c| c.iter())))
-                    }
-                    (BlockType::Delete, _) => {
-                        self.fill_block_content(&path, &mut block, length).await?;
-                        match crate::log::decode_block(&block, None, None).context(context)? {
-                            Some(crate::log::BlockContent::Deletes(deletes)) => Some(merge_cache::BlockKeys::of(deletes.iter().map(|d| Some(d.record_key.as_str())))),
-                            _ => None,
-                        }
-                    }
-                    // Avro data blocks are decoded whole anyway.
-                    _ => None,
-                };
-                index = keys_of.map(|keys_of| merge_cache::keep_block_keys(block_key, keys_of));
-            }
+            let index = match merge_cache::block_keys(&block_key) {
+                Some(index) => Some(index),
+                None => {
+                    let index = self.read_block_keys(&path, &mut block, footer.as_ref(), length).await.context(context)?;
+                    index.map(|index| merge_cache::keep_block_keys(block_key, index))
+                }
+            };
             let found = index.map(|index| index.records_of(keys.as_slice().iter().map(String::as_str)));
             if found.as_ref().is_some_and(Vec::is_empty) {
                 // No version of the keys.

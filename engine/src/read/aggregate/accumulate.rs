@@ -509,35 +509,43 @@ impl<T: ArrowPrimitiveType> Accumulator for Extreme<T> {
 
 /// `count(DISTINCT input)`: each group's distinct values, as read (floats canonical, so that
 /// `-0` and `0`, and every NaN, are one value as PostgreSQL's equality makes them; text by
-/// bytes, which the host pushes only where that is its collation's equality). The partial
-/// state is each group's values, as a list: the caller's union of the slices' sets.
+/// bytes, which the host pushes only where that is its collation's equality). A fixed-width
+/// value is kept as the 128-bit integer of its bits (a column's values are of one type, and
+/// decimals of one scale); text is copied only when it is new to its group. The partial state
+/// is each group's values, as a list: the caller's union of the slices' sets.
 #[derive(Default)]
 pub(crate) struct CountDistinct {
-    sets: Vec<std::collections::HashSet<DistinctValue>>,
+    groups: usize,
+    /// Per group, its values of a fixed-width column (grown to the groups once one comes).
+    numbers: Vec<DistinctSet<i128>>,
+    /// Per group, its values of a text column.
+    texts: Vec<DistinctSet<Box<str>>>,
 }
 
-/// A value of [`CountDistinct`]: any fixed-width value as the 128-bit integer of its bits (a
-/// column's values are of one type, and decimals of one scale), or text.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-enum DistinctValue {
-    Number(i128),
-    Text(Box<str>),
-}
+type DistinctSet<T> = std::collections::HashSet<T, foldhash::fast::RandomState>;
 
 impl CountDistinct {
     fn insert_all(&mut self, values: &ArrayRef, group_of: impl Fn(usize) -> usize) -> Result<()> {
-        let mut insert = |row: usize, value: DistinctValue| {
-            self.sets[group_of(row)].insert(value);
+        if let Some(texts) = values.as_string_opt::<i32>() {
+            grow(&mut self.texts, self.groups, Default::default());
+            for (row, value) in texts.iter().enumerate() {
+                let set = &mut self.texts[group_of(row)];
+                if let Some(value) = value.filter(|v| !set.contains(*v)) {
+                    set.insert(value.into());
+                }
+            }
+            return Ok(());
+        }
+        grow(&mut self.numbers, self.groups, Default::default());
+        let mut insert = |row: usize, value: Option<i128>| {
+            if let Some(value) = value {
+                self.numbers[group_of(row)].insert(value);
+            }
         };
         macro_rules! numbers {
-            ($type:ty, $widen:expr) => {{
-                let widen = $widen;
-                for (row, value) in values.as_primitive::<$type>().iter().enumerate() {
-                    if let Some(value) = value {
-                        insert(row, DistinctValue::Number(widen(value)));
-                    }
-                }
-            }};
+            ($type:ty, $widen:expr) => {
+                values.as_primitive::<$type>().iter().enumerate().for_each(|(row, v)| insert(row, v.map($widen)))
+            };
         }
         match values.data_type() {
             DataType::Int64 => numbers!(types::Int64Type, i128::from),
@@ -546,39 +554,30 @@ impl CountDistinct {
             DataType::Decimal128(..) => numbers!(types::Decimal128Type, |v: i128| v),
             DataType::Float32 => numbers!(types::Float32Type, |v: f32| i128::from(v.to_bits())),
             DataType::Float64 => numbers!(types::Float64Type, |v: f64| i128::from(v.to_bits())),
-            DataType::Boolean => {
-                for (row, value) in values.as_boolean().iter().enumerate() {
-                    if let Some(value) = value {
-                        insert(row, DistinctValue::Number(i128::from(value)));
-                    }
-                }
-            }
-            DataType::Utf8 => {
-                for (row, value) in values.as_string::<i32>().iter().enumerate() {
-                    if let Some(value) = value {
-                        insert(row, DistinctValue::Text(value.into()));
-                    }
-                }
-            }
+            DataType::Boolean => values.as_boolean().iter().enumerate().for_each(|(row, v)| insert(row, v.map(i128::from))),
             _ => return Err(wrong_input(values.as_ref())),
         }
         Ok(())
+    }
+
+    fn grow_groups(&mut self, count: usize) {
+        self.groups = self.groups.max(count);
     }
 }
 
 impl Accumulator for CountDistinct {
     fn grow(&mut self, count: usize) {
-        grow(&mut self.sets, count, Default::default());
+        self.grow_groups(count);
     }
 
     fn update(&mut self, input: Option<&ArrayRef>, _rows: usize, groups: RowGroups) -> Result<()> {
-        grow(&mut self.sets, groups.count, Default::default());
+        self.grow_groups(groups.count);
         let input = input.ok_or_else(|| Error::new(ErrorKind::Internal, "count(DISTINCT) without an input"))?;
         self.insert_all(input, |row| groups.of(row))
     }
 
     fn merge(&mut self, states: &[ArrayRef], groups: RowGroups) -> Result<()> {
-        grow(&mut self.sets, groups.count, Default::default());
+        self.grow_groups(groups.count);
         let lists = states[0].as_list_opt::<i32>().ok_or_else(|| wrong_input(&states[0]))?;
         let offsets = lists.value_offsets();
         // The row of each listed value: the group of its list.
@@ -592,20 +591,19 @@ impl Accumulator for CountDistinct {
 
     fn state(&self) -> Result<Vec<ArrayRef>> {
         use arrow::array::{Decimal128Builder, ListBuilder, StringBuilder};
-        let texts = self.sets.iter().flatten().any(|v| matches!(v, DistinctValue::Text(_)));
-        let list: ArrayRef = match texts {
-            true => {
+        let list: ArrayRef = match self.texts.is_empty() {
+            false => {
                 let mut list = ListBuilder::new(StringBuilder::new());
-                for set in &self.sets {
-                    set.iter().for_each(|v| list.values().append_option(if let DistinctValue::Text(t) = v { Some(&**t) } else { None }));
+                for set in self.texts.iter().chain(std::iter::repeat(&DistinctSet::default())).take(self.groups) {
+                    set.iter().for_each(|v| list.values().append_value(v));
                     list.append(true);
                 }
                 Arc::new(list.finish())
             }
-            false => {
+            true => {
                 let mut list = ListBuilder::new(Decimal128Builder::new());
-                for set in &self.sets {
-                    set.iter().for_each(|v| list.values().append_option(if let DistinctValue::Number(n) = v { Some(*n) } else { None }));
+                for set in self.numbers.iter().chain(std::iter::repeat(&DistinctSet::default())).take(self.groups) {
+                    set.iter().for_each(|v| list.values().append_value(*v));
                     list.append(true);
                 }
                 Arc::new(list.finish())
@@ -615,7 +613,8 @@ impl Accumulator for CountDistinct {
     }
 
     fn finish(&self) -> Result<Vec<ArrayRef>> {
-        Ok(vec![Arc::new(Int64Array::from_iter_values(self.sets.iter().map(|set| set.len() as i64)))])
+        let count = |g: usize| self.numbers.get(g).map_or(0, |s| s.len()) + self.texts.get(g).map_or(0, |s| s.len());
+        Ok(vec![Arc::new(Int64Array::from_iter_values((0..self.groups).map(|g| count(g) as i64)))])
     }
 }
 
