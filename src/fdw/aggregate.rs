@@ -65,7 +65,8 @@ impl Translator<'_> {
         let [argument] = list_items::<pg_sys::TargetEntry>(a.args)[..] else { return None };
         let argument = (*argument).expr as *mut pg_sys::Node;
         // A column, or for sum and avg a numeric or integer expression of columns, for min and
-        // max a numeric one (whose result the engine returns as the decimal it computes).
+        // max a numeric one (whose result the engine returns as the decimal it computes; the
+        // engine refuses those whose values have a display scale each).
         let input = match self.column(argument) {
             Some(column) => Input::Column(column),
             None if matches!(name, "sum" | "avg") || matches!(name, "min" | "max") && pg_sys::exprType(argument) == pg_sys::NUMERICOID => {
@@ -371,7 +372,9 @@ enum Output {
     /// `sum` of integers as `bigint` (an exact sum that may not fit).
     BigintSum(arrow::array::PrimitiveArray<Decimal256Type>),
     /// `avg` of integers or decimals: exact sum and count, divided as `numeric_avg` divides.
-    ExactAverage(ColumnReader, arrow::array::PrimitiveArray<Int64Type>),
+    ExactAverage(Box<Output>, arrow::array::PrimitiveArray<Int64Type>),
+    /// A `numeric` sum of values of different display scales, as text at its own scale.
+    NumericText(arrow::array::StringArray),
 }
 
 unsafe fn outputs(query: &AggregateQuery, result: &RecordBatch, tupdesc: pg_sys::TupleDesc) -> Vec<Output> {
@@ -385,12 +388,17 @@ unsafe fn outputs(query: &AggregateQuery, result: &RecordBatch, tupdesc: pg_sys:
         outputs.push(Output::Value(ColumnReader::new(column_type(oid), result.column(at))));
         at += 1;
     }
+    let numeric = |column: &arrow::array::ArrayRef| match column.as_string_opt::<i32>() {
+        Some(texts) => Output::NumericText(texts.clone()),
+        None => Output::Value(ColumnReader::new(column_type(pg_sys::NUMERICOID), column)),
+    };
     for (aggregate, &oid) in query.aggregates.iter().zip(&types[query.group_by.len()..]) {
         let column = result.column(at);
         outputs.push(if aggregate.is_exact_average() {
             at += 1;
-            let numeric = ColumnReader::new(column_type(pg_sys::NUMERICOID), column);
-            Output::ExactAverage(numeric, result.column(at).as_primitive::<Int64Type>().clone())
+            Output::ExactAverage(Box::new(numeric(column)), result.column(at).as_primitive::<Int64Type>().clone())
+        } else if oid == pg_sys::NUMERICOID {
+            numeric(column)
         } else if matches!(aggregate, Aggregate::Sum(_)) && oid == pg_sys::INT8OID {
             Output::BigintSum(column.as_primitive::<Decimal256Type>().clone())
         } else {
@@ -419,9 +427,16 @@ unsafe fn datum_of(output: &mut Output, row: usize) -> Option<pg_sys::Datum> {
             if count == 0 {
                 return None;
             }
-            let sum = sum.datum(row).unwrap_or_else(unreadable)?;
+            let sum = datum_of(sum, row)?;
             let count = pg_sys::Datum::from(pg_sys::int64_to_numeric(count));
             pgrx::direct_function_call_as_datum(pg_sys::numeric_div, &[Some(sum), Some(count)])
+        }
+        Output::NumericText(texts) => {
+            let text = texts.is_valid(row).then(|| texts.value(row))?;
+            match <pgrx::AnyNumeric as std::str::FromStr>::from_str(text) {
+                Ok(numeric) => numeric.into_datum(),
+                Err(e) => unreadable(format!("invalid numeric {text}: {e}")),
+            }
         }
     }
 }

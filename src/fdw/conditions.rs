@@ -80,8 +80,9 @@ impl Translator<'_> {
         Some(Column { field, reading })
     }
 
-    /// A numeric expression the engine computes exactly ([`Expression`]): `+`, `-` and `*` of
-    /// `numeric` columns and constants (`numeric_add`, `numeric_sub`, `numeric_mul`); `+`,
+    /// A numeric expression the engine computes exactly ([`Expression`]): `+`, `-`, `*` and `/`
+    /// of `numeric` columns and constants (`numeric_add`, `numeric_sub`, `numeric_mul`,
+    /// `numeric_div`, whose result has a display scale per value); `+`,
     /// `-`, `*` and `/` of integer columns and constants (the built-in operators of `smallint`,
     /// `integer` and `bigint`); widening casts of integers; searched `CASE` of those whose
     /// conditions the engine evaluates without parameters; and `+`, `-`, `*` and `/` of
@@ -127,6 +128,7 @@ impl Translator<'_> {
                     pg_sys::F_NUMERIC_ADD => (ArithmeticOp::Add, NumberType::Numeric),
                     pg_sys::F_NUMERIC_SUB => (ArithmeticOp::Subtract, NumberType::Numeric),
                     pg_sys::F_NUMERIC_MUL => (ArithmeticOp::Multiply, NumberType::Numeric),
+                    pg_sys::F_NUMERIC_DIV => (ArithmeticOp::Divide, NumberType::Numeric),
                     // Of two doubles, or a real and a double (the real made a double first).
                     pg_sys::F_FLOAT8PL | pg_sys::F_FLOAT48PL | pg_sys::F_FLOAT84PL => (ArithmeticOp::Add, NumberType::Double),
                     pg_sys::F_FLOAT8MI | pg_sys::F_FLOAT48MI | pg_sys::F_FLOAT84MI => (ArithmeticOp::Subtract, NumberType::Double),

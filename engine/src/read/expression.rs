@@ -1,23 +1,29 @@
-//! Arithmetic the engine computes exactly as PostgreSQL computes it: `+`, `-` and `*` of
-//! `numeric` columns and constants, `+`, `-`, `*` and `/` of integers, and searched `CASE`
-//! over them. PostgreSQL's `numeric` never overflows; the engine computes in 128-bit decimals,
-//! so a `numeric` expression is accepted only when the digits of its result are bounded by 38
+//! Arithmetic the engine computes exactly as PostgreSQL computes it: `+`, `-`, `*` and `/` of
+//! `numeric` columns and constants, of integers and of doubles, and searched `CASE` over them.
+//! PostgreSQL's `numeric` never overflows; the engine computes in 128-bit decimals, so a
+//! `numeric` expression is accepted only when the digits of its result are bounded by 38
 //! from the operands' declared precisions, and a stored value beyond its field's precision is
 //! an error rather than a wrong sum. Results have the scale PostgreSQL gives them: the larger
 //! of the operands' for `+` and `-`, their sum for `*`. An integer operation is computed
 //! exactly and its result checked against its type's range, as PostgreSQL's `int4mul` and its
 //! kin check theirs (22003), and integer division truncates toward zero and refuses zero
 //! (22012). A `CASE` evaluates each branch only on the rows that take it, so that a branch's
-//! error is raised only for rows PostgreSQL would evaluate it on; its branches must have one
-//! scale (a `numeric` value keeps its own, and a sum takes the largest of its values').
+//! error is raised only for rows PostgreSQL would evaluate it on.
+//!
+//! PostgreSQL's `numeric` values carry their own display scale, and a sum's is the largest of
+//! its values'. A `numeric` division chooses its scale from its operands' values (`numeric_div`'s
+//! `select_div_scale`), and a `CASE` takes each row's from the branch that made it: such an
+//! expression is computed in 256 bits at the largest scale any value can have, each value with
+//! its own display scale ([`Decimals::per_value`]), and is not an operand of more arithmetic.
 
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Decimal128Array, Float64Array, PrimitiveArray};
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Decimal128Array, Float64Array, Int8Array, PrimitiveArray, StructArray};
+use arrow::buffer::NullBuffer;
 use arrow::compute::kernels::arity::try_binary;
 use arrow::compute::kernels::boolean::{and_not, or};
 use arrow::compute::{cast, filter_record_batch, prep_null_mask_filter};
-use arrow::datatypes::{DataType, Decimal128Type, Float64Type, Int64Type, Schema};
+use arrow::datatypes::{i256, DataType, Decimal128Type, Decimal256Type, Field, Fields, Float64Type, Int64Type, Schema};
 use arrow::error::ArrowError;
 use arrow::record_batch::RecordBatch;
 use serde::{Deserialize, Serialize};
@@ -29,13 +35,53 @@ use crate::read::reading::Reading;
 /// The most digits a 128-bit decimal holds.
 const MAX_DIGITS: u8 = 38;
 
+/// The most digits, at its scale, of an expression with a display scale per value: a sum of
+/// 2^63 of them stays within a 256-bit decimal's 76.
+const PER_VALUE_DIGITS: u8 = 57;
+
+/// PostgreSQL's `NUMERIC_MIN_SIG_DIGITS`: the significant digits a quotient has at least.
+const MIN_SIG_DIGITS: i32 = 16;
+
+/// PostgreSQL's `NUMERIC_MAX_DISPLAY_SCALE`.
+const MAX_DISPLAY_SCALE: i32 = 1000;
+
+/// How a decimal expression's values are represented.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decimals {
+    /// Digits, at `scale`, that hold every value.
+    pub precision: u8,
+    /// The scale values are computed at.
+    pub scale: i8,
+    /// Whether each value has a display scale of its own, at most `scale` (a `numeric`
+    /// division, a `CASE` of branches of different scales): the values are then 256-bit
+    /// decimals, each with its display scale ([`per_value_type`]).
+    pub per_value: bool,
+}
+
+/// The type of the values of an expression with a display scale per value: a struct of the
+/// value (a 256-bit decimal of `precision` digits at `scale`) and its display scale (`Int8`).
+pub fn per_value_type(precision: u8, scale: i8) -> DataType {
+    DataType::Struct(per_value_fields(precision, scale))
+}
+
+/// The fields of [`per_value_type`].
+pub(crate) fn per_value_fields(precision: u8, scale: i8) -> Fields {
+    Fields::from(vec![Field::new("value", DataType::Decimal256(precision, scale), true), Field::new("scale", DataType::Int8, false)])
+}
+
+/// Values with a display scale each: the values at one scale and each row's display scale.
+struct ScaledValues {
+    values: PrimitiveArray<Decimal256Type>,
+    scales: Vec<i8>,
+}
+
 /// An arithmetic operator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ArithmeticOp {
     Add,
     Subtract,
     Multiply,
-    /// Integer division only (`numeric` division chooses its scale per value).
+    /// Division: truncating for integers, rounded at a scale chosen per value for `numeric`.
     Divide,
 }
 
@@ -155,24 +201,35 @@ impl Expression {
     pub fn check(&self, schema: &Schema) -> Result<()> {
         match self.is_double() {
             true => self.check_double(schema),
-            false => self.decimal_type(schema).map(|_| ()),
+            false => self.decimals(schema).map(|_| ()),
         }
     }
 
     /// The precision and scale of the expression's values over the table's `schema`; an
-    /// error when it cannot be computed exactly here.
+    /// error when it cannot be computed exactly here, or when its values have a display scale
+    /// each ([`Self::decimals`]).
     pub fn decimal_type(&self, schema: &Schema) -> Result<(u8, i8)> {
-        let (precision, scale) = match self {
+        match self.decimals(schema)? {
+            Decimals { per_value: true, .. } => Err(unsupported(format!("{self} has a display scale per value, and is not an operand"))),
+            Decimals { precision, scale, .. } => Ok((precision, scale)),
+        }
+    }
+
+    /// How the expression's values are represented over the table's `schema`; an error when
+    /// they cannot be computed exactly here.
+    pub fn decimals(&self, schema: &Schema) -> Result<Decimals> {
+        let fixed = |(precision, scale): (u8, i8)| Decimals { precision, scale, per_value: false };
+        let decimals = match self {
             Expression::Column(column) => {
                 column.check(schema)?;
                 let data_type = schema.field_with_name(&column.field).map(|f| f.data_type()).ok();
-                match (column.reading, data_type) {
+                fixed(match (column.reading, data_type) {
                     (Reading::Decimal, Some(&DataType::Decimal128(p, s))) if s >= 0 => (p, s),
                     (Reading::Decimal | Reading::Int, Some(data_type)) if integer_digits(data_type).is_some() => (integer_digits(data_type).unwrap_or(MAX_DIGITS), 0),
                     _ => return Err(unsupported(format!("{} is not a decimal or integer column", column.field))),
-                }
+                })
             }
-            Expression::Constant { unscaled, scale } if *scale >= 0 => (digits(*unscaled).max(*scale as u8), *scale),
+            Expression::Constant { unscaled, scale } if *scale >= 0 => fixed((digits(*unscaled).max(*scale as u8), *scale)),
             Expression::Constant { .. } => return Err(unsupported("a constant of negative scale".into())),
             Expression::Double(_) | Expression::ToDouble(_) | Expression::Arithmetic { result: NumberType::Double, .. } => {
                 return Err(unsupported(format!("{self} is of double precision")))
@@ -183,16 +240,22 @@ impl Expression {
                     if s1 != 0 || s2 != 0 {
                         return Err(unsupported(format!("{self} is an integer operation on fractions")));
                     }
-                    (digits, 0)
+                    fixed((digits, 0))
                 } else {
                     match op {
                         ArithmeticOp::Add | ArithmeticOp::Subtract => {
                             let scale = s1.max(s2);
                             let integer = (p1 - s1 as u8).max(p2 - s2 as u8) + 1;
-                            (integer.saturating_add(scale as u8), scale)
+                            fixed((integer.saturating_add(scale as u8), scale))
                         }
-                        ArithmeticOp::Multiply => (p1.saturating_add(p2), s1.saturating_add(s2)),
-                        ArithmeticOp::Divide => return Err(unsupported(format!("{self} divides numeric values"))),
+                        ArithmeticOp::Multiply => fixed((p1.saturating_add(p2), s1.saturating_add(s2))),
+                        ArithmeticOp::Divide => {
+                            let (precision, scale) = quotient_type((p1, s1), (p2, s2));
+                            if precision > i32::from(PER_VALUE_DIGITS) {
+                                return Err(unsupported(format!("{self} may need more than {PER_VALUE_DIGITS} digits")));
+                            }
+                            Decimals { precision: precision as u8, scale: scale as i8, per_value: true }
+                        }
                     }
                 }
             }
@@ -203,26 +266,35 @@ impl Expression {
                     if condition.has_params() {
                         return Err(unsupported(format!("{self} has a parameter in a condition")));
                     }
-                    types.push(value.decimal_type(schema)?);
+                    types.push(value.decimals(schema)?);
                 }
                 if let Some(otherwise) = otherwise {
-                    types.push(otherwise.decimal_type(schema)?);
+                    types.push(otherwise.decimals(schema)?);
                 }
-                // PostgreSQL's numeric values keep the scale of the branch that made them, and
-                // a sum's scale is the largest of its values': one scale for every branch
-                // keeps sums (and averages, divided from them) as PostgreSQL scales them.
-                let scale = types.first().map_or(0, |&(_, s)| s);
-                if types.iter().any(|&(_, s)| s != scale) {
-                    return Err(unsupported(format!("{self} has branches of different scales")));
-                }
-                let integer = types.iter().map(|&(p, s)| p - s as u8).max().unwrap_or(1);
-                (integer.saturating_add(scale as u8), scale)
+                // A value keeps the scale of the branch that made it: branches of different
+                // scales make one per value.
+                let scale = types.iter().map(|d| d.scale).max().unwrap_or(0);
+                let per_value = types.iter().any(|d| d.per_value || d.scale != scale);
+                let integer = types.iter().map(|d| d.precision - d.scale as u8).max().unwrap_or(1);
+                Decimals { precision: integer.saturating_add(scale as u8), scale, per_value }
             }
         };
-        if precision > MAX_DIGITS || scale as u8 > MAX_DIGITS {
-            return Err(unsupported(format!("{self} may need more than {MAX_DIGITS} digits")));
+        let most = if decimals.per_value { PER_VALUE_DIGITS } else { MAX_DIGITS };
+        if decimals.precision > most || decimals.scale as u8 > most {
+            return Err(unsupported(format!("{self} may need more than {most} digits")));
         }
-        Ok((precision, scale))
+        Ok(decimals)
+    }
+
+    /// The type of the expression's values over the table's `schema` ([`Self::evaluate`]'s).
+    pub fn data_type(&self, schema: &Schema) -> Option<DataType> {
+        if self.is_double() {
+            return Some(DataType::Float64);
+        }
+        Some(match self.decimals(schema).ok()? {
+            Decimals { precision, scale, per_value: true } => per_value_type(precision, scale),
+            Decimals { precision, scale, .. } => DataType::Decimal128(precision, scale),
+        })
     }
 
     /// The columns the expression reads.
@@ -247,9 +319,69 @@ impl Expression {
         if self.is_double() {
             return Ok(Arc::new(self.doubles(rows, &schema)?));
         }
-        let (precision, scale) = self.decimal_type(&schema)?;
+        let internal = |e: ArrowError| Error::new(ErrorKind::Internal, "a decimal result").with_source(e);
+        let Decimals { precision, scale, per_value } = self.decimals(&schema)?;
+        if per_value {
+            let ScaledValues { values, scales } = self.scaled_values(rows, &schema, scale)?;
+            let values = values.with_precision_and_scale(precision, scale).map_err(internal)?;
+            let nulls = values.nulls().cloned();
+            let columns: Vec<ArrayRef> = vec![Arc::new(values), Arc::new(Int8Array::from(scales))];
+            return Ok(Arc::new(StructArray::try_new(per_value_fields(precision, scale), columns, nulls).map_err(internal)?));
+        }
         let values = self.values(rows, &schema)?;
-        Ok(Arc::new(values.with_precision_and_scale(precision, scale).map_err(|e| Error::new(ErrorKind::Internal, "a decimal result").with_source(e))?))
+        Ok(Arc::new(values.with_precision_and_scale(precision, scale).map_err(internal)?))
+    }
+
+    /// The values of an expression at scale `at` (at least its own), each with its display
+    /// scale.
+    fn scaled_values(&self, rows: &RecordBatch, schema: &Schema, at: i8) -> Result<ScaledValues> {
+        let n = rows.num_rows();
+        match self {
+            Expression::Arithmetic { op: ArithmeticOp::Divide, left, right, result: NumberType::Numeric } => {
+                let ((_, s1), (_, s2)) = (left.decimal_type(schema)?, right.decimal_type(schema)?);
+                let (a, b) = (left.values(rows, schema)?, right.values(rows, schema)?);
+                let mut scales = vec![0; n];
+                let mut values = vec![i256::ZERO; n];
+                let nulls = NullBuffer::union(a.nulls(), b.nulls());
+                for row in 0..n {
+                    if nulls.as_ref().is_some_and(|nulls| nulls.is_null(row)) {
+                        continue;
+                    }
+                    let (x, y) = (a.value(row), b.value(row));
+                    if y == 0 {
+                        return Err(Error::new(ErrorKind::DivisionByZero, "division by zero"));
+                    }
+                    let (quotient, scale) = numeric_quotient((x, s1), (y, s2));
+                    if scale > at {
+                        return Err(Error::new(ErrorKind::Corrupt, format!("a value of {self} exceeds the precision its fields declare")));
+                    }
+                    values[row] = quotient.wrapping_mul(pow10(at - scale));
+                    scales[row] = scale;
+                }
+                Ok(ScaledValues { values: PrimitiveArray::new(values.into(), nulls), scales })
+            }
+            Expression::Case { branches, otherwise } => {
+                let arms = case_arms(branches, otherwise.as_deref(), rows)?;
+                let mut parts = Vec::new();
+                for (chosen, value) in &arms.chosen {
+                    let subset = filter_record_batch(rows, chosen).map_err(|e| Error::new(ErrorKind::Internal, format!("cannot evaluate {self}")).with_source(e))?;
+                    parts.push(value.scaled_values(&subset, schema, at)?);
+                }
+                let mut scales = vec![0; n];
+                let values = arms.interleave(|arm, place, row| {
+                    let part = &parts[arm];
+                    scales[row] = part.scales[place];
+                    part.values.is_valid(place).then(|| part.values.value(place))
+                });
+                Ok(ScaledValues { values: values.into_iter().collect(), scales })
+            }
+            _ => {
+                let (_, scale) = self.decimal_type(schema)?;
+                let factor = pow10(at - scale);
+                let values = self.values(rows, schema)?.unary(|v| i256::from_i128(v).wrapping_mul(factor));
+                Ok(ScaledValues { values, scales: vec![scale; n] })
+            }
+        }
     }
 
     /// The values of a `double precision` expression, computed as PostgreSQL's `float8`
@@ -328,44 +460,155 @@ impl Expression {
             }
             Expression::Case { branches, otherwise } => {
                 let (_, scale) = self.decimal_type(schema)?;
-                let n = rows.num_rows();
-                // Each row's branch (`branches.len()` for ELSE) and the values of each branch
-                // over the rows that take it, in row order.
-                let mut taken = BooleanArray::from(vec![false; n]);
-                let mut branch_of = vec![usize::MAX; n];
+                let arms = case_arms(branches, otherwise.as_deref(), rows)?;
                 let mut parts = Vec::new();
-                let arms = branches.iter().map(|(c, v)| (Some(c), v)).chain(otherwise.iter().map(|o| (None, o.as_ref())));
-                for (i, (condition, value)) in arms.enumerate() {
-                    let chosen = match condition {
-                        Some(condition) => {
-                            // True, not NULL.
-                            let hit = condition.evaluate(rows)?;
-                            let hit = if hit.null_count() > 0 { prep_null_mask_filter(&hit) } else { hit };
-                            and_not(&hit, &taken).map_err(kernel)?
-                        }
-                        None => arrow::compute::not(&taken).map_err(kernel)?,
-                    };
-                    taken = or(&taken, &chosen).map_err(kernel)?;
-                    for row in chosen.values().set_indices() {
-                        branch_of[row] = i;
-                    }
-                    let subset = filter_record_batch(rows, &chosen).map_err(kernel)?;
+                for (chosen, value) in &arms.chosen {
+                    let subset = filter_record_batch(rows, chosen).map_err(kernel)?;
                     let (_, own) = value.decimal_type(schema)?;
                     let factor = 10i128.pow((scale - own) as u32);
                     parts.push(value.values(&subset, schema)?.unary::<_, Decimal128Type>(|v| v * factor));
                 }
-                let mut next = vec![0usize; parts.len()];
-                (0..n)
-                    .map(|row| {
-                        let part = parts.get(branch_of[row])?;
-                        let at = next[branch_of[row]];
-                        next[branch_of[row]] += 1;
-                        part.is_valid(at).then(|| part.value(at))
-                    })
-                    .collect()
+                arms.interleave(|arm, at, _| parts[arm].is_valid(at).then(|| parts[arm].value(at))).into_iter().collect()
             }
         })
     }
+}
+
+/// The rows of a `CASE`'s arms: each row's arm, and each arm's rows with its value.
+struct CaseArms<'a> {
+    /// Each row's arm (`usize::MAX` where none applies: no `ELSE`).
+    arm_of: Vec<usize>,
+    /// Each arm's rows (the first whose condition is true, not NULL; `ELSE` last) and value.
+    chosen: Vec<(BooleanArray, &'a Expression)>,
+}
+
+fn case_arms<'a>(branches: &'a [(Condition, Expression)], otherwise: Option<&'a Expression>, rows: &RecordBatch) -> Result<CaseArms<'a>> {
+    let kernel = |e: ArrowError| Error::new(ErrorKind::Internal, "cannot choose the branches of a CASE").with_source(e);
+    let n = rows.num_rows();
+    let mut taken = BooleanArray::from(vec![false; n]);
+    let mut arm_of = vec![usize::MAX; n];
+    let mut chosen_arms = Vec::new();
+    let arms = branches.iter().map(|(c, v)| (Some(c), v)).chain(otherwise.map(|o| (None, o)));
+    for (i, (condition, value)) in arms.enumerate() {
+        let chosen = match condition {
+            Some(condition) => {
+                let hit = condition.evaluate(rows)?;
+                let hit = if hit.null_count() > 0 { prep_null_mask_filter(&hit) } else { hit };
+                and_not(&hit, &taken).map_err(kernel)?
+            }
+            None => arrow::compute::not(&taken).map_err(kernel)?,
+        };
+        taken = or(&taken, &chosen).map_err(kernel)?;
+        for row in chosen.values().set_indices() {
+            arm_of[row] = i;
+        }
+        chosen_arms.push((chosen, value));
+    }
+    Ok(CaseArms { arm_of, chosen: chosen_arms })
+}
+
+impl CaseArms<'_> {
+    /// A value per row: `value(arm, at, row)` of the row's arm at the row's place among the
+    /// arm's rows (NULL where no arm applies).
+    fn interleave<T>(&self, mut value: impl FnMut(usize, usize, usize) -> Option<T>) -> Vec<Option<T>> {
+        let mut next = vec![0usize; self.chosen.len()];
+        self.arm_of
+            .iter()
+            .enumerate()
+            .map(|(row, &arm)| {
+                let at = *next.get(arm)?;
+                next[arm] += 1;
+                value(arm, at, row)
+            })
+            .collect()
+    }
+}
+
+/// The text of `unscaled` (at `scale`) at the smaller `display` scale, which drops only zeros.
+pub(crate) fn decimal_text(unscaled: i256, scale: i8, display: i8) -> String {
+    let digits = unscaled.wrapping_abs().to_string();
+    let digits = &digits[..digits.len().saturating_sub((scale - display).max(0) as usize)];
+    let display = display.max(0) as usize;
+    let digits = format!("{digits:0>width$}", width = display + 1);
+    let (integer, fraction) = digits.split_at(digits.len() - display);
+    let sign = if unscaled < i256::ZERO { "-" } else { "" };
+    match fraction {
+        "" => format!("{sign}{integer}"),
+        _ => format!("{sign}{integer}.{fraction}"),
+    }
+}
+
+/// 10^`exponent` in 256 bits (`exponent` at most 76).
+fn pow10(exponent: i8) -> i256 {
+    i256::from_i128(10).wrapping_pow(exponent as u32)
+}
+
+/// A nonzero value's weight and first digit in base 10000, as PostgreSQL's `NumericVar`
+/// holds it (its digits are groups of four decimal digits from the decimal point); zero's
+/// are (0, 0), as `select_div_scale` takes them.
+fn base_10000(unscaled: i128, scale: i8) -> (i32, u128) {
+    if unscaled == 0 {
+        return (0, 0);
+    }
+    let magnitude = unscaled.unsigned_abs();
+    let exponent = i32::from(digits(unscaled)) - 1 - i32::from(scale);
+    let weight = exponent.div_euclid(4);
+    // The first digit is the magnitude times 10^shift, truncated (below 10^4).
+    let shift = -i32::from(scale) - 4 * weight;
+    let first = match shift >= 0 {
+        true => magnitude * 10u128.pow(shift as u32),
+        false => magnitude / 10u128.pow(shift.unsigned_abs()),
+    };
+    (weight, first)
+}
+
+/// PostgreSQL's `select_div_scale`: the display scale of `x / y` (unscaled values and scales).
+fn division_scale((x, s1): (i128, i8), (y, s2): (i128, i8)) -> i8 {
+    let ((weight1, first1), (weight2, first2)) = (base_10000(x, s1), base_10000(y, s2));
+    // The quotient's weight, taking x below y where their first digits are equal.
+    let weight = weight1 - weight2 - i32::from(first1 <= first2);
+    let scale = (MIN_SIG_DIGITS - weight * 4).max(s1.into()).max(s2.into()).max(0).min(MAX_DISPLAY_SCALE);
+    // Within i8: `quotient_type` bounds every value's scale by the expression's, which is.
+    scale as i8
+}
+
+/// The precision and scale, at the largest scale any of its values can have, of the quotients
+/// of `numeric` operands of the types `(p1, s1)` and `(p2, s2)`.
+fn quotient_type((p1, s1): (u8, i8), (p2, s2): (u8, i8)) -> (i32, i32) {
+    let (p1, s1, p2, s2) = (i32::from(p1), i32::from(s1), i32::from(p2), i32::from(s2));
+    // The lowest quotient weight: the smallest dividend's (10^-s1) by the largest divisor's
+    // (below 10^(p2 - s2)), first digits not greater.
+    let weight = (-s1).div_euclid(4) - (p2 - s2 - 1).div_euclid(4) - 1;
+    let scale = (MIN_SIG_DIGITS - weight * 4).max(s1).max(s2).max(0).min(MAX_DISPLAY_SCALE);
+    // Quotients are below 10^(p1 - s1 + s2) (the largest dividend by the smallest divisor),
+    // and rounding may reach it.
+    let integer = (p1 - s1 + s2).max(0) + 1;
+    (integer + scale, scale)
+}
+
+/// PostgreSQL's `numeric_div` of `x` (unscaled, at scale `s1`) by `y` (nonzero, at `s2`): the
+/// quotient, unscaled at its display scale ([`division_scale`]), rounded half away from zero
+/// as `div_var` rounds; and that scale.
+fn numeric_quotient((x, s1): (i128, i8), (y, s2): (i128, i8)) -> (i256, i8) {
+    let scale = division_scale((x, s1), (y, s2));
+    // x / y at `scale` is x * 10^(scale - s1 + s2) / y, with scale >= s1.
+    let shift = u32::try_from(i32::from(scale) - i32::from(s1) + i32::from(s2)).unwrap_or(0);
+    let negative = (x < 0) != (y < 0);
+    let (magnitude, divisor) = (x.unsigned_abs(), y.unsigned_abs());
+    let quotient = match 10u128.checked_pow(shift).and_then(|f| magnitude.checked_mul(f)) {
+        Some(numerator) => {
+            let (q, r) = (numerator / divisor, numerator % divisor);
+            // r < divisor <= 2^127: no overflow doubling it.
+            i256::from_parts(q, 0).wrapping_add(i256::from_i128(i128::from(r >= divisor - r)))
+        }
+        None => {
+            let numerator = i256::from_parts(magnitude, 0).wrapping_mul(pow10(shift as i8));
+            let divisor = i256::from_parts(divisor, 0);
+            let (q, r) = (numerator.wrapping_div(divisor), numerator.wrapping_rem(divisor));
+            q.wrapping_add(i256::from_i128(i128::from(r >= divisor.wrapping_sub(r))))
+        }
+    };
+    (if negative { quotient.wrapping_neg() } else { quotient }, scale)
 }
 
 /// `x op y` as PostgreSQL's `float8pl`, `float8mi`, `float8mul` and `float8div` compute it:
@@ -402,15 +645,7 @@ impl std::fmt::Display for Expression {
             Expression::Column(column) => write!(f, "{column}"),
             Expression::Double(value) => write!(f, "{value:?}::float8"),
             Expression::ToDouble(inner) => write!(f, "{inner}::float8"),
-            Expression::Constant { unscaled, scale } => {
-                let digits = format!("{:0>width$}", unscaled.unsigned_abs(), width = *scale as usize + 1);
-                let (integer, fraction) = digits.split_at(digits.len() - *scale as usize);
-                let sign = if *unscaled < 0 { "-" } else { "" };
-                match fraction {
-                    "" => write!(f, "{sign}{integer}"),
-                    _ => write!(f, "{sign}{integer}.{fraction}"),
-                }
-            }
+            Expression::Constant { unscaled, scale } => f.write_str(&decimal_text(i256::from_i128(*unscaled), *scale, *scale)),
             Expression::Arithmetic { op, left, right, .. } => {
                 let symbol = match op {
                     ArithmeticOp::Add => "+",
@@ -565,10 +800,94 @@ mod tests {
         assert_eq!(divided.evaluate(&first).unwrap().as_primitive::<Decimal128Type>().iter().collect::<Vec<_>>(), vec![Some(3), Some(-3), None]);
         let by_zero = integer(ArithmeticOp::Divide, int_column("b"), constant(0), NumberType::Bigint);
         assert_eq!(values(&by_zero).unwrap_err().kind(), ErrorKind::DivisionByZero);
-        // Integer operations on fractions and numeric division are not computed here.
+        // Integer operations on fractions are not computed here.
         let fraction = Expression::Constant { unscaled: 5, scale: 1 };
-        assert!(integer(ArithmeticOp::Add, int_column("q"), fraction.clone(), NumberType::Integer).decimal_type(&schema).is_err());
-        assert!(op(ArithmeticOp::Divide, fraction.clone(), fraction).decimal_type(&schema).is_err());
+        assert!(integer(ArithmeticOp::Add, int_column("q"), fraction, NumberType::Integer).decimal_type(&schema).is_err());
+    }
+
+    /// `numeric` division as PostgreSQL's `numeric_div` (results taken from PostgreSQL 15): the
+    /// display scale `select_div_scale` chooses from the operands' values, rounding half away
+    /// from zero.
+    #[test]
+    fn numeric_division_is_postgres() {
+        let cases: [((i128, i8), (i128, i8), &str); 12] = [
+            ((1_00, 2), (3_00, 2), "0.33333333333333333333"),
+            ((0, 2), (5_00, 2), "0.00000000000000000000"),
+            ((-2_50, 2), (4_00, 2), "-0.62500000000000000000"),
+            ((123456_78, 2), (7, 2), "1763668.285714285714"),
+            ((1, 2), (9999999999_99, 2), "0.0000000000010000000000010000"),
+            ((2, 0), (3, 0), "0.66666666666666666667"),
+            ((-1, 0), (6, 0), "-0.16666666666666666667"),
+            ((99999, 0), (7, 0), "14285.571428571429"),
+            ((1_0000000005, 10), (2, 0), "0.50000000025000000000"),
+            ((5, 0), (10, 0), "0.50000000000000000000"),
+            ((1, 0), (1, 7), "10000000.000000000000"),
+            ((-5, 0), (-3, 0), "1.6666666666666667"),
+        ];
+        for (x, y, expected) in cases {
+            let (quotient, scale) = numeric_quotient(x, y);
+            assert_eq!(decimal_text(quotient, scale, scale), expected, "{x:?} / {y:?}");
+        }
+    }
+
+    /// The type of a quotient holds every quotient of its operands' types at its scale: random
+    /// operands of random precisions and scales.
+    #[test]
+    fn quotient_type_bounds_every_quotient() {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |below: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % below
+        };
+        for _ in 0..20_000 {
+            let (p1, p2) = (1 + next(20) as u8, 1 + next(20) as u8);
+            let (s1, s2) = (next(u64::from(p1) + 1) as i8, next(u64::from(p2) + 1) as i8);
+            let mut value = |p: u8| {
+                let digits = 1 + next(u64::from(p)) as u32;
+                let v = (next(10u64.pow(digits.min(19))) as i128).max(1);
+                if next(2) == 0 { -v } else { v }
+            };
+            let (x, y) = (value(p1), value(p2));
+            let (precision, scale) = quotient_type((p1, s1), (p2, s2));
+            let (quotient, own) = numeric_quotient((x, s1), (y, s2));
+            assert!(own <= scale as i8, "{x}e-{s1} / {y}e-{s2}: scale {own} > {scale}");
+            let digits = quotient.wrapping_mul(pow10(scale as i8 - own)).wrapping_abs().to_string().len();
+            assert!(digits as i32 <= precision, "{x}e-{s1} / {y}e-{s2}: {digits} digits > {precision}");
+        }
+    }
+
+    /// Values with a display scale each: a division's, and a `CASE`'s of branches of different
+    /// scales, evaluated to values at the largest scale with each row's own; not operands.
+    #[test]
+    fn scales_per_value() {
+        use crate::read::condition::Operand;
+        use crate::read::filter::{Op, Scalar};
+        let schema = Schema::new(vec![Field::new("q", DataType::Int32, true), Field::new("price", DataType::Decimal128(12, 2), true)]);
+        let q = arrow::array::Int32Array::from(vec![Some(3), Some(0), None, Some(8)]);
+        let price = Decimal128Array::from(vec![Some(1_00), Some(2_50), Some(3_00), None]).with_precision_and_scale(12, 2).unwrap();
+        let rows = RecordBatch::try_new(Arc::new(schema.clone()), vec![Arc::new(q), Arc::new(price)]).unwrap();
+        let q_is = |op: Op, value: i64| Condition::Compare { column: Column { field: "q".into(), reading: Reading::Int }, op, operand: Operand::Value(Scalar::Int(value)) };
+        let per_row = |e: &Expression| {
+            let values = e.evaluate(&rows).unwrap();
+            let parts = values.as_struct();
+            let (numbers, scales) = (parts.column(0).as_primitive::<Decimal256Type>(), parts.column(1).as_primitive::<arrow::datatypes::Int8Type>());
+            let DataType::Decimal256(_, at) = numbers.data_type() else { panic!() };
+            (0..rows.num_rows()).map(|r| values.is_valid(r).then(|| decimal_text(numbers.value(r), *at, scales.value(r)))).collect::<Vec<_>>()
+        };
+        // price / q where q > 0, else price: 1.00 / 3 and a NULL q's 3.00.
+        let divided = op(ArithmeticOp::Divide, column("price"), int_column("q"));
+        let case = Expression::Case { branches: vec![(q_is(Op::Gt, 0), divided.clone())], otherwise: Some(Box::new(column("price"))) };
+        assert!(case.decimals(&schema).unwrap().per_value);
+        let texts = per_row(&case);
+        assert_eq!(texts, [Some("0.33333333333333333333".into()), Some("2.50".into()), Some("3.00".into()), None]);
+        // A division by zero that a row reaches is PostgreSQL's error; not one no row takes.
+        assert_eq!(divided.evaluate(&rows).unwrap_err().kind(), ErrorKind::DivisionByZero);
+        let mixed = Expression::Case { branches: vec![(q_is(Op::Gt, 2), column("price"))], otherwise: Some(Box::new(constant(0))) };
+        assert_eq!(per_row(&mixed), [Some("1.00".into()), Some("0".into()), Some("0".into()), None]);
+        // Not an operand of more arithmetic.
+        assert!(op(ArithmeticOp::Multiply, divided, constant(2)).decimals(&schema).is_err());
     }
 
     /// `CASE`: the first branch whose condition is true (not NULL), else `ELSE` or NULL, at the
@@ -592,7 +911,7 @@ mod tests {
         };
         assert_eq!(case.decimal_type(&schema).unwrap(), (13, 2));
         let mixed = Expression::Case { branches: vec![(q_is(Op::Gt, 10), column("price"))], otherwise: Some(Box::new(constant(0))) };
-        assert!(mixed.decimal_type(&schema).is_err());
+        assert!(mixed.decimal_type(&schema).is_err() && mixed.decimals(&schema).unwrap().per_value);
         assert!(case.to_string().starts_with("CASE WHEN"));
         let values = case.evaluate(&rows).unwrap();
         // q = 0 and NULL take ELSE: 100 / q runs only for q = 5.

@@ -7,11 +7,12 @@
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, ArrowPrimitiveType, AsArray, BooleanArray, Decimal256Array, Float32Array, Float64Array};
-use arrow::array::{Int64Array, PrimitiveArray, StringArray};
+use arrow::array::{Int64Array, Int8Array, PrimitiveArray, StringArray};
 use arrow::buffer::NullBuffer;
 use arrow::datatypes::{self as types, i256, ArrowNativeTypeOp, DataType};
 
 use super::groups::RowGroups;
+use crate::read::expression::{decimal_text, per_value_fields};
 use crate::read::reading::Reading;
 use crate::error::{Error, ErrorKind, Result};
 
@@ -89,6 +90,10 @@ impl Accumulator for Count {
 ///
 /// Sums are kept in 128 bits while they fit (16 bytes a group: a `GROUP BY` can have millions)
 /// and all in 256 bits once one does not, so no count of rows overflows them.
+///
+/// Of values with a display scale each ([`crate::read::expression::per_value_type`]), each group's sum has the largest
+/// of its values' scales, as PostgreSQL's `numeric` sums have: its state is a struct of sum
+/// and display scale, its result the sum's text at that scale.
 pub(crate) struct ExactSum {
     narrow: Vec<i128>,
     /// Every group's sum, once one left 128 bits (`narrow` is then empty).
@@ -96,11 +101,49 @@ pub(crate) struct ExactSum {
     /// Whether a group has a value (a sum of none is NULL).
     seen: Vec<bool>,
     scale: i8,
+    /// Each group's display scale, for values with a display scale each.
+    display: Option<Vec<i8>>,
 }
 
 impl ExactSum {
     pub(crate) fn new(scale: i8) -> ExactSum {
-        ExactSum { narrow: Vec::new(), wide: None, seen: Vec::new(), scale }
+        ExactSum { narrow: Vec::new(), wide: None, seen: Vec::new(), scale, display: None }
+    }
+
+    /// A sum of inputs of `data_type` as read (or partial states of such a sum).
+    pub(crate) fn for_input(data_type: Option<&DataType>) -> ExactSum {
+        match data_type {
+            Some(DataType::Decimal128(_, scale) | DataType::Decimal256(_, scale)) => ExactSum::new(*scale),
+            Some(DataType::Struct(fields)) => match fields.first().map(|f| f.data_type()) {
+                Some(DataType::Decimal256(_, scale)) => ExactSum { display: Some(Vec::new()), ..ExactSum::new(*scale) },
+                _ => ExactSum::new(0),
+            },
+            _ => ExactSum::new(0),
+        }
+    }
+
+    /// Adds values with a display scale each, or partial states of such sums: both structs of
+    /// a 256-bit decimal at this sum's scale and a display scale.
+    fn add_scaled(&mut self, input: &ArrayRef, groups: RowGroups) -> Result<()> {
+        let parts = input.as_struct_opt().filter(|s| s.num_columns() == 2).ok_or_else(|| wrong_input(input))?;
+        let values = parts.column(0).as_primitive_opt::<types::Decimal256Type>().ok_or_else(|| wrong_input(input))?;
+        let scales = parts.column(1).as_primitive_opt::<types::Int8Type>().ok_or_else(|| wrong_input(input))?;
+        for row in 0..input.len() {
+            if input.is_valid(row) && values.is_valid(row) {
+                let group = groups.of(row);
+                self.add_wide(group, values.value(row));
+                let display = self.display.as_mut().ok_or_else(|| wrong_input(input))?;
+                display[group] = display[group].max(scales.value(row));
+            }
+        }
+        Ok(())
+    }
+
+    fn sums(&self) -> Decimal256Array {
+        match &self.wide {
+            Some(wide) => self.seen.iter().zip(wide).map(|(&seen, &sum)| seen.then_some(sum)).collect(),
+            None => self.seen.iter().zip(&self.narrow).map(|(&seen, &sum)| seen.then_some(i256::from_i128(sum))).collect(),
+        }
     }
 
     fn add(&mut self, group: usize, value: i128) {
@@ -215,6 +258,9 @@ impl Accumulator for ExactSum {
             Some(wide) => grow(wide, count, i256::ZERO),
             None => grow(&mut self.narrow, count, 0),
         }
+        if let Some(display) = &mut self.display {
+            grow(display, count, 0);
+        }
     }
 
     fn update(&mut self, input: Option<&ArrayRef>, _rows: usize, groups: RowGroups) -> Result<()> {
@@ -229,6 +275,7 @@ impl Accumulator for ExactSum {
             DataType::UInt16 => self.add_narrow(input.as_primitive::<types::UInt16Type>(), groups),
             DataType::UInt8 => self.add_narrow(input.as_primitive::<types::UInt8Type>(), groups),
             DataType::Decimal128(..) => self.add_all(input.as_primitive::<types::Decimal128Type>(), groups, |v| v),
+            DataType::Struct(_) => self.add_scaled(input, groups)?,
             _ => return Err(wrong_input(input)),
         }
         Ok(())
@@ -236,6 +283,9 @@ impl Accumulator for ExactSum {
 
     fn merge(&mut self, states: &[ArrayRef], groups: RowGroups) -> Result<()> {
         self.grow(groups.count);
+        if self.display.is_some() {
+            return self.add_scaled(&states[0], groups);
+        }
         let sums = states[0].as_primitive_opt::<types::Decimal256Type>().ok_or_else(|| wrong_input(&states[0]))?;
         for (row, sum) in sums.iter().enumerate() {
             if let Some(sum) = sum {
@@ -246,12 +296,18 @@ impl Accumulator for ExactSum {
     }
 
     fn state(&self) -> Result<Vec<ArrayRef>> {
-        let sums: Decimal256Array = match &self.wide {
-            Some(wide) => self.seen.iter().zip(wide).map(|(&seen, &sum)| seen.then_some(sum)).collect(),
-            None => self.seen.iter().zip(&self.narrow).map(|(&seen, &sum)| seen.then_some(i256::from_i128(sum))).collect(),
-        };
-        let sums = sums.with_precision_and_scale(76, self.scale);
-        Ok(vec![Arc::new(sums.map_err(|e| Error::new(ErrorKind::Internal, "cannot build sums").with_source(e))?)])
+        let internal = |e: arrow::error::ArrowError| Error::new(ErrorKind::Internal, "cannot build sums").with_source(e);
+        let sums = self.sums().with_precision_and_scale(76, self.scale).map_err(internal)?;
+        let Some(display) = &self.display else { return Ok(vec![Arc::new(sums)]) };
+        let nulls = sums.nulls().cloned();
+        let columns: Vec<ArrayRef> = vec![Arc::new(sums), Arc::new(Int8Array::from(display.clone()))];
+        Ok(vec![Arc::new(arrow::array::StructArray::try_new(per_value_fields(76, self.scale), columns, nulls).map_err(internal)?)])
+    }
+
+    fn finish(&self) -> Result<Vec<ArrayRef>> {
+        let Some(display) = &self.display else { return self.state() };
+        let texts: StringArray = self.sums().iter().zip(display).map(|(sum, &display)| Some(decimal_text(sum?, self.scale, display))).collect();
+        Ok(vec![Arc::new(texts)])
     }
 }
 
@@ -438,8 +494,9 @@ pub(crate) struct ExactAverage {
 }
 
 impl ExactAverage {
-    pub(crate) fn new(scale: i8) -> ExactAverage {
-        ExactAverage { sum: ExactSum::new(scale), count: Count::default() }
+    /// An average of inputs of `data_type` as read ([`ExactSum::for_input`]).
+    pub(crate) fn for_input(data_type: Option<&DataType>) -> ExactAverage {
+        ExactAverage { sum: ExactSum::for_input(data_type), count: Count::default() }
     }
 }
 
@@ -461,6 +518,10 @@ impl Accumulator for ExactAverage {
 
     fn state(&self) -> Result<Vec<ArrayRef>> {
         Ok([self.sum.state()?, self.count.state()?].concat())
+    }
+
+    fn finish(&self) -> Result<Vec<ArrayRef>> {
+        Ok([self.sum.finish()?, self.count.state()?].concat())
     }
 }
 
@@ -767,6 +828,38 @@ mod tests {
         let sums = state[0].as_primitive::<types::Decimal256Type>();
         assert_eq!(sums.value(0), i256::from_i128(14));
         assert_eq!(sums.value(1), i256::from_i128(huge).wrapping_mul(i256::from_i128(6)));
+    }
+
+    /// Sums of values with a display scale each: each group's sum at the largest scale of the
+    /// values it added (PostgreSQL's `numeric` sums), kept through partial states; an average
+    /// hands its sum on at that scale.
+    #[test]
+    fn sums_keep_the_largest_display_scale() {
+        use crate::read::expression::per_value_type;
+        let values = |rows: &[Option<(i128, i8)>]| -> ArrayRef {
+            let DataType::Struct(fields) = per_value_type(40, 4) else { panic!() };
+            let numbers: Decimal256Array = rows.iter().map(|r| r.map(|(v, _)| i256::from_i128(v))).collect();
+            let numbers = numbers.with_precision_and_scale(40, 4).unwrap();
+            let nulls = numbers.nulls().cloned();
+            let scales = Int8Array::from(rows.iter().map(|r| r.map_or(0, |(_, s)| s)).collect::<Vec<_>>());
+            Arc::new(arrow::array::StructArray::new(fields, vec![Arc::new(numbers), Arc::new(scales)], nulls))
+        };
+        let input = values(&[Some((1_5000, 0)), Some((2_2500, 2)), None, Some((-1_0000, 0)), Some((3_0000, 0))]);
+        let mut sum = ExactSum::for_input(Some(input.data_type()));
+        sum.update(Some(&input), 5, RowGroups { ids: Some(&[0, 0, 1, 1, 2]), count: 4 }).unwrap();
+        // A partial of another slice: group 2 gains a value of scale 3.
+        let mut other = ExactSum::for_input(Some(input.data_type()));
+        other.update(Some(&values(&[Some((1230, 3))])), 1, RowGroups { ids: Some(&[0]), count: 1 }).unwrap();
+        let mut merged = ExactSum::for_input(Some(sum.state().unwrap()[0].data_type()));
+        merged.merge(&sum.state().unwrap(), RowGroups { ids: Some(&[0, 1, 2, 3]), count: 4 }).unwrap();
+        merged.merge(&other.state().unwrap(), RowGroups { ids: Some(&[2]), count: 4 }).unwrap();
+        let result = merged.finish().unwrap();
+        let texts: Vec<Option<&str>> = result[0].as_string::<i32>().iter().collect();
+        assert_eq!(texts, [Some("3.75"), Some("-1"), Some("3.123"), None]);
+        let mut average = ExactAverage::for_input(Some(input.data_type()));
+        average.update(Some(&input), 5, RowGroups { ids: None, count: 1 }).unwrap();
+        let result = average.finish().unwrap();
+        assert_eq!((result[0].as_string::<i32>().value(0), result[1].as_primitive::<types::Int64Type>().value(0)), ("5.75", 4));
     }
 
     #[test]

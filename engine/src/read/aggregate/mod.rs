@@ -94,9 +94,13 @@ impl Input {
     fn data_type(&self, schema: &Schema) -> Option<DataType> {
         match self {
             Input::Column(column) => Some(column.reading.data_type(schema.field_with_name(&column.field).ok()?.data_type())),
-            Input::Expression(expression) if expression.is_double() => Some(DataType::Float64),
-            Input::Expression(expression) => expression.decimal_type(schema).ok().map(|(p, s)| DataType::Decimal128(p, s)),
+            Input::Expression(expression) => expression.data_type(schema),
         }
+    }
+
+    /// Whether each value has a display scale of its own ([`crate::read::expression::Decimals`]).
+    fn has_scale_per_value(&self, schema: &Schema) -> bool {
+        matches!(self, Input::Expression(e) if !e.is_double() && e.decimals(schema).is_ok_and(|d| d.per_value))
     }
 }
 
@@ -155,6 +159,10 @@ impl Aggregate {
         if !fits {
             return Err(Error::new(ErrorKind::Unsupported, format!("{self} does not apply to values read as {reading:?}")));
         }
+        // Extremes and distinct values of those are PostgreSQL's values of one scale or another.
+        if input.has_scale_per_value(schema) && !matches!(self, Aggregate::Count(_) | Aggregate::Sum(_) | Aggregate::Avg(_)) {
+            return Err(Error::new(ErrorKind::Unsupported, format!("{self} is of values with a display scale each")));
+        }
         Ok(())
     }
 
@@ -162,10 +170,6 @@ impl Aggregate {
     fn accumulator(&self, data_type: Option<&DataType>) -> Result<Box<dyn Accumulator>> {
         use accumulate::*;
         use arrow::datatypes as t;
-        let scale = match data_type {
-            Some(DataType::Decimal128(_, s)) => *s,
-            _ => 0,
-        };
         let reading = self.input().map(Input::reading);
         Ok(match self {
             Aggregate::CountRows | Aggregate::Count(_) => Box::new(Count::default()),
@@ -173,8 +177,8 @@ impl Aggregate {
             Aggregate::Sum(_) if matches!(reading, Some(Reading::Float4 | Reading::Float8)) => {
                 Box::new(FloatSum::new(reading.unwrap_or(Reading::Float8)))
             }
-            Aggregate::Sum(_) => Box::new(ExactSum::new(scale)),
-            Aggregate::Avg(_) if self.is_exact_average() => Box::new(ExactAverage::new(scale)),
+            Aggregate::Sum(_) => Box::new(ExactSum::for_input(data_type)),
+            Aggregate::Avg(_) if self.is_exact_average() => Box::new(ExactAverage::for_input(data_type)),
             Aggregate::Avg(_) => Box::new(FloatAverage::default()),
             Aggregate::Min(_) | Aggregate::Max(_) => {
                 let max = matches!(self, Aggregate::Max(_));
@@ -725,6 +729,42 @@ mod tests {
         assert_eq!(averages.value(1), 3.0);
         let max = result.column(6).as_primitive::<arrow::datatypes::Float64Type>();
         assert_eq!(max.value(0), 4.0);
+    }
+
+    /// Sums and averages of quotients (values with a display scale each) through partials:
+    /// PostgreSQL's results (1 / 4.0 has 20 decimals, 6 / 4.0 has 16, a sum the most of its
+    /// values'); extremes of them are refused.
+    #[test]
+    fn quotients_sum_at_their_largest_scale() {
+        use crate::read::expression::{ArithmeticOp, NumberType};
+        let quarter = Input::Expression(Expression::Arithmetic {
+            op: ArithmeticOp::Divide,
+            left: Box::new(Expression::Column(column("qty", Reading::Decimal))),
+            right: Box::new(Expression::Constant { unscaled: 40, scale: 1 }),
+            result: NumberType::Numeric,
+        });
+        let query = Arc::new(AggregateQuery {
+            group_by: vec![column("region", Reading::Text)],
+            aggregates: vec![Aggregate::Sum(quarter.clone()), Aggregate::Avg(quarter.clone())],
+            condition: Some(Condition::Compare { column: column("qty", Reading::Int), op: Op::GtEq, operand: Operand::Value(Scalar::Int(0)) }),
+        });
+        let a = rows(vec![Some("x"), Some("y"), Some("x")], vec![Some(1), Some(2), Some(-1)], vec![None; 3]);
+        let b = rows(vec![Some("y"), None, Some("x")], vec![Some(4), Some(5), Some(6)], vec![None; 3]);
+        let schema = a.schema();
+        query.check(&schema).unwrap();
+        assert!(Aggregate::Max(quarter).check(&schema).is_err());
+        let mut total = Aggregation::new(query.clone(), vec![DataType::Utf8]).unwrap();
+        for part in [&a, &b] {
+            let mut partial = Aggregation::new(query.clone(), vec![DataType::Utf8]).unwrap();
+            partial.add_rows(part, None).unwrap();
+            total.add_partial(&partial.partial(&schema).unwrap()).unwrap();
+        }
+        let result = total.finish(&schema).unwrap();
+        let sums: Vec<Option<&str>> = result.column(1).as_string::<i32>().iter().collect();
+        assert_eq!(sums, [Some("1.75000000000000000000"), Some("1.50000000000000000000"), Some("1.2500000000000000")]);
+        // avg: the sum at its scale and the count, which the host divides.
+        assert_eq!(result.column(2).as_string::<i32>().value(1), "1.50000000000000000000");
+        assert_eq!(result.column(3).as_primitive::<arrow::datatypes::Int64Type>().value(1), 2);
     }
 
     /// The answers of a query grouped by its parameter's column are, for every value (one that
