@@ -4,6 +4,7 @@
 //! filter on the rows it gets back.
 
 use std::cmp::Ordering;
+use std::sync::Arc;
 
 use arrow::array::Array;
 use arrow::datatypes::{DataType, Schema, TimeUnit};
@@ -14,6 +15,7 @@ use parquet::schema::types::SchemaDescriptor;
 use serde::{Deserialize, Serialize};
 
 use crate::ordering::OrderingValue;
+use crate::read::footers::{self, FooterKey};
 use crate::read::schema::{META_FIELDS, RECORD_KEY_COLUMN};
 use crate::table::keygen::{partition_values, possible_record_keys};
 use crate::table::TableConfig;
@@ -461,41 +463,35 @@ impl ScanFilter {
     /// The rows of the row groups `groups` of a Parquet file (in that order, as a reader of
     /// those groups counts them) whose data pages' statistics in the page index admit
     /// matching rows; `None` when no page can be skipped, or the file has no page index.
-    pub fn row_selection(&self, metadata: &ParquetMetaData, groups: &[usize], file_schema: &Schema, parquet_schema: &SchemaDescriptor) -> Option<RowSelection> {
-        let (Some(column_index), Some(offset_index)) = (metadata.column_index(), metadata.offset_index()) else {
-            return None;
-        };
+    /// `kept`: the file's footer as kept by this process, with which the pages' bounds are
+    /// kept once converted.
+    pub(crate) fn row_selection(
+        &self,
+        metadata: &ParquetMetaData,
+        groups: &[usize],
+        file_schema: &Schema,
+        parquet_schema: &SchemaDescriptor,
+        kept: Option<&FooterKey>,
+    ) -> Option<RowSelection> {
         let mut selection: Option<RowSelection> = None;
         for predicate in &self.predicates {
             let Ok(field) = file_schema.field_with_name(predicate.column()) else { continue };
-            let Ok(converter) = StatisticsConverter::try_new(predicate.column(), file_schema, parquet_schema) else {
-                continue;
+            let bounds = match kept.and_then(|key| footers::page_bounds(key, predicate.column(), groups)) {
+                Some(bounds) => bounds,
+                None => {
+                    let Some(bounds) = PageBounds::of(predicate.column(), metadata, groups, file_schema, parquet_schema) else { continue };
+                    let bounds = Arc::new(bounds);
+                    if let Some(key) = kept {
+                        footers::put_page_bounds(key, predicate.column(), groups, bounds.clone());
+                    }
+                    bounds
+                }
             };
-            let Some(column) = converter.parquet_column_index() else { continue };
-            // The converter indexes both indexes without checking: a file may have them for
-            // some row groups or columns only.
-            let indexed = groups.iter().all(|&g| {
-                let pages = offset_index.get(g).and_then(|columns| columns.get(column)).map_or(0, |o| o.page_locations().len());
-                pages > 0 && column_index.get(g).is_some_and(|columns| columns.len() > column)
-            });
-            if !indexed {
-                continue;
-            }
-            let (Ok(mins), Ok(maxes), Ok(Some(rows))) = (
-                converter.data_page_mins(column_index, offset_index, groups),
-                converter.data_page_maxes(column_index, offset_index, groups),
-                converter.data_page_row_counts(offset_index, metadata.row_groups(), groups),
-            ) else {
-                continue;
-            };
-            if mins.len() != rows.len() || maxes.len() != rows.len() {
-                continue;
-            }
-            let pages = (0..rows.len()).map(|page| {
-                let count = rows.value(page) as usize;
-                match may_match_bounds(predicate, field.data_type(), &mins, &maxes, page) {
-                    true => RowSelector::select(count),
-                    false => RowSelector::skip(count),
+            let pages = bounds.pages.iter().map(|(rows, bounds)| {
+                let admitted = bounds.as_ref().is_none_or(|(min, max)| predicate.may_match(field.data_type(), min, max, false));
+                match admitted {
+                    true => RowSelector::select(*rows),
+                    false => RowSelector::skip(*rows),
                 }
             });
             let this = RowSelection::from(pages.collect::<Vec<_>>());
@@ -505,6 +501,59 @@ impl ScanFilter {
             });
         }
         selection.filter(|s| s.skipped_row_count() > 0)
+    }
+}
+
+/// A column's data-page statistics over some row groups of a Parquet file, from its page
+/// index: each page's rows, and its minimum and maximum where known.
+#[derive(Debug)]
+pub(crate) struct PageBounds {
+    pages: Vec<(usize, Option<(OrderingValue, OrderingValue)>)>,
+}
+
+impl PageBounds {
+    /// The bounds of `column`'s pages in the row groups `groups`; `None` when the file's page
+    /// index does not cover them.
+    fn of(column: &str, metadata: &ParquetMetaData, groups: &[usize], file_schema: &Schema, parquet_schema: &SchemaDescriptor) -> Option<PageBounds> {
+        let (column_index, offset_index) = (metadata.column_index()?, metadata.offset_index()?);
+        let converter = StatisticsConverter::try_new(column, file_schema, parquet_schema).ok()?;
+        let leaf = converter.parquet_column_index()?;
+        // The converter indexes both indexes without checking: a file may have them for some
+        // row groups or columns only.
+        let indexed = groups.iter().all(|&g| {
+            let pages = offset_index.get(g).and_then(|columns| columns.get(leaf)).map_or(0, |o| o.page_locations().len());
+            pages > 0 && column_index.get(g).is_some_and(|columns| columns.len() > leaf)
+        });
+        if !indexed {
+            return None;
+        }
+        let mins = converter.data_page_mins(column_index, offset_index, groups).ok()?;
+        let maxes = converter.data_page_maxes(column_index, offset_index, groups).ok()?;
+        let rows = converter.data_page_row_counts(offset_index, metadata.row_groups(), groups).ok()??;
+        if mins.len() != rows.len() || maxes.len() != rows.len() {
+            return None;
+        }
+        let pages = (0..rows.len())
+            .map(|page| {
+                let known = !mins.is_null(page) && !maxes.is_null(page);
+                let bounds = known.then(|| (OrderingValue::from_array(&mins, page), OrderingValue::from_array(&maxes, page)));
+                (rows.value(page) as usize, bounds)
+            })
+            .collect();
+        Some(PageBounds { pages })
+    }
+
+    /// About the bytes the bounds take.
+    pub(crate) fn bytes(&self) -> usize {
+        let value = |v: &OrderingValue| {
+            std::mem::size_of::<OrderingValue>()
+                + match v {
+                    OrderingValue::String(s) => s.len(),
+                    OrderingValue::Bytes(b) => b.len(),
+                    _ => 0,
+                }
+        };
+        self.pages.iter().map(|(_, b)| 16 + b.as_ref().map_or(0, |(min, max)| value(min) + value(max))).sum()
     }
 }
 
@@ -634,6 +683,36 @@ mod tests {
         assert_eq!(timestamp_from_partition_text("2026-01-01T09:30:00.5001Z", TimeUnit::Millisecond, true), None);
         assert_eq!(timestamp_from_partition_text("2026-01-01T10:30:00.5+01:00", TimeUnit::Millisecond, true), Some(micros / 1000));
         assert_eq!(timestamp_from_partition_text("2026-01-01T09:30:00.5Z", TimeUnit::Nanosecond, true), Some(micros * 1000));
+    }
+
+    /// Page pruning selects the pages whose bounds admit the value, the same from bounds
+    /// converted once and kept with the file's footer as from the page index itself.
+    #[test]
+    fn page_bounds_are_kept_with_the_footer() {
+        let _alone = footers::TESTS.lock().unwrap_or_else(|e| e.into_inner());
+        use arrow::array::Int64Array;
+        use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
+        use parquet::file::metadata::PageIndexPolicy;
+        let rows = 3 * crate::write::BASE_PAGE_ROWS + 5;
+        let ids: arrow::array::ArrayRef = Arc::new(Int64Array::from_iter_values(0..rows as i64));
+        let batch = arrow::record_batch::RecordBatch::try_from_iter([("id", ids)]).unwrap();
+        let bytes = bytes::Bytes::from(crate::write::parquet_bytes(&batch, crate::write::ParquetFile::BaseFile(Vec::new())).unwrap());
+        let options = ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Required);
+        let metadata = ArrowReaderMetadata::load(&bytes, options).unwrap();
+        let key = FooterKey { access: 7, location: "mem://t/pages.parquet".into(), size: bytes.len() as u64 };
+        footers::put(&key, &metadata, true);
+        let at = (crate::write::BASE_PAGE_ROWS + 3) as i64;
+        let filter = ScanFilter { predicates: vec![cmp("id", Op::Eq, Scalar::Int(at))] };
+        let select = |kept| filter.row_selection(metadata.metadata(), &[0], metadata.schema(), metadata.parquet_schema(), kept).unwrap();
+        let direct = select(None);
+        assert!(footers::page_bounds(&key, "id", &[0]).is_none());
+        let first = select(Some(&key));
+        assert!(footers::page_bounds(&key, "id", &[0]).is_some());
+        let again = select(Some(&key));
+        assert_eq!((&direct, &first), (&again, &again));
+        // The second page alone.
+        assert_eq!(direct.row_count(), crate::write::BASE_PAGE_ROWS);
+        assert_eq!(direct.iter().next().map(|s| (s.skip, s.row_count)), Some((true, crate::write::BASE_PAGE_ROWS)));
     }
 
     #[test]

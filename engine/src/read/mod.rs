@@ -41,6 +41,7 @@ use crate::error::{Error, ErrorKind, Result, ResultExt};
 use crate::log::{read_blocks, BlockType, LogBlock};
 use crate::read::base_ordering::{BaseOrdering, OrderingChunks, StoredBound};
 use crate::read::filter::{RecordKeys, ScanFilter};
+use crate::read::footers::FooterKey;
 use crate::read::chunk_bytes::ChunkBytes;
 use crate::read::merge::{MergeOutcome, MergeRule};
 use crate::read::merge_cache::MergeKey;
@@ -1104,13 +1105,13 @@ impl TableReader {
         Ok(self.open_base_file(slice, false).await?.map(|(_, _, metadata)| metadata))
     }
 
-    /// The slice's base file: its location (for errors), a reader, and its footer; with
-    /// `page_index`, also the page index where the file has one.
+    /// The slice's base file: its key in this process's footers (its location, for errors),
+    /// a reader, and its footer; with `page_index`, also the page index where the file has one.
     async fn open_base_file(
         &self,
         slice: &FileSlice,
         page_index: bool,
-    ) -> Result<Option<(String, parquet::arrow::async_reader::ParquetObjectReader, ArrowReaderMetadata)>> {
+    ) -> Result<Option<(FooterKey, parquet::arrow::async_reader::ParquetObjectReader, ArrowReaderMetadata)>> {
         let (Some(path), Some(base)) = (slice.base_path(), slice.base_file.as_ref()) else {
             return Ok(None);
         };
@@ -1119,15 +1120,16 @@ impl TableReader {
         // footer would be fetched with a suffix range, which Azure does not serve.
         let size = if base.size > 0 { base.size } else { self.storage.size(&path).await? };
         let mut reader = self.storage.parquet_reader(&path, Some(size));
-        if let Some(metadata) = footers::get(self.storage.access(), &location, size, page_index) {
-            return Ok(Some((location, reader, metadata)));
+        let key = FooterKey { access: self.storage.access(), location, size };
+        if let Some(metadata) = footers::get(&key, page_index) {
+            return Ok(Some((key, reader, metadata)));
         }
         let policy = if page_index { PageIndexPolicy::Optional } else { PageIndexPolicy::Skip };
         let options = ArrowReaderOptions::new().with_page_index_policy(policy);
         let metadata = ArrowReaderMetadata::load_async(&mut reader, options).await;
-        let metadata = metadata.map_err(|e| parquet_error(&location, e))?;
-        footers::put(self.storage.access(), &location, size, &metadata, page_index);
-        Ok(Some((location, reader, metadata)))
+        let metadata = metadata.map_err(|e| parquet_error(&key.location, e))?;
+        footers::put(&key, &metadata, page_index);
+        Ok(Some((key, reader, metadata)))
     }
 
     /// Fetches the column chunks of the slice's base file that `needed` names (all when
@@ -1151,7 +1153,8 @@ impl TableReader {
         stats: &mut ScanStats,
     ) -> Result<Option<FetchedBase>> {
         let page_index = pruning.is_some() || part.is_split();
-        let Some((location, mut reader, metadata)) = self.open_base_file(slice, page_index).await? else { return Ok(None) };
+        let Some((key, mut reader, metadata)) = self.open_base_file(slice, page_index).await? else { return Ok(None) };
+        let location = key.location.clone();
         let row_groups = metadata.metadata().row_groups();
         // The file positions of each row group's rows.
         let group_rows: Vec<Range<u64>> = row_groups
@@ -1191,7 +1194,7 @@ impl TableReader {
         let kept_rows: Vec<Range<u64>> = groups.iter().map(|&g| group_rows[g].clone()).collect();
         let share_selection = by_pages.then(|| selection_of(&kept_rows, [share.clone()]));
         stats.base_rows_total += share_selection.as_ref().map_or(row_count(&kept_rows), |share| share.row_count() as u64);
-        let mut selection = pruning.and_then(|f| f.row_selection(metadata.metadata(), &groups, file_schema, parquet_schema));
+        let mut selection = pruning.and_then(|f| f.row_selection(metadata.metadata(), &groups, file_schema, parquet_schema, Some(&key)));
         selection = match (selection, share_selection) {
             (Some(pruned), Some(share)) => Some(pruned.intersection(&share)),
             (pruned, share) => pruned.or(share),
