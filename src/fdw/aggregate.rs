@@ -64,12 +64,13 @@ impl Translator<'_> {
         }
         let [argument] = list_items::<pg_sys::TargetEntry>(a.args)[..] else { return None };
         let argument = (*argument).expr as *mut pg_sys::Node;
-        // A column, or for sum and avg a numeric or integer expression of columns, for min and
-        // max a numeric one (whose result the engine returns as the decimal it computes; the
-        // engine refuses those whose values have a display scale each).
+        // A column, or for sum and avg a numeric, integer or double expression of columns, for
+        // min and max one of those types too (the engine returns a numeric one as the decimal
+        // it computes and refuses those whose values have a display scale each).
+        let extreme_of = matches!(pg_sys::exprType(argument), pg_sys::NUMERICOID | pg_sys::INT2OID | pg_sys::INT4OID | pg_sys::INT8OID | pg_sys::FLOAT8OID);
         let input = match self.column(argument) {
             Some(column) => Input::Column(column),
-            None if matches!(name, "sum" | "avg") || matches!(name, "min" | "max") && pg_sys::exprType(argument) == pg_sys::NUMERICOID => {
+            None if matches!(name, "sum" | "avg") || matches!(name, "min" | "max") && extreme_of => {
                 Input::Expression(self.expression(argument)?)
             }
             None => return None,

@@ -177,6 +177,18 @@ impl Expression {
         }
     }
 
+    /// Whether the expression's values are of an integer type (`smallint`, `integer`,
+    /// `bigint`), as PostgreSQL types it: integer columns, the built-in integer operators and
+    /// a `CASE` of those.
+    pub fn is_integer(&self) -> bool {
+        match self {
+            Expression::Column(column) => column.reading == Reading::Int,
+            Expression::Arithmetic { result, .. } => result.digits().is_some(),
+            Expression::Case { branches, otherwise } => branches.iter().map(|(_, v)| v).chain(otherwise.as_deref()).all(Expression::is_integer),
+            Expression::Constant { .. } | Expression::Double(_) | Expression::ToDouble(_) => false,
+        }
+    }
+
     /// Checks a `double precision` expression against the table's `schema`: its columns, and
     /// that every operation is of doubles (its operands made doubles by [`Self::ToDouble`]).
     fn check_double(&self, schema: &Schema) -> Result<()> {

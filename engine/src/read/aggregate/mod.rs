@@ -74,10 +74,17 @@ impl Input {
         }
     }
 
-    /// The input's values in `rows` as read, to compare and find extremes.
+    /// The input's values in `rows` as read, to compare and find extremes: doubles made
+    /// canonical as a column's are, values of an integer type as 64-bit integers.
     fn read(&self, rows: &RecordBatch) -> Result<ArrayRef> {
         match self {
             Input::Column(column) => column.read(rows),
+            Input::Expression(expression) if expression.is_double() => Reading::Float8.read(&expression.evaluate(rows)?),
+            Input::Expression(expression) if expression.is_integer() => {
+                // Within the type's range: each operation checked its result against it.
+                let values = expression.evaluate(rows)?;
+                arrow::compute::cast(&values, &DataType::Int64).map_err(kernel)
+            }
             Input::Expression(expression) => expression.evaluate(rows),
         }
     }
@@ -94,6 +101,7 @@ impl Input {
     fn data_type(&self, schema: &Schema) -> Option<DataType> {
         match self {
             Input::Column(column) => Some(column.reading.data_type(schema.field_with_name(&column.field).ok()?.data_type())),
+            Input::Expression(expression) if expression.is_integer() => Some(DataType::Int64),
             Input::Expression(expression) => expression.data_type(schema),
         }
     }
@@ -765,6 +773,30 @@ mod tests {
         // avg: the sum at its scale and the count, which the host divides.
         assert_eq!(result.column(2).as_string::<i32>().value(1), "1.50000000000000000000");
         assert_eq!(result.column(3).as_primitive::<arrow::datatypes::Int64Type>().value(1), 2);
+    }
+
+    /// min and max of integer and double expressions come in PostgreSQL's types: 64-bit
+    /// integers (the host narrows them to the expression's type) and doubles compared as a
+    /// double column's are (NaN above every number, -0 as 0).
+    #[test]
+    fn extremes_of_expressions_keep_their_types() {
+        use crate::read::expression::{ArithmeticOp, NumberType};
+        let expression = |left: Expression, op, right: Expression, result| Expression::Arithmetic { op, left: Box::new(left), right: Box::new(right), result };
+        let tripled = expression(Expression::Column(column("qty", Reading::Int)), ArithmeticOp::Multiply, Expression::Constant { unscaled: 3, scale: 0 }, NumberType::Integer);
+        let halved = expression(Expression::Column(column("price", Reading::Float8)), ArithmeticOp::Divide, Expression::Double(-2.0), NumberType::Double);
+        let query = Arc::new(AggregateQuery {
+            group_by: vec![],
+            aggregates: vec![Aggregate::Max(Input::Expression(tripled.clone())), Aggregate::Min(Input::Expression(tripled)), Aggregate::Max(Input::Expression(halved))],
+            condition: None,
+        });
+        let batch = rows(vec![None; 4], vec![Some(5), None, Some(-7), Some(2)], vec![Some(0.0), Some(f64::NAN), Some(4.0), None]);
+        query.check(&batch.schema()).unwrap();
+        let mut aggregation = Aggregation::new(query, vec![]).unwrap();
+        aggregation.add_rows(&batch, None).unwrap();
+        let result = aggregation.finish(&batch.schema()).unwrap();
+        let integers = |i: usize| result.column(i).as_primitive::<arrow::datatypes::Int64Type>().value(0);
+        assert_eq!((integers(0), integers(1)), (15, -21));
+        assert!(result.column(2).as_primitive::<arrow::datatypes::Float64Type>().value(0).is_nan());
     }
 
     /// The answers of a query grouped by its parameter's column are, for every value (one that
