@@ -55,6 +55,39 @@ pub static END_INSTANT: GucSetting<Option<CString>> = GucSetting::<Option<CStrin
 /// PostgreSQL hands every setting to the workers; only a superuser could set this one.
 pub static PARALLEL_READ_STATES: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
 
+/// `hudi.file_mode`: the permissions of the files pg_hudi creates on `file://` (its
+/// directories get them with search allowed where reading is); `default` leaves them as the
+/// server's umask does (PostgreSQL's: the server's OS user only).
+#[derive(pgrx::PostgresGucEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FileMode {
+    #[name = c"default"]
+    Default,
+    #[name = c"0600"]
+    OwnerOnly,
+    #[name = c"0640"]
+    GroupReads,
+    #[name = c"0644"]
+    AllRead,
+    #[name = c"0660"]
+    GroupWrites,
+    #[name = c"0664"]
+    GroupWritesAllRead,
+}
+
+pub static FILE_MODE: GucSetting<FileMode> = GucSetting::<FileMode>::new(FileMode::Default);
+
+/// [`FILE_MODE`] as permission bits (`None`: the umask's).
+pub fn file_mode() -> Option<u32> {
+    match FILE_MODE.get() {
+        FileMode::Default => None,
+        FileMode::OwnerOnly => Some(0o600),
+        FileMode::GroupReads => Some(0o640),
+        FileMode::AllRead => Some(0o644),
+        FileMode::GroupWrites => Some(0o660),
+        FileMode::GroupWritesAllRead => Some(0o664),
+    }
+}
+
 /// `hudi.heartbeat_expiry`: seconds after which a pending write whose writer sent no heartbeat
 /// counts as failed and may be rolled back (a server setting, at least a second).
 pub static HEARTBEAT_EXPIRY: GucSetting<i32> = GucSetting::<i32>::new(300);
@@ -232,6 +265,14 @@ pub fn register() {
         600_000,
         GucContext::Suset,
         GucFlags::UNIT_MS | GucFlags::NO_SHOW_ALL,
+    );
+    GucRegistry::define_enum_guc(
+        c"hudi.file_mode",
+        c"Permissions of the files pg_hudi creates on file:// (directories: the same, searchable where readable).",
+        c"default leaves them as the server's umask does (only the server's OS user may read them); 0640 or 0644 let a Spark job or another OS user of the host read the tables. A server setting: it decides who may read the lake's files.",
+        &FILE_MODE,
+        GucContext::Sighup,
+        GucFlags::default(),
     );
     GucRegistry::define_int_guc(
         c"hudi.heartbeat_expiry",

@@ -169,3 +169,22 @@ def test_the_sql_surface_is_named_and_commented(conn):
                                ("lookup_caches", "pending_commits", "service_history", "table_services")]
     assert "relation regclass" in conn.execute(
         "SELECT pg_get_function_result('hudi.finish_pending_commits'::regproc)").fetchone()[0]
+
+
+def test_import_says_when_it_finds_no_table(cluster, fixtures_root):
+    """IMPORT FOREIGN SCHEMA under a remote schema that holds no Hudi table imports nothing and
+    says so, naming `root` (everything under the server's base_uri) in its hint."""
+    with new_lake(cluster, fixtures_root, (TRIPS,)) as (conn, _):
+        notices = []
+        conn.add_notice_handler(lambda n: notices.append((n.message_primary, n.message_hint)))
+        imported = ("SELECT count(*) FROM pg_foreign_table ft JOIN pg_class c ON c.oid = ft.ftrelid "
+                    "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s")
+        conn.execute("CREATE SCHEMA nothing")
+        conn.execute("IMPORT FOREIGN SCHEMA no_such_directory FROM SERVER lake INTO nothing")
+        assert conn.execute(imported, ("nothing",)).fetchone() == (0,)
+        found = [hint for message, hint in notices if message.startswith("no Hudi table found under")]
+        assert found and "IMPORT FOREIGN SCHEMA root FROM SERVER lake" in found[0], notices
+        notices.clear()
+        conn.execute("CREATE SCHEMA everything")
+        conn.execute("IMPORT FOREIGN SCHEMA root FROM SERVER lake INTO everything")
+        assert conn.execute(imported, ("everything",)).fetchone() == (1,) and not notices, notices

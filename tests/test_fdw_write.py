@@ -351,3 +351,41 @@ def test_a_cancel_during_commit_waits_for_the_commit(lake, cluster):
     assert our_rows(conn) == [(1, "committed", "nl", 1)]
     victim.close()
 
+
+
+def test_file_mode_decides_who_may_read_new_files(cluster):
+    """New files and directories of file:// tables are the server's OS user's only by default
+    (PostgreSQL's umask); hudi.file_mode, a server setting, opens them to a group or to every
+    user of the host (a Spark job reading the lake). Existing files keep their mode."""
+    from conftest import create_lake_server, give_to_postgres
+    root = cluster.directory / "lake"
+    root.mkdir()
+    give_to_postgres(root)
+    conn = cluster.connect()
+    create_lake_server(conn, root)
+
+    def written(session, name):
+        session.execute(f"CREATE FOREIGN TABLE {name} (id bigint, v text) SERVER lake OPTIONS (path '{name}', primary_key 'id', merge_mode 'commit_time')")
+        session.execute(f"SELECT hudi.create_table('{name}')")
+        session.execute(f"INSERT INTO {name} VALUES (1, 'a')")
+        return modes(name)
+
+    def modes(name):
+        found = {}
+        for path in [root / name, *(root / name).rglob("*")]:
+            found.setdefault("directories" if path.is_dir() else "files", set()).add(path.stat().st_mode & 0o777)
+        return found
+
+    assert written(conn, "private") == {"directories": {0o700}, "files": {0o600}}
+    # A server setting of listed modes only: not a session's, nothing setuid or world-writable.
+    with pytest.raises(psycopg.errors.CantChangeRuntimeParam):
+        conn.execute("SET hudi.file_mode = '0644'")
+    with pytest.raises(psycopg.errors.InvalidParameterValue):
+        conn.execute("ALTER SYSTEM SET hudi.file_mode = '0777'")
+    conn.execute("ALTER SYSTEM SET hudi.file_mode = '0644'")
+    conn.execute("SELECT pg_reload_conf()")
+    wait_for("the new file mode", lambda: cluster.connect().execute("SHOW hudi.file_mode").fetchone() == ("0644",))
+    shared = cluster.connect()
+    assert written(shared, "shared") == {"directories": {0o755}, "files": {0o644}}
+    shared.execute("INSERT INTO private VALUES (2, 'b')")
+    assert 0o700 in modes("private")["directories"] and modes("private")["files"] == {0o600, 0o644}

@@ -115,9 +115,9 @@ async fn compaction_keeps_every_read_and_writers_never_stop() {
     commit(&storage, &config, &[(2, "bob-3", "nl", 40)]).await;
     assert_eq!(snapshot(&storage).await, [(1, "ann-2"), (2, "bob-3"), (4, "di-2"), (5, "ed")].map(|(i, n)| (i, n.to_owned())));
     // And a second compaction takes the rest; nothing is left to compact after it.
-    let again = compact(&storage, &writer(9), &LockOptions::default(), EXPIRY).await.unwrap().unwrap();
+    let again = compact(&storage, &writer(9), &LockOptions::default(), EXPIRY).await.unwrap().pop().unwrap();
     assert!(again.instant > instant);
-    assert!(compact(&storage, &writer(9), &LockOptions::default(), EXPIRY).await.unwrap().is_none());
+    assert!(compact(&storage, &writer(9), &LockOptions::default(), EXPIRY).await.unwrap().is_empty());
     assert_eq!(snapshot(&storage).await, [(1, "ann-2"), (2, "bob-3"), (4, "di-2"), (5, "ed")].map(|(i, n)| (i, n.to_owned())));
 }
 
@@ -211,7 +211,7 @@ async fn incremental_reads_across_compactions_report_what_the_uncompacted_table_
             tx.delete(deletes.collect()).await.unwrap();
             completed.push(tx.commit().await.unwrap());
             if step.compact_after && std::ptr::eq(table, &compacted) {
-                compact(table, &writer(9), &LockOptions::default(), EXPIRY).await.unwrap().unwrap();
+                compact(table, &writer(9), &LockOptions::default(), EXPIRY).await.unwrap().pop().unwrap();
             }
         }
     }
@@ -284,7 +284,7 @@ async fn a_clean_deletes_the_slices_no_read_needs_and_reads_stay_the_same() {
             }
             model.extend(data);
         }
-        compact(&storage, &writer(2), &LockOptions::default(), EXPIRY).await.unwrap().unwrap();
+        compact(&storage, &writer(2), &LockOptions::default(), EXPIRY).await.unwrap().pop().unwrap();
     }
     let expected: Vec<(i64, String)> = model.into_iter().collect();
     assert_eq!(snapshot(&storage).await, expected);
@@ -365,7 +365,7 @@ async fn archived_commits_read_as_before_from_the_lsm_history() {
             model.insert(id, name);
         }
         if round % 2 == 1 {
-            compact(&storage, &writer(2), &LockOptions::default(), EXPIRY).await.unwrap().unwrap();
+            compact(&storage, &writer(2), &LockOptions::default(), EXPIRY).await.unwrap().pop().unwrap();
         }
     }
     let expected: Vec<(i64, String)> = model.into_iter().collect();
@@ -431,4 +431,36 @@ async fn archived_commits_read_as_before_from_the_lsm_history() {
     assert_eq!(names(&timeline_dir), after_names);
     assert_eq!(std::fs::read_to_string(history.join("_version_")).unwrap(), "1", "the history was complete");
     assert_eq!(snapshot(&storage).await, expected);
+}
+
+/// `compact` while another writer executes a pending compaction (a worker's round): it waits
+/// for that one to complete (not "being executed by another writer"), then compacts what is
+/// left, the logs written after that plan; nothing is left after it.
+#[tokio::test]
+async fn compact_waits_for_a_running_compaction_and_compacts_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = local(dir.path());
+    let config = create_table(&storage, &spec()).await.unwrap();
+    commit(&storage, &config, &[(1, "ann", "nl", 10), (2, "bob", "nl", 10), (3, "cy", "be", 10)]).await;
+    commit(&storage, &config, &[(1, "ann-2", "nl", 20)]).await;
+    let running = schedule_compaction(&storage, &writer(8), &LockOptions::default()).await.unwrap().unwrap();
+    // Logs after the plan, in its file groups: left for a later compaction.
+    commit(&storage, &config, &[(2, "bob-2", "nl", 30), (3, "cy-2", "be", 30)]).await;
+    let slow = LockOptions { pause_before_completing: Duration::from_millis(1500), ..LockOptions::default() };
+    let heartbeat = dir.path().join(".hoodie/.heartbeat").join(&running);
+    let executor = writer(8);
+    let (executed, done) = tokio::join!(run_compaction(&storage, &running, &executor, &slow, EXPIRY), async {
+        // Its heartbeat shows it executing.
+        while !heartbeat.exists() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        compact(&storage, &writer(9), &LockOptions::default(), EXPIRY).await.unwrap()
+    });
+    assert_eq!(executed.unwrap().instant, running);
+    assert_eq!(done.len(), 1, "{done:?}");
+    assert!(done[0].instant > running);
+    let reader = TableReader::open(storage.clone()).await.unwrap();
+    assert!(reader.timeline().pending_compactions().next().is_none());
+    assert!(reader.slices(&ReadBound::Latest).await.unwrap().iter().all(|s| s.log_files.is_empty()));
+    assert_eq!(snapshot(&storage).await, [(1, "ann-2"), (2, "bob-2"), (3, "cy-2")].map(|(i, n)| (i, n.to_owned())));
 }

@@ -115,7 +115,7 @@ async fn point_reads(storage: Storage, seed: u64) {
     let mut tx = Transaction::begin(storage.clone(), config.clone(), writer(1), LockOptions::default()).await.unwrap();
     tx.upsert(&rows(&data)).await.unwrap();
     tx.commit().await.unwrap();
-    compact(&storage, &writer(9), &LockOptions::default(), Duration::from_secs(60)).await.unwrap().unwrap();
+    compact(&storage, &writer(9), &LockOptions::default(), Duration::from_secs(60)).await.unwrap().pop().unwrap();
 
     // Base files only.
     check_against_snapshot(&storage, seed, 30, |_| 0).await;

@@ -85,7 +85,7 @@ async fn compacted_table(storage: &Storage, n: usize, countries: &[&str]) -> BTr
     let mut tx = Transaction::begin(storage.clone(), config, writer(1), LockOptions::default()).await.unwrap();
     tx.upsert(&rows(&data)).await.unwrap();
     tx.commit().await.unwrap();
-    compact(storage, &writer(9), &LockOptions::default(), Duration::from_secs(60)).await.unwrap().unwrap();
+    compact(storage, &writer(9), &LockOptions::default(), Duration::from_secs(60)).await.unwrap().pop().unwrap();
     data.iter().map(|r| (r.0, r.1.to_owned())).collect()
 }
 
@@ -153,7 +153,7 @@ async fn updates_and_deletes_by_position_read_as_the_model() {
 
     // Positions read before another compaction name the old base files: merged by key.
     let stale = read_with_positions(&storage, None).await;
-    compact(&storage, &writer(9), &LockOptions::default(), Duration::from_secs(60)).await.unwrap().unwrap();
+    compact(&storage, &writer(9), &LockOptions::default(), Duration::from_secs(60)).await.unwrap().pop().unwrap();
     let stale_updates: Vec<ReadRow> = stale.iter().filter(|r| r.id % 5 == 0 && r.at.is_some()).cloned().collect();
     let before = log_files(&storage).await;
     update_and_delete(&storage, &stale_updates, &[], "-stale").await;
@@ -206,7 +206,7 @@ async fn distinct_ordering_table(storage: &Storage) -> (usize, Versions) {
     let mut tx = Transaction::begin(storage.clone(), config, writer(1), LockOptions::default()).await.unwrap();
     tx.upsert(&rows(&data)).await.unwrap();
     tx.commit().await.unwrap();
-    compact(storage, &writer(9), &LockOptions::default(), Duration::from_secs(60)).await.unwrap().unwrap();
+    compact(storage, &writer(9), &LockOptions::default(), Duration::from_secs(60)).await.unwrap().pop().unwrap();
     (n, data.iter().map(|r| (r.0, (r.1.to_owned(), r.3, true))).collect())
 }
 

@@ -119,7 +119,7 @@ async fn row_filters_return_the_rows_that_satisfy_them() {
     let mut tx = Transaction::begin(storage.clone(), config.clone(), writer(1), LockOptions::default()).await.unwrap();
     tx.upsert(&rows(&data)).await.unwrap();
     tx.commit().await.unwrap();
-    compact(&storage, &writer(9), &LockOptions::default(), Duration::from_secs(60)).await.unwrap().unwrap();
+    compact(&storage, &writer(9), &LockOptions::default(), Duration::from_secs(60)).await.unwrap().pop().unwrap();
     // Logs: updates of every 7th row, new rows, and deletes of every 11th.
     let updates: Vec<(i64, &str, &str, i64)> =
         (0..1_200).step_by(7).map(|i| (i, "updated", country(i), 25)).collect();

@@ -100,7 +100,7 @@ async fn compacted_table(storage: &Storage) {
     let mut tx = Transaction::begin(storage.clone(), config, writer(1), LockOptions::default()).await.unwrap();
     tx.upsert(&rows(&data)).await.unwrap();
     tx.commit().await.unwrap();
-    compact(storage, &writer(9), &LockOptions::default(), Duration::from_secs(60)).await.unwrap().unwrap();
+    compact(storage, &writer(9), &LockOptions::default(), Duration::from_secs(60)).await.unwrap().pop().unwrap();
 }
 
 /// Rewrites the table's one base file in row groups of `GROUP_ROWS` rows, with a page index
@@ -235,7 +235,7 @@ async fn scans_claiming_shared_units_read_the_snapshot_once() {
     let mut tx = Transaction::begin(storage.clone(), config.clone(), writer(1), LockOptions::default()).await.unwrap();
     tx.upsert(&rows(&data)).await.unwrap();
     tx.commit().await.unwrap();
-    compact(&storage, &writer(9), &LockOptions::default(), Duration::from_secs(60)).await.unwrap().unwrap();
+    compact(&storage, &writer(9), &LockOptions::default(), Duration::from_secs(60)).await.unwrap().pop().unwrap();
     // Logs in the "de" partition's slice only.
     let updates: Vec<(i64, &str, &str, i64)> = (0..ROWS).step_by(40).map(|i| (i, "updated", "de", 20)).collect();
     let mut tx = Transaction::begin(storage.clone(), config, writer(1), LockOptions::default()).await.unwrap();

@@ -51,8 +51,9 @@ fn run_compaction(table: Option<RegClass>, instant: Option<&str>) -> TableIterat
     TableIterator::once(row(outcome))
 }
 
-/// `hudi.compact(table)`: schedules and runs a compaction; no row when there was nothing to
-/// compact.
+/// `hudi.compact(table)`: runs the table's pending compactions (waiting for one another
+/// writer executes, the worker's for one), then schedules and runs a compaction of what is
+/// left; a row per compaction it completed, none when there was nothing to compact.
 #[pg_extern(volatile)]
 fn compact(table: Option<RegClass>) -> TableIterator<
     'static,
@@ -61,6 +62,6 @@ fn compact(table: Option<RegClass>) -> TableIterator<
     let table = hudi_table(table);
     let storage = ServiceTable::open(&table, "compact it").storage;
     let _shown = ServiceActivity::begin("compaction", table.oid());
-    let outcome = block_on(compaction::compact(&storage, &writer_id(), &lock_options(), heartbeat_expiry())).or_report();
-    TableIterator::new(outcome.into_iter().map(row))
+    let outcomes = block_on(compaction::compact(&storage, &writer_id(), &lock_options(), heartbeat_expiry())).or_report();
+    TableIterator::new(outcomes.into_iter().map(row))
 }

@@ -46,6 +46,7 @@ fn table_properties(location: Option<&str>) -> TableIterator<'static, (name!(key
             Some("The location must lie below the base_uri of a hudi_fdw server you have USAGE on.".into()),
         ),
     };
+    engine::storage::local::set_creation_mode(crate::guc::file_mode());
     let storage = Storage::open(&uri, &settings).or_report();
     let config = crate::runtime::block_on(engine::table::load_config(&storage)).or_report();
     let rows: Vec<(String, String)> = config.properties.iter().map(|(k, v)| (k.to_owned(), v.to_owned())).collect();

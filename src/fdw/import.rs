@@ -69,6 +69,15 @@ pub unsafe extern "C-unwind" fn import_foreign_schema(
         name.unwrap_or_else(|| search.as_str().rsplit('/').next().unwrap_or("hudi_table")).to_owned()
     };
     let mut commands: *mut pg_sys::List = std::ptr::null_mut();
+    if tables.is_empty() {
+        let hint = format!(
+            "IMPORT FOREIGN SCHEMA {ROOT_SCHEMA} FROM SERVER {} imports every table under the server's base_uri; another remote schema names a directory below it.",
+            quote_ident(&server_name)
+        );
+        pgrx::pg_sys::panic::ErrorReport::new(PgSqlErrorCode::ERRCODE_SUCCESSFUL_COMPLETION, format!("no Hudi table found under {search}"), "pg_hudi")
+            .set_hint(hint)
+            .report(PgLogLevel::NOTICE);
+    }
     for dir in &tables {
         // A table is named after its directory; when two share that name, after its whole
         // path below the search root (`/` as `__`).

@@ -44,6 +44,8 @@ pub struct ForeignHudiTable {
 /// (or the PUBLIC mapping's, or none), with the server's retry settings and whether it
 /// allows the credential chain. Local locations take none of it.
 pub unsafe fn store_settings(role: pg_sys::Oid, server: pg_sys::Oid, uri: &StorageUri) -> StoreSettings {
+    // Every store opens through here: the files it creates get the server's mode.
+    engine::storage::local::set_creation_mode(crate::guc::file_mode());
     if matches!(uri.scheme(), Scheme::File | Scheme::Memory) {
         return StoreSettings::default();
     }

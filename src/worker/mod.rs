@@ -341,7 +341,18 @@ fn finish_pending_commits() {
         let finished = crate::role::in_subtransaction(|| {
             if crate::intents::table_exists() {
                 for (intent, outcome) in crate::intents::finish_committed(None, false) {
-                    log!("{WORKER_NAME}: write {} to {}: {outcome:?}", intent.commit.instant, intent.location);
+                    let (instant, location) = (&intent.commit.instant, &intent.location);
+                    // A completion is the normal end of a write whose backend did not complete
+                    // it; a lost or failed one is news for the administrator.
+                    match outcome {
+                        crate::intents::Finished::Completed { completion } => {
+                            debug1!("{WORKER_NAME}: completed the committed write {instant} to {location} (completion time {completion})")
+                        }
+                        crate::intents::Finished::Lost(why) => {
+                            warning!("{WORKER_NAME}: the committed write {instant} to {location} was rolled back by another writer: {why}")
+                        }
+                        crate::intents::Finished::Failed(why) => log!("{WORKER_NAME}: completing the committed write {instant} to {location} failed, tried again later: {why}"),
+                    }
                 }
             }
         });

@@ -486,16 +486,58 @@ pub async fn run_abandoned_compactions(
     Ok(out)
 }
 
-/// Plans and executes a compaction in one go; `None` when there was nothing to compact.
+/// Compacts the table: runs its pending compactions (waiting for those another writer is
+/// executing, a worker's round for one, to end), then schedules and runs a compaction of every
+/// file slice with logs that is left. Returns the compactions this call completed, in order.
 pub async fn compact(
     storage: &Storage,
     writer: &WriterId,
     lock_options: &LockOptions,
     heartbeat_expiry: Duration,
+) -> Result<Vec<CompactionOutcome>> {
+    let reader = TableReader::open(storage.clone()).await?;
+    let pending: Vec<String> = reader.timeline().pending_compactions().map(|i| i.timestamp.clone()).collect();
+    let mut done = Vec::new();
+    for instant in &pending {
+        done.extend(run_or_wait(storage, instant, writer, lock_options, heartbeat_expiry).await?);
+    }
+    if let Some(instant) = schedule_compaction(storage, writer, lock_options).await? {
+        done.extend(run_or_wait(storage, &instant, writer, lock_options, heartbeat_expiry).await?);
+    }
+    Ok(done)
+}
+
+/// Runs the pending compaction at `instant`; while another writer executes it (its heartbeat
+/// fresh), waits for it to end, taking it over if its heartbeat expires first. `None` when
+/// another writer completed it or it is gone (rolled back).
+async fn run_or_wait(
+    storage: &Storage,
+    instant: &str,
+    writer: &WriterId,
+    lock_options: &LockOptions,
+    heartbeat_expiry: Duration,
 ) -> Result<Option<CompactionOutcome>> {
-    match schedule_compaction(storage, writer, lock_options).await? {
-        Some(instant) => Ok(Some(run_compaction(storage, &instant, writer, lock_options, heartbeat_expiry).await?)),
-        None => Ok(None),
+    // Another server's execution is seen only in storage: looked at again after a pause that
+    // grows to a second (a caller's cancel ends the wait).
+    let mut pause = Duration::from_millis(50);
+    loop {
+        match run_compaction(storage, instant, writer, lock_options, heartbeat_expiry).await {
+            Ok(outcome) => return Ok(Some(outcome)),
+            // Completed (by another writer, since this call looked), or rolled back; a missing
+            // file of a compaction still pending is an error.
+            Err(e) if matches!(e.kind(), ErrorKind::InvalidArgument | ErrorKind::NotFound) => {
+                let reader = TableReader::open(storage.clone()).await?;
+                return match reader.timeline().get(instant) {
+                    Some(pending) if !pending.is_completed() => Err(e),
+                    _ => Ok(None),
+                };
+            }
+            Err(e) if e.kind() == ErrorKind::InUse => {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
+            Err(e) => return Err(e),
+        }
     }
 }
 

@@ -38,7 +38,7 @@ use std::ops::Range;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::FileExt;
 use std::path::{Path as FsPath, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -74,6 +74,38 @@ const FILE_READ: OFlags = OFlags::RDONLY.union(OFlags::NONBLOCK).union(OFlags::C
 /// Permissions of new directories and files before the umask, as `std::fs` creates them.
 const DIR_MODE: u32 = 0o777;
 const FILE_MODE: u32 = 0o666;
+
+/// Permissions of the files local stores create, set by [`set_creation_mode`]; 0 leaves them
+/// as the umask does.
+static CREATION_MODE: AtomicU32 = AtomicU32::new(0);
+
+/// Sets the permissions of the files local stores create from now on (`None`: as the process's
+/// umask leaves them; PostgreSQL's server runs with 0077, so only its OS user could read the
+/// lake). New directories get the same permissions with search allowed where reading is. The
+/// host sets it from its settings; modes of existing files are never changed.
+pub fn set_creation_mode(mode: Option<u32>) {
+    CREATION_MODE.store(mode.map_or(0, |m| m & 0o777), Ordering::Relaxed);
+}
+
+/// The permissions to give new (files, directories), when set.
+fn creation_modes() -> Option<(Mode, Mode)> {
+    let file = CREATION_MODE.load(Ordering::Relaxed);
+    let directory = file | (file & 0o444) >> 2;
+    (file != 0).then(|| (Mode::from_bits_truncate(file as _), Mode::from_bits_truncate(directory as _)))
+}
+
+/// `path` made with its missing parents (links on the way followed), each new directory given
+/// the [`creation_modes`].
+fn make_dirs(path: &FsPath) -> io::Result<()> {
+    let missing: Vec<&FsPath> = path.ancestors().take_while(|p| !p.as_os_str().is_empty() && !p.exists()).collect();
+    std::fs::create_dir_all(path)?;
+    if let Some((_, mode)) = creation_modes() {
+        for dir in missing {
+            std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(mode.bits().into()))?;
+        }
+    }
+    Ok(())
+}
 
 /// Set once `openat2` turned out to be missing (`ENOSYS`: a kernel before 5.6), so that later
 /// stores walk without trying it first.
@@ -345,7 +377,7 @@ impl Inner {
             Ok(stat) => stat,
             Err(Errno::NOENT) if create => {
                 // Links on the way to the root are followed: only what is below it is guarded.
-                std::fs::create_dir_all(&self.root).map_err(|e| Fail::Io(errno_of(&e)))?;
+                make_dirs(&self.root).map_err(|e| Fail::Io(errno_of(&e)))?;
                 rfs::stat(self.root.as_path())?
             }
             Err(errno) => return Err(Fail::Io(errno)),
@@ -414,7 +446,16 @@ impl Inner {
                     Err(Fail::Io(Errno::NOENT)) if create && tries < 8 => {
                         tries += 1;
                         match rfs::mkdirat(&at, name, Mode::from_bits_truncate(DIR_MODE as _)) {
-                            Ok(()) | Err(Errno::EXIST) => continue,
+                            Ok(()) => {
+                                // Through a descriptor of the new directory itself (its name
+                                // could be a link by now; O_PATH ones take no fchmod).
+                                if let Some((_, mode)) = creation_modes() {
+                                    let made = open_nofollow(&at, name, DIR_READ, Mode::empty())?;
+                                    rfs::fchmod(&made, mode)?;
+                                }
+                                continue;
+                            }
+                            Err(Errno::EXIST) => continue,
                             Err(errno) => return Err(Fail::Io(errno)),
                         }
                     }
@@ -791,7 +832,15 @@ fn stage(dir: &DirFd<'_>, name: &str) -> std::result::Result<(File, String), Err
         let staged = format!("{name}#{n}");
         let flags = OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         match rfs::openat(dir, staged.as_str(), flags, Mode::from_bits_truncate(FILE_MODE as _)) {
-            Ok(fd) => return Ok((File::from(fd), staged)),
+            Ok(fd) => {
+                if let Some((mode, _)) = creation_modes() {
+                    if let Err(errno) = rfs::fchmod(&fd, mode) {
+                        let _ = rfs::unlinkat(dir, staged.as_str(), AtFlags::empty());
+                        return Err(errno);
+                    }
+                }
+                return Ok((File::from(fd), staged));
+            }
             // Another write's temporary (or one a crash left behind).
             Err(Errno::EXIST) => continue,
             Err(errno) => return Err(errno),
@@ -1309,5 +1358,28 @@ mod tests {
             upload.complete().await.unwrap();
             assert_eq!(store.get(&Path::from("m")).await.unwrap().bytes().await.unwrap(), Bytes::from_static(b"abcd"));
         }
+    }
+
+    /// New files and directories take the creation mode where one is set (the umask's
+    /// otherwise); a new table directory too, made with its missing parents.
+    #[tokio::test]
+    async fn new_files_and_directories_take_the_creation_mode() {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |path: &FsPath| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("lake/table");
+        set_creation_mode(Some(0o640));
+        let written = async {
+            for storage in [storage_of(&root), walking_storage_of(&root)] {
+                storage.put("p=1/deeper/a.parquet", Bytes::from_static(b"a")).await.unwrap();
+                storage.put("b.parquet", Bytes::from_static(b"b")).await.unwrap();
+            }
+        };
+        written.await;
+        set_creation_mode(None);
+        for made in [dir.path().join("lake"), root.clone(), root.join("p=1"), root.join("p=1/deeper")] {
+            assert_eq!(mode(&made), 0o750, "{}", made.display());
+        }
+        assert_eq!((mode(&root.join("p=1/deeper/a.parquet")), mode(&root.join("b.parquet"))), (0o640, 0o640));
     }
 }
