@@ -699,6 +699,19 @@ mod tests {
         RecordBatch::try_new(Arc::new(schema), columns).unwrap()
     }
 
+    /// The result of `query` (grouped by one text column) over the partials of `parts`, each
+    /// aggregated apart as a slice is.
+    fn combined(query: &Arc<AggregateQuery>, parts: &[&RecordBatch]) -> RecordBatch {
+        let schema = parts[0].schema();
+        let mut total = Aggregation::new(query.clone(), vec![DataType::Utf8]).unwrap();
+        for part in parts {
+            let mut partial = Aggregation::new(query.clone(), vec![DataType::Utf8]).unwrap();
+            partial.add_rows(part, None).unwrap();
+            total.add_partial(&partial.partial(&schema).unwrap()).unwrap();
+        }
+        total.finish(&schema).unwrap()
+    }
+
     /// Partials of two "slices" combined give what one aggregation of all rows gives.
     #[test]
     fn partials_combine_to_the_whole() {
@@ -715,14 +728,7 @@ mod tests {
         });
         let a = rows(vec![Some("x"), Some("y"), Some("x")], vec![Some(1), Some(2), Some(-1)], vec![Some(1.0), None, Some(f64::NAN)]);
         let b = rows(vec![Some("y"), None, Some("x")], vec![Some(4), Some(5), Some(6)], vec![Some(3.0), Some(2.0), Some(4.0)]);
-        let schema = a.schema();
-        let mut total = Aggregation::new(query.clone(), vec![DataType::Utf8]).unwrap();
-        for part in [&a, &b] {
-            let mut partial = Aggregation::new(query.clone(), vec![DataType::Utf8]).unwrap();
-            partial.add_rows(part, None).unwrap();
-            total.add_partial(&partial.partial(&schema).unwrap()).unwrap();
-        }
-        let result = total.finish(&schema).unwrap();
+        let result = combined(&query, &[&a, &b]);
         let keys: Vec<Option<&str>> = result.column(0).as_string::<i32>().iter().collect();
         assert_eq!(keys, vec![Some("x"), Some("y"), None]);
         let counts = result.column(1).as_primitive::<arrow::datatypes::Int64Type>().values().to_vec();
@@ -761,13 +767,7 @@ mod tests {
         let schema = a.schema();
         query.check(&schema).unwrap();
         assert!(Aggregate::Max(quarter).check(&schema).is_err());
-        let mut total = Aggregation::new(query.clone(), vec![DataType::Utf8]).unwrap();
-        for part in [&a, &b] {
-            let mut partial = Aggregation::new(query.clone(), vec![DataType::Utf8]).unwrap();
-            partial.add_rows(part, None).unwrap();
-            total.add_partial(&partial.partial(&schema).unwrap()).unwrap();
-        }
-        let result = total.finish(&schema).unwrap();
+        let result = combined(&query, &[&a, &b]);
         let sums: Vec<Option<&str>> = result.column(1).as_string::<i32>().iter().collect();
         assert_eq!(sums, [Some("1.75000000000000000000"), Some("1.50000000000000000000"), Some("1.2500000000000000")]);
         // avg: the sum at its scale and the count, which the host divides.
