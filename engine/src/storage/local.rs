@@ -95,13 +95,15 @@ fn creation_modes() -> Option<(Mode, Mode)> {
 }
 
 /// `path` made with its missing parents (links on the way followed), each new directory given
-/// the [`creation_modes`].
+/// the [`creation_modes`] through a descriptor of it: a name replaced by a link since it was
+/// made is refused, never followed to change another file's mode.
 fn make_dirs(path: &FsPath) -> io::Result<()> {
     let missing: Vec<&FsPath> = path.ancestors().take_while(|p| !p.as_os_str().is_empty() && !p.exists()).collect();
     std::fs::create_dir_all(path)?;
     if let Some((_, mode)) = creation_modes() {
         for dir in missing {
-            std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(mode.bits().into()))?;
+            let made = rfs::open(dir, DIR_READ | OFlags::NOFOLLOW, Mode::empty())?;
+            rfs::fchmod(&made, mode)?;
         }
     }
     Ok(())

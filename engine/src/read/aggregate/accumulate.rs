@@ -91,9 +91,9 @@ impl Accumulator for Count {
 /// Sums are kept in 128 bits while they fit (16 bytes a group: a `GROUP BY` can have millions)
 /// and all in 256 bits once one does not, so no count of rows overflows them.
 ///
-/// Of values with a display scale each ([`crate::read::expression::per_value_type`]), each group's sum has the largest
-/// of its values' scales, as PostgreSQL's `numeric` sums have: its state is a struct of sum
-/// and display scale, its result the sum's text at that scale.
+/// Of values with a display scale each ([`crate::read::expression::per_value_type`]), each
+/// group's sum has the largest of its values' scales, as PostgreSQL's `numeric` sums have: its
+/// state is a struct of sum and display scale, its result the sum's text at that scale.
 pub(crate) struct ExactSum {
     narrow: Vec<i128>,
     /// Every group's sum, once one left 128 bits (`narrow` is then empty).
@@ -128,14 +128,15 @@ impl ExactSum {
         let parts = input.as_struct_opt().filter(|s| s.num_columns() == 2).ok_or_else(|| wrong_input(input))?;
         let values = parts.column(0).as_primitive_opt::<types::Decimal256Type>().ok_or_else(|| wrong_input(input))?;
         let scales = parts.column(1).as_primitive_opt::<types::Int8Type>().ok_or_else(|| wrong_input(input))?;
+        let mut display = self.display.take().ok_or_else(|| wrong_input(input))?;
         for row in 0..input.len() {
             if input.is_valid(row) && values.is_valid(row) {
                 let group = groups.of(row);
                 self.add_wide(group, values.value(row));
-                let display = self.display.as_mut().ok_or_else(|| wrong_input(input))?;
                 display[group] = display[group].max(scales.value(row));
             }
         }
+        self.display = Some(display);
         Ok(())
     }
 
