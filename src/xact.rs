@@ -39,6 +39,8 @@ pub struct OpenWrite {
     heartbeat: Option<KeptHeartbeat>,
     /// Why a flush failed: rows may be lost, so the write cannot commit any more.
     broken: Option<String>,
+    /// An UPDATE wrote rows it read: a truncate it did not see must stop its commit.
+    pub updates_rows: bool,
 }
 
 /// Buffered rows, each with where an UPDATE or DELETE read it (see [`crate::fdw::positions`]).
@@ -100,6 +102,7 @@ impl OpenWrite {
             encoding: None,
             heartbeat,
             broken: None,
+            updates_rows: false,
         }
     }
 
@@ -263,6 +266,22 @@ pub fn with_open_write<R>(
     }
 }
 
+/// Makes `truncate()`, a truncating write of `relid`, this transaction's write to the table at
+/// `location`: what the transaction wrote there before (through any foreign table) is deleted.
+pub fn truncate(relid: pg_sys::Oid, location: &str, truncate: impl FnOnce() -> OpenWrite) {
+    register_callbacks();
+    let earlier: Vec<OpenWrite> = OPEN.with(|open| {
+        let mut open = open.borrow_mut();
+        let keys: Vec<u32> = open.iter().filter(|(_, w)| w.location == location).map(|(k, _)| *k).collect();
+        keys.iter().filter_map(|k| open.remove(k)).map(|w| *w).collect()
+    });
+    for write in earlier {
+        write.abort().unwrap_or_else(|e| crate::error::report(e));
+    }
+    let write = Box::new(truncate());
+    OPEN.with(|open| open.borrow_mut().insert(relid.to_u32(), write));
+}
+
 /// Writes the last flush's blocks of the open write of `relid`, if it has one.
 pub fn finish_flush(relid: pg_sys::Oid) {
     if OPEN.with(|open| open.borrow().contains_key(&relid.to_u32())) {
@@ -358,6 +377,25 @@ unsafe fn prepare_writes() {
                 pgrx::PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE,
                 format!("the write {} to {location} was rolled back before its transaction could commit", commit.instant),
                 Some("A rollback of failed writes took it for the write of a dead writer; retry the transaction.".into()),
+            ),
+            Err(e) => crate::error::report(e),
+        }
+    }
+    // An UPDATE computed its rows from a snapshot: a truncate it did not see (pending, or
+    // completed after it began) would see them come back. Checked after the mark: a truncate
+    // that did not find the mark is on the timeline now (Transaction::begin_truncate).
+    let truncated: Vec<(String, engine::Result<Option<String>>)> = PREPARED.with(|p| {
+        let prepared = p.borrow();
+        let updating = prepared.iter().filter(|w| w.write.updates_rows);
+        updating.map(|w| (w.intent.location.clone(), block_on(w.write.transaction.truncated_since()))).collect()
+    });
+    for (location, truncate) in truncated {
+        match truncate {
+            Ok(None) => {}
+            Ok(Some(instant)) => crate::error::raise(
+                pgrx::PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE,
+                format!("could not serialize access due to a concurrent truncate of {location} (instant {instant})"),
+                Some("The rows this UPDATE read were truncated; retry the transaction.".into()),
             ),
             Err(e) => crate::error::report(e),
         }

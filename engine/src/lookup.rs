@@ -482,6 +482,14 @@ impl LookupCache {
             applied.rows = self.state.rows;
             return Ok(Some(applied));
         }
+        // A truncate (a replacecommit) removed rows that no change lists: the cache is loaded
+        // anew.
+        let truncated = reader.timeline().completed_writes().any(|i| {
+            i.action == "replacecommit" && i.completion.as_deref().is_some_and(|c| c > from.as_str() && target.as_deref().is_none_or(|t| c <= t))
+        });
+        if truncated {
+            return Ok(None);
+        }
         let changes = match reader.read_changes(&ChangeRange { start: Some(from), end: target.clone() }, true).await {
             Ok(changes) => changes,
             // The changes since the cached position were cleaned.

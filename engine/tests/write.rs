@@ -313,7 +313,7 @@ async fn prepared_commits_complete_once_and_decided_writes_are_read() {
     assert_eq!(snapshot(&storage).await, [(1, "decided".to_owned()), (2, "new".to_owned())]);
     assert_eq!(prepared::read(&storage, &prepared.instant).await.unwrap(), None, "the mark goes with the completion");
     // A completed write is not rolled back, even when named.
-    let named = FailedWrite { instant: prepared.instant.clone(), prepared: None };
+    let named = FailedWrite { instant: prepared.instant.clone(), action: "deltacommit".into(), prepared: None };
     assert!(rollback_writes(&storage, &config, &[named], Duration::ZERO, "cleaner", &LockOptions::default()).await.unwrap().is_empty());
 
     // One rolled back before it completes cannot complete afterwards.
@@ -321,7 +321,7 @@ async fn prepared_commits_complete_once_and_decided_writes_are_read() {
     tx.upsert(&rows(&[(3, "late", "nl", 3)])).await.unwrap();
     let late = tx.prepare().await.unwrap();
     // Named with a mark it does not have, or while its heartbeat is fresh: left alone.
-    let named = |prepared| FailedWrite { instant: late.instant.clone(), prepared };
+    let named = |prepared| FailedWrite { instant: late.instant.clone(), action: "deltacommit".into(), prepared };
     let marked = named(Some(PreparedMark { node: 7, transaction: 43 }));
     assert!(rollback_writes(&storage, &config, &[marked], Duration::ZERO, "cleaner", &LockOptions::default()).await.unwrap().is_empty());
     let fresh = Duration::from_secs(600);
@@ -402,7 +402,7 @@ async fn a_rollback_racing_a_writers_confirmation_never_takes_a_confirmed_write(
             prepared::mark(&storage, &prepared.instant, &mark).await.unwrap();
             prepared.confirm_pending(&storage).await
         };
-        let failed = [FailedWrite { instant: prepared.instant.clone(), prepared: None }];
+        let failed = [FailedWrite { instant: prepared.instant.clone(), action: "deltacommit".into(), prepared: None }];
         let lock_options = LockOptions::default();
         let rollback_side = rollback_writes(&storage, &config, &failed, Duration::ZERO, "cleaner", &lock_options);
         let (confirmed, rolled) = tokio::join!(writer_side, rollback_side);

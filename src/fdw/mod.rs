@@ -76,6 +76,7 @@ pub extern "C-unwind" fn hudi_fdw_handler(_fcinfo: pg_sys::FunctionCallInfo) -> 
     routine.ExecForeignDelete = Some(modify::exec_foreign_delete);
     routine.EndForeignModify = Some(modify::end_foreign_modify);
     routine.EndForeignInsert = Some(modify::end_foreign_modify);
+    routine.ExecForeignTruncate = Some(modify::exec_foreign_truncate);
     pg_sys::Datum::from(routine.into_pg())
 }
 

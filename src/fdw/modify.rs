@@ -193,29 +193,45 @@ unsafe fn targets(relation: pg_sys::Relation, data_schema: &arrow::datatypes::Sc
     }
 }
 
-unsafe fn begin(rinfo: *mut pg_sys::ResultRelInfo, plan_targets: *mut pg_sys::List, skip_existing: bool) {
-    if pg_sys::GetCurrentTransactionNestLevel() > 1 {
+/// Writes inside subtransactions are refused: a rollback to a savepoint could not take back
+/// what the write put in storage.
+fn refuse_in_subtransaction() {
+    // SAFETY: a plain read of the backend's transaction state.
+    if unsafe { pg_sys::GetCurrentTransactionNestLevel() } > 1 {
         raise(
             PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
             "writes to Hudi tables inside subtransactions (SAVEPOINT, exception blocks) are not supported",
             Some("Write outside the savepoint or exception block.".into()),
         );
     }
+}
+
+/// A new write of the foreign table `relid` of `table`: a truncate's when `truncate`.
+fn new_write(table: &ForeignHudiTable, relid: pg_sys::Oid, truncate: bool) -> OpenWrite {
+    let location = table.uri.to_string();
+    let storage = table.storage();
+    let config = block_on(engine::table::load_config(&storage)).or_report();
+    let (writer, lock_options) = (writer_id(), crate::guc::lock_options());
+    let transaction = match truncate {
+        true => block_on(Transaction::begin_truncate(storage, config, writer, lock_options)),
+        false => block_on(Transaction::begin(storage, config, writer, lock_options)),
+    };
+    let wakes_worker = table.options.get("services").is_some_and(|s| s == "auto");
+    OpenWrite::new(transaction.or_report(), location, relid, wakes_worker)
+}
+
+/// `updates`: the statement is an UPDATE (its rows were read before they are written).
+unsafe fn begin(rinfo: *mut pg_sys::ResultRelInfo, plan_targets: *mut pg_sys::List, skip_existing: bool, updates: bool) {
+    refuse_in_subtransaction();
     let relation = (*rinfo).ri_RelationDesc;
     let relid = (*relation).rd_id;
     let table = ForeignHudiTable::of_relation(relid);
     let name = CStr::from_ptr(pg_sys::get_rel_name(relid)).to_string_lossy().into_owned();
     xact::with_open_write(
         relid,
-        || {
-            let location = table.uri.to_string();
-            let storage = table.storage();
-            let config = block_on(engine::table::load_config(&storage)).or_report();
-            let transaction = block_on(Transaction::begin(storage, config, writer_id(), crate::guc::lock_options())).or_report();
-            let wakes_worker = table.options.get("services").is_some_and(|s| s == "auto");
-            OpenWrite::new(transaction, location, relid, wakes_worker)
-        },
+        || new_write(&table, relid, false),
         |write| {
+            write.updates_rows |= updates;
             let transaction = &write.transaction;
             let mut targets = targets(relation, transaction.data_schema(), &name, transaction.config());
             if !plan_targets.is_null() {
@@ -241,7 +257,8 @@ pub unsafe extern "C-unwind" fn begin_foreign_modify(
     if eflags & pg_sys::EXEC_FLAG_EXPLAIN_ONLY as i32 == 0 {
         let subplan = (*mtstate).ps.lefttree;
         let plan_targets = if subplan.is_null() { std::ptr::null_mut() } else { (*(*subplan).plan).targetlist };
-        begin(rinfo, plan_targets, does_nothing_on_conflict(mtstate));
+        let updates = (*(*mtstate).ps.plan.cast::<pg_sys::ModifyTable>()).operation == pg_sys::CmdType::CMD_UPDATE;
+        begin(rinfo, plan_targets, does_nothing_on_conflict(mtstate), updates);
     }
 }
 
@@ -256,9 +273,32 @@ unsafe fn does_nothing_on_conflict(mtstate: *mut pg_sys::ModifyTableState) -> bo
 }
 
 /// COPY, and INSERT into a partitioned table routed to this foreign table (`mtstate` then).
+/// TRUNCATE (PostgreSQL checked the privilege and holds an ACCESS EXCLUSIVE lock on each
+/// foreign table): each Hudi table is truncated by one replacecommit that starts every file
+/// slice anew ([`Transaction::begin_truncate`]), completed with the transaction like any write.
+/// What the transaction wrote to the table before is taken back; what it writes after stays.
+#[pg_guard]
+pub unsafe extern "C-unwind" fn exec_foreign_truncate(rels: *mut pg_sys::List, _behavior: pg_sys::DropBehavior::Type, _restart_seqs: bool) {
+    refuse_in_subtransaction();
+    let rels = pgrx::PgList::<pg_sys::RelationData>::from_pg(rels);
+    for relation in rels.iter_ptr() {
+        let relid = (*relation).rd_id;
+        let table = ForeignHudiTable::of_relation(relid);
+        let reads = [("query_type", "snapshot"), ("as_of_instant", "")].into_iter().find(|(option, default)| table.options.get(*option).is_some_and(|v| v != default));
+        if let Some((option, _)) = reads {
+            raise(
+                PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+                format!("foreign table \"{}\" cannot be truncated: it reads its Hudi table with {option} \"{}\"", crate::fdw::table::relation_name(relid), table.options[option]),
+                Some("Truncate a foreign table of the same Hudi table declared without query_type and as_of_instant.".into()),
+            );
+        }
+        xact::truncate(relid, &table.uri.to_string(), || new_write(&table, relid, true));
+    }
+}
+
 #[pg_guard]
 pub unsafe extern "C-unwind" fn begin_foreign_insert(mtstate: *mut pg_sys::ModifyTableState, rinfo: *mut pg_sys::ResultRelInfo) {
-    begin(rinfo, std::ptr::null_mut(), does_nothing_on_conflict(mtstate));
+    begin(rinfo, std::ptr::null_mut(), does_nothing_on_conflict(mtstate), false);
 }
 
 /// One row of a slot as the table's data columns.

@@ -1,4 +1,4 @@
-//! Rolling back failed writes: pending deltacommits whose writer's heartbeat expired lose their
+//! Rolling back failed writes: pending deltacommits (and a truncate's replacecommits) whose writer's heartbeat expired lose their
 //! files and timeline entries. A plan (Avro `HoodieRollbackPlan`) says what goes before anything
 //! goes, and a completed rollback instant (Avro `HoodieRollbackMetadata`) records what went, as
 //! Java does for table version 8, which can also finish a rollback of ours from its plan.
@@ -13,7 +13,7 @@ use crate::storage::Storage;
 use crate::table::files::DataFile;
 use crate::table::TableConfig;
 use crate::timeline::instant::completion_in;
-use crate::timeline::{State, Timeline};
+use crate::timeline::Timeline;
 use crate::write::heartbeat;
 use crate::write::prepared::{self, PreparedMark};
 use crate::write::time::{LockOptions, TableLock};
@@ -29,7 +29,7 @@ pub struct RolledBack {
     pub files_deleted: usize,
 }
 
-fn rollback_metadata(started: &str, instant: &str, deleted: &BTreeMap<String, Vec<String>>) -> Result<Vec<u8>> {
+fn rollback_metadata(started: &str, instant: &str, action: &str, deleted: &BTreeMap<String, Vec<String>>) -> Result<Vec<u8>> {
     use apache_avro::types::Value as Avro;
     let internal = |e: apache_avro::Error| Error::new(ErrorKind::Internal, "cannot encode rollback metadata").with_source(e);
     let schema = crate::avro::parse_schema(ROLLBACK_METADATA_SCHEMA).map_err(internal)?;
@@ -62,7 +62,7 @@ fn rollback_metadata(started: &str, instant: &str, deleted: &BTreeMap<String, Ve
             "instantsRollback".into(),
             Avro::Array(vec![Avro::Record(vec![
                 ("commitTime".into(), Avro::String(instant.to_owned())),
-                ("action".into(), Avro::String("deltacommit".into())),
+                ("action".into(), Avro::String(action.to_owned())),
             ])]),
         ),
     ]);
@@ -72,26 +72,25 @@ fn rollback_metadata(started: &str, instant: &str, deleted: &BTreeMap<String, Ve
     writer.into_inner().map_err(internal)
 }
 
-/// A pending deltacommit whose writer's heartbeat expired.
+/// A pending write whose writer's heartbeat expired.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FailedWrite {
     pub instant: String,
+    /// Its action: `deltacommit`, or a truncate's (or insert overwrite's) `replacecommit`.
+    pub action: String,
     /// Set when the write's completion is decided by a transaction of the marked server: only
     /// that server knows whether to complete or roll it back.
     pub prepared: Option<PreparedMark>,
 }
 
-/// The pending deltacommits whose heartbeat is older than `expiry`.
+/// The pending writes whose heartbeat is older than `expiry`.
 pub async fn failed_writes(storage: &Storage, config: &TableConfig, expiry: Duration) -> Result<Vec<FailedWrite>> {
     let timeline = Timeline::load(storage, config).await?;
     let mut failed = Vec::new();
-    for instant in timeline.instants() {
-        if instant.state != State::Completed
-            && instant.requested_action == "deltacommit"
-            && heartbeat::expired(storage, &instant.timestamp, expiry).await?
-        {
+    for instant in timeline.pending_writes() {
+        if heartbeat::expired(storage, &instant.timestamp, expiry).await? {
             let prepared = prepared::read(storage, &instant.timestamp).await?;
-            failed.push(FailedWrite { instant: instant.timestamp.clone(), prepared });
+            failed.push(FailedWrite { instant: instant.timestamp.clone(), action: instant.requested_action.clone(), prepared });
         }
     }
     Ok(failed)
@@ -111,10 +110,11 @@ pub async fn rollback_failed_writes(
 }
 
 /// The plan of one rollback (`<r>.rollback.requested`, Avro `HoodieRollbackPlan` version 1):
-/// the failed deltacommit and its data files, by partition, relative to the table.
+/// the failed write and its data files, by partition, relative to the table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct RollbackPlan {
     instant: String,
+    action: String,
     files: BTreeMap<String, Vec<String>>,
 }
 
@@ -144,7 +144,7 @@ impl RollbackPlan {
                     1,
                     Box::new(Avro::Record(vec![
                         ("commitTime".into(), Avro::String(self.instant.clone())),
-                        ("action".into(), Avro::String("deltacommit".into())),
+                        ("action".into(), Avro::String(self.action.clone())),
                     ])),
                 ),
             ),
@@ -160,6 +160,10 @@ impl RollbackPlan {
     fn from_json(value: &serde_json::Value, base_uri: &str) -> Result<RollbackPlan> {
         let corrupt = |what: String| Error::new(ErrorKind::Corrupt, format!("invalid rollback plan: {what}"));
         let instant = value["instantToRollback"]["commitTime"].as_str().ok_or_else(|| corrupt("no instant to roll back".into()))?;
+        let action = value["instantToRollback"]["action"].as_str().unwrap_or("deltacommit");
+        if !crate::write::commit::WRITE_ACTIONS.contains(&action) {
+            return Err(corrupt(format!("it rolls back a {action}, which is no write")));
+        }
         let mut files: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for request in value["RollbackRequests"].as_array().into_iter().flatten() {
             let partition = request["partitionPath"].as_str().unwrap_or_default().to_owned();
@@ -169,7 +173,7 @@ impl RollbackPlan {
                 files.entry(partition.clone()).or_default().push(relative.to_owned());
             }
         }
-        Ok(RollbackPlan { instant: instant.to_owned(), files })
+        Ok(RollbackPlan { instant: instant.to_owned(), action: action.to_owned(), files })
     }
 }
 
@@ -201,14 +205,14 @@ async fn execute(storage: &Storage, config: &TableConfig, rollback: &str, plan: 
     let dir = &config.timeline_dir;
     let absolute: BTreeMap<String, Vec<String>> =
         plan.files.iter().map(|(p, files)| (p.clone(), files.iter().map(|f| format!("{base_uri}/{f}")).collect())).collect();
-    let metadata = Bytes::from(rollback_metadata(rollback, &plan.instant, &absolute)?);
+    let metadata = Bytes::from(rollback_metadata(rollback, &plan.instant, &plan.action, &absolute)?);
     TableLock::hold(storage, owner, lock_options, async |lock| {
         let names = storage.list_dir(dir).await?;
         if completion_in(names.iter().map(|(n, _)| n.as_str()), rollback, "rollback").is_some() {
             return Ok(());
         }
-        storage.delete(&format!("{dir}/{}.deltacommit.inflight", plan.instant)).await?;
-        storage.delete(&format!("{dir}/{}.deltacommit.requested", plan.instant)).await?;
+        storage.delete(&format!("{dir}/{}.{}.inflight", plan.instant, plan.action)).await?;
+        storage.delete(&format!("{dir}/{}.{}.requested", plan.instant, plan.action)).await?;
         let completion = lock.next_time(lock_options).await?;
         lock.check().await?;
         storage.put_if_absent(&format!("{dir}/{rollback}_{completion}.rollback"), metadata).await?;
@@ -272,11 +276,11 @@ pub async fn rollback_writes(
                 files.entry(partition.to_owned()).or_default().push(path.clone());
             }
         }
-        let plan = RollbackPlan { instant: instant.clone(), files };
+        let plan = RollbackPlan { instant: instant.clone(), action: write.action.clone(), files };
         let requested = Bytes::from(plan.to_avro(&base_uri)?);
         let rollback = TableLock::hold(storage, owner, lock_options, async |lock| {
             let names = storage.list_dir(dir).await?;
-            if completion_in(names.iter().map(|(n, _)| n.as_str()), instant, "deltacommit").is_some() {
+            if completion_in(names.iter().map(|(n, _)| n.as_str()), instant, &write.action).is_some() {
                 return Ok::<_, Error>(None);
             }
             // Decided on what was seen before the lock: it must still hold.
@@ -285,7 +289,7 @@ pub async fn rollback_writes(
             }
             let rollback = lock.next_time(lock_options).await?;
             let (plan_file, rollback_inflight) = (format!("{dir}/{rollback}.rollback.requested"), format!("{dir}/{rollback}.rollback.inflight"));
-            let write_inflight = format!("{dir}/{instant}.deltacommit.inflight");
+            let write_inflight = format!("{dir}/{instant}.{}.inflight", write.action);
             let inflight_content = storage.get(&write_inflight).await?;
             storage.put_if_absent(&plan_file, requested).await?;
             storage.put_if_absent(&rollback_inflight, Bytes::new()).await?;

@@ -108,6 +108,12 @@ fn is_write_action(action: &str) -> bool {
     matches!(action, "commit" | "deltacommit" | "replacecommit" | "compaction" | "clustering" | "logcompaction")
 }
 
+/// Actions that writers (not table services) request, which a rollback of failed writes
+/// takes when their writer goes silent. In layout 1 a `replacecommit` may be a clustering.
+pub fn is_writer_action(layout: u32, action: &str) -> bool {
+    action == "deltacommit" || (layout >= 2 && action == "replacecommit")
+}
+
 /// The completion time given to decided writes ([`Timeline::with_decided_writes`]): later than
 /// any real one.
 pub const DECIDED_COMPLETION: &str = "99999999999999999";
@@ -254,26 +260,37 @@ impl Timeline {
         self.completed_writes().next_back()
     }
 
-    /// Treats the pending deltacommits `instants` as completed after everything else: what a
-    /// read sees of writes that are decided but not yet completed in storage (the reader's own
-    /// open transaction, or one its server committed). Their logs join the latest slices.
-    /// Instants that are not pending deltacommits are left as they are.
+    /// Treats the pending writes `instants` as completed after everything else: what a read
+    /// sees of writes that are decided but not yet completed in storage (the reader's own open
+    /// transaction, or one its server committed). Their logs join the latest slices.
+    /// Instants that are not pending writes ([`Self::pending_writes`]) are left as they are.
     pub fn with_decided_writes<'a>(&mut self, instants: impl IntoIterator<Item = &'a str>) {
+        let layout = self.layout;
         for timestamp in instants {
             if let Some(&i) = self.by_timestamp.get(timestamp) {
                 let instant = &mut self.instants[i];
-                if !instant.is_completed() && instant.requested_action == "deltacommit" {
+                if !instant.is_completed() && is_writer_action(layout, &instant.requested_action) {
                     instant.state = State::Completed;
-                    instant.action = "deltacommit".into();
+                    instant.action = instant.requested_action.clone();
                     instant.completion = Some(DECIDED_COMPLETION.into());
                 }
             }
         }
     }
 
-    /// The pending deltacommits (requested or in flight), by requested time.
+    /// The pending writes (requested or in flight) by requested time: deltacommits, and in
+    /// layout 2 replacecommits (a truncate's, or an insert overwrite's; clusterings are
+    /// requested as `clustering` there).
     pub fn pending_writes(&self) -> impl Iterator<Item = &Instant> {
-        self.instants.iter().filter(|i| !i.is_completed() && i.requested_action == "deltacommit")
+        self.instants.iter().filter(|i| !i.is_completed() && is_writer_action(self.layout, &i.requested_action))
+    }
+
+    /// Replacecommits pending, or completed after `after` (a truncate that a write beginning at
+    /// `after` did not see).
+    pub fn replacecommits_since<'a>(&'a self, after: &'a str) -> impl Iterator<Item = &'a Instant> {
+        self.instants.iter().filter(move |i| {
+            i.requested_action == "replacecommit" && i.timestamp != after && i.completion.as_deref().is_none_or(|c| c > after)
+        })
     }
 
     /// Compactions requested or in flight, by requested time.

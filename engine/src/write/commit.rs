@@ -48,11 +48,63 @@ pub struct CommitMetadata {
     pub compacted: bool,
     pub extra_metadata: BTreeMap<String, String>,
     pub operation_type: String,
+    /// A replacecommit's: the file groups it replaced, by partition (`HoodieReplaceCommitMetadata`
+    /// instead of `HoodieCommitMetadata` when set).
+    pub replaced_file_ids: Option<BTreeMap<String, Vec<String>>>,
 }
 
 fn schema() -> &'static apache_avro::Schema {
     static SCHEMA: std::sync::OnceLock<apache_avro::Schema> = std::sync::OnceLock::new();
     SCHEMA.get_or_init(|| crate::avro::parse_schema(COMMIT_METADATA_SCHEMA).expect("valid built-in schema"))
+}
+
+/// `HoodieReplaceCommitMetadata`: the commit schema renamed, without `compacted`, with
+/// `partitionToReplaceFileIds` (Java resolves records by name, so the name must be its own).
+fn replace_schema() -> &'static apache_avro::Schema {
+    static SCHEMA: std::sync::OnceLock<apache_avro::Schema> = std::sync::OnceLock::new();
+    SCHEMA.get_or_init(|| {
+        let mut json: serde_json::Value = serde_json::from_str(COMMIT_METADATA_SCHEMA).expect("valid built-in schema");
+        json["name"] = "HoodieReplaceCommitMetadata".into();
+        let fields = json["fields"].as_array_mut().expect("a record");
+        fields.retain(|f| f["name"] != "compacted");
+        fields.push(serde_json::json!({
+            "name": "partitionToReplaceFileIds",
+            "type": ["null", {"type": "map", "values": {"type": "array", "items": "string"}}],
+            "default": null
+        }));
+        crate::avro::parse_schema(&json.to_string()).expect("valid built-in schema")
+    })
+}
+
+/// `HoodieRequestedReplaceMetadata` of a replacecommit that is no clustering (whose plan, a
+/// union with null in Java's schema, is written as null).
+fn requested_replace_schema() -> &'static apache_avro::Schema {
+    static SCHEMA: std::sync::OnceLock<apache_avro::Schema> = std::sync::OnceLock::new();
+    SCHEMA.get_or_init(|| {
+        let json = r#"{"type": "record", "name": "HoodieRequestedReplaceMetadata", "namespace": "org.apache.hudi.avro.model",
+            "fields": [
+                {"name": "operationType", "type": ["null", "string"], "default": null},
+                {"name": "clusteringPlan", "type": "null", "default": null},
+                {"name": "extraMetadata", "type": ["null", {"type": "map", "values": "string"}], "default": null},
+                {"name": "version", "type": ["int", "null"], "default": 1}
+            ]}"#;
+        crate::avro::parse_schema(json).expect("valid built-in schema")
+    })
+}
+
+/// The content of `<instant>.replacecommit.requested` for `operation_type`.
+pub fn requested_replace_avro(operation_type: &str) -> Result<Vec<u8>> {
+    use apache_avro::types::Value as Avro;
+    let internal = |e: apache_avro::Error| Error::new(ErrorKind::Internal, "cannot encode requested replace metadata").with_source(e);
+    let record = Avro::Record(vec![
+        ("operationType".into(), Avro::Union(1, Box::new(Avro::String(operation_type.to_owned())))),
+        ("clusteringPlan".into(), Avro::Null),
+        ("extraMetadata".into(), Avro::Union(1, Box::new(Avro::Map(Default::default())))),
+        ("version".into(), Avro::Union(0, Box::new(Avro::Int(1)))),
+    ]);
+    let mut writer = apache_avro::Writer::new(requested_replace_schema(), Vec::new());
+    writer.append(record).map_err(internal)?;
+    writer.into_inner().map_err(internal)
 }
 
 impl CommitMetadata {
@@ -74,22 +126,32 @@ impl CommitMetadata {
             .collect::<Result<_>>()?;
         let extra: std::collections::HashMap<String, Avro> =
             self.extra_metadata.iter().map(|(k, v)| (k.clone(), Avro::String(v.clone()))).collect();
-        let record = Avro::Record(vec![
-            ("partitionToWriteStats".into(), some(Avro::Map(stats))),
-            ("compacted".into(), some(Avro::Boolean(self.compacted))),
+        let mut fields = vec![("partitionToWriteStats".to_owned(), some(Avro::Map(stats)))];
+        if self.replaced_file_ids.is_none() {
+            fields.push(("compacted".into(), some(Avro::Boolean(self.compacted))));
+        }
+        fields.extend([
             ("extraMetadata".into(), some(Avro::Map(extra))),
             ("version".into(), Avro::Union(0, Box::new(Avro::Int(1)))),
             ("operationType".into(), some(Avro::String(self.operation_type.clone()))),
         ]);
-        let record = record.resolve(schema()).map_err(internal)?;
-        let mut writer = apache_avro::Writer::new(schema(), Vec::new());
+        if let Some(replaced) = &self.replaced_file_ids {
+            let ids = replaced
+                .iter()
+                .map(|(partition, ids)| (partition.clone(), Avro::Array(ids.iter().map(|id| Avro::String(id.clone())).collect())))
+                .collect();
+            fields.push(("partitionToReplaceFileIds".into(), some(Avro::Map(ids))));
+        }
+        let schema = if self.replaced_file_ids.is_some() { replace_schema() } else { schema() };
+        let record = Avro::Record(fields).resolve(schema).map_err(internal)?;
+        let mut writer = apache_avro::Writer::new(schema, Vec::new());
         writer.append(record).map_err(internal)?;
         writer.into_inner().map_err(internal)
     }
 }
 
-/// A deltacommit whose log files are written and whose commit metadata is ready: what is
-/// left is creating `<instant>_<completion>.deltacommit`. It can be kept (PostgreSQL keeps it in
+/// A write (a deltacommit, or a truncate's replacecommit) whose files are written and whose
+/// commit metadata is ready: what is left is creating `<instant>_<completion>.<action>`. It can be kept (PostgreSQL keeps it in
 /// a commit intent) and completed later, by another process, any number of times: only the
 /// first completion creates the instant.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,9 +163,18 @@ pub struct PreparedCommit {
     pub metadata: Bytes,
 }
 
-/// The completion time of the deltacommit `instant` among the timeline files `files`.
+/// The actions a prepared write completes as: a deltacommit, or a truncate's replacecommit.
+pub const WRITE_ACTIONS: [&str; 2] = ["deltacommit", "replacecommit"];
+
+/// The completion time of the write `instant` among the timeline files `files`.
 fn completion_in(files: &[(String, u64)], instant: &str) -> Option<String> {
-    crate::timeline::instant::completion_in(files.iter().map(|(n, _)| n.as_str()), instant, "deltacommit")
+    WRITE_ACTIONS.iter().find_map(|action| crate::timeline::instant::completion_in(files.iter().map(|(n, _)| n.as_str()), instant, action))
+}
+
+/// The action of the pending write `instant` among the timeline files `files`: the one whose
+/// inflight file is there.
+fn pending_action(files: &[(String, u64)], instant: &str) -> Option<&'static str> {
+    WRITE_ACTIONS.into_iter().find(|action| files.iter().any(|(n, _)| *n == format!("{instant}.{action}.inflight")))
 }
 
 /// How a [`PreparedCommit::complete`] ended.
@@ -130,15 +201,14 @@ impl PreparedCommit {
     /// finds the file gone (a `NotFound` error: the transaction must not commit), or the
     /// rollback finds the mark and leaves the write alone — with no lock on the commit's path.
     pub async fn confirm_pending(&self, storage: &Storage) -> Result<()> {
-        let inflight = format!("{}/{}.deltacommit.inflight", self.timeline_dir, self.instant);
-        match storage.size(&inflight).await {
-            Ok(_) => Ok(()),
-            Err(e) if e.kind() == ErrorKind::NotFound => Err(Error::new(
-                ErrorKind::NotFound,
-                format!("write {} was rolled back by a rollback of failed writes before it could commit", self.instant),
-            )),
-            Err(e) => Err(e),
+        for action in WRITE_ACTIONS {
+            match storage.size(&format!("{}/{}.{action}.inflight", self.timeline_dir, self.instant)).await {
+                Ok(_) => return Ok(()),
+                Err(e) if e.kind() == ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            }
         }
+        Err(Error::new(ErrorKind::NotFound, format!("write {} was rolled back by a rollback of failed writes before it could commit", self.instant)))
     }
 
     /// Completes the deltacommit under the table lock: takes a completion time and creates the
@@ -154,23 +224,22 @@ impl PreparedCommit {
             if let Some(completion) = completion_in(&files, &self.instant) {
                 return Ok(Completed { completion, created: false });
             }
-            let inflight = format!("{}.deltacommit.inflight", self.instant);
             if files.is_empty() {
                 // Not a table that lost this write, but one that cannot be seen (a missing
                 // bucket, a wrong location): nothing can be concluded, try again later.
                 return Err(Error::new(ErrorKind::Storage, format!("the timeline {}/{dir} is empty or cannot be listed", storage.uri())));
             }
-            if !files.iter().any(|(n, _)| *n == inflight) {
+            let Some(action) = pending_action(&files, &self.instant) else {
                 return Err(Error::new(
                     ErrorKind::NotFound,
                     format!("write {} was rolled back after its heartbeat expired; nothing was committed", self.instant),
                 ));
-            }
+            };
             let completion = lock.next_time(lock_options).await?;
             if !lock_options.pause_before_completing.is_zero() {
                 tokio::time::sleep(lock_options.pause_before_completing).await;
             }
-            let name = format!("{dir}/{}_{completion}.deltacommit", self.instant);
+            let name = format!("{dir}/{}_{completion}.{action}", self.instant);
             // Still ours: no later completion time can be visible before this one.
             lock.check().await?;
             if !storage.put_if_absent(&name, self.metadata.clone()).await? {

@@ -10,11 +10,13 @@ pub mod schema;
 pub mod time;
 pub mod table;
 pub mod transaction;
+#[cfg(test)]
+mod truncate_tests;
 
 pub use table::{create_table, NewTable};
 pub use commit::{Completed, PreparedCommit};
 pub use blocks::{Change, PendingBlocks};
-pub use transaction::{BaseFileRef, BaseRow, KeyToDelete, Transaction, WriterId};
+pub use transaction::{BaseFileRef, BaseRow, KeyToDelete, Transaction, WriteAction, WriterId};
 
 use arrow::array::Array;
 use arrow::record_batch::RecordBatch;

@@ -40,6 +40,11 @@ pub async fn read(storage: &Storage, instant: &str) -> Result<Option<PreparedMar
         .map_err(|e| Error::new(ErrorKind::Corrupt, format!("invalid prepared mark of write {instant}")).with_source(e))
 }
 
+/// The instants of the writes marked prepared now.
+pub async fn marked(storage: &Storage) -> Result<Vec<String>> {
+    Ok(storage.list_dir(PREPARED_DIR).await?.into_iter().map(|(name, _)| name).collect())
+}
+
 /// Removes the mark of a write that was completed or rolled back.
 pub async fn clear(storage: &Storage, instant: &str) -> Result<()> {
     storage.delete(&path(instant)).await

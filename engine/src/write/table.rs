@@ -238,6 +238,26 @@ impl TestTable {
         tx.upsert(&rows).await.unwrap();
         tx.commit().await.unwrap();
     }
+
+    /// `(id, name)` of every row of the latest snapshot, sorted.
+    pub async fn names(&self) -> Vec<(i64, String)> {
+        names(&self.storage).await
+    }
+}
+
+/// `(id, name)` of every row of the latest snapshot of a [`TestTable`] at `storage`, sorted.
+#[cfg(test)]
+pub(crate) async fn names(storage: &Storage) -> Vec<(i64, String)> {
+    use arrow::array::{Int64Array, StringArray};
+    let reader = crate::read::TableReader::open(storage.clone()).await.unwrap();
+    let mut out = Vec::new();
+    for batch in reader.read_snapshot(None).await.unwrap() {
+        let ids = batch.column_by_name("id").unwrap().as_any().downcast_ref::<Int64Array>().unwrap().clone();
+        let names = batch.column_by_name("name").unwrap().as_any().downcast_ref::<StringArray>().unwrap().clone();
+        out.extend((0..batch.num_rows()).map(|i| (ids.value(i), names.value(i).to_owned())));
+    }
+    out.sort();
+    out
 }
 
 #[cfg(test)]

@@ -73,8 +73,44 @@ pub struct BaseRow {
     pub position: u64,
 }
 
+/// What a transaction completes as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteAction {
+    /// Log files of the bucket file groups.
+    DeltaCommit,
+    /// A truncate: an empty base file in every file group, which starts a new file slice at
+    /// the instant (and log files written after it in the same transaction).
+    ReplaceCommit,
+}
+
+impl WriteAction {
+    /// The timeline action.
+    pub fn name(self) -> &'static str {
+        match self {
+            WriteAction::DeltaCommit => "deltacommit",
+            WriteAction::ReplaceCommit => "replacecommit",
+        }
+    }
+}
+
+/// The operation type of a truncate's replacecommit: Spark's for `INSERT OVERWRITE TABLE`
+/// (replacing the whole table, here with no rows).
+const TRUNCATE_OPERATION: &str = "INSERT_OVERWRITE_TABLE";
+
+/// An empty base file a truncate wrote.
+#[derive(Debug)]
+struct EmptyBase {
+    partition: String,
+    file_id: String,
+    name: String,
+    size: u64,
+}
+
 /// An open write transaction.
 pub struct Transaction {
+    action: WriteAction,
+    /// A truncate's empty base files.
+    bases: Vec<EmptyBase>,
     storage: Storage,
     config: TableConfig,
     writer: WriterId,
@@ -100,6 +136,87 @@ impl Transaction {
     /// Starts a deltacommit: takes an instant under the table lock and writes the requested
     /// and inflight timeline files.
     pub async fn begin(storage: Storage, config: TableConfig, writer: WriterId, lock_options: LockOptions) -> Result<Transaction> {
+        Self::start(storage, config, writer, lock_options, WriteAction::DeltaCommit).await
+    }
+
+    /// Starts a truncate of the table: a replacecommit that writes an empty base file in every
+    /// file group, so that every file slice starts anew at its instant. Readers attach a log
+    /// file to the slice of the latest base at or before its completion time: the rows of
+    /// writes completed before the instant are gone, those of writes completing after it
+    /// (this transaction's later ones, other writers') stay. No file group is replaced, so
+    /// writers, which write each bucket's one fixed file group under NBCC, lose nothing.
+    ///
+    /// Two rules keep rows from coming back: the replacecommit is requested under the table
+    /// lock that issues its instant, so a compaction scheduled later sees it pending and waits
+    /// (its base would be newer and hold the old rows); and a truncate starts only when no
+    /// other write is committing (has a prepared mark), while writes that update rows check for
+    /// truncates after marking ([`Self::truncated_since`]). Either the truncate sees the mark
+    /// (it starts over with a later instant, once that write completed) or the write sees the
+    /// truncate (it must not commit rows it read before). A write still committing after
+    /// `lock_options.timeout` makes this an `InUse` error.
+    pub async fn begin_truncate(storage: Storage, config: TableConfig, writer: WriterId, lock_options: LockOptions) -> Result<Transaction> {
+        let deadline = std::time::Instant::now() + lock_options.timeout;
+        let mut pause = std::time::Duration::from_millis(5);
+        loop {
+            let mut transaction = Self::start(storage.clone(), config.clone(), writer.clone(), lock_options.clone(), WriteAction::ReplaceCommit).await?;
+            let committing = transaction.writes_committing().await?;
+            if committing.is_empty() {
+                transaction.write_empty_bases().await?;
+                return Ok(transaction);
+            }
+            transaction.abort().await?;
+            if std::time::Instant::now() >= deadline {
+                return Err(Error::new(
+                    ErrorKind::InUse,
+                    format!("the truncate waited {:?} for writes that are committing: {}", lock_options.timeout, committing.join(", ")),
+                )
+                .with_hint("A server that prepared these writes must complete them (see hudi.pending_commits there); try again later."));
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(std::time::Duration::from_millis(200));
+        }
+    }
+
+    /// The other writes of the table marked prepared (committing) and still pending.
+    async fn writes_committing(&self) -> Result<Vec<String>> {
+        let marked = crate::write::prepared::marked(&self.storage).await?;
+        if marked.iter().all(|m| *m == self.encoder.instant) {
+            return Ok(Vec::new());
+        }
+        let timeline = crate::timeline::Timeline::load(&self.storage, &self.config).await?;
+        let pending: std::collections::HashSet<&str> = timeline.pending_writes().map(|i| i.timestamp.as_str()).collect();
+        Ok(marked.into_iter().filter(|m| *m != self.encoder.instant && pending.contains(m.as_str())).collect())
+    }
+
+    /// Writes an empty base file at this instant in every file group of the table.
+    async fn write_empty_bases(&mut self) -> Result<()> {
+        let view = crate::view::FileSystemView::load(&self.storage).await?;
+        let empty = RecordBatch::new_empty(self.encoder.record_schema.clone());
+        let bytes = Bytes::from(crate::write::parquet_bytes(&empty, crate::write::ParquetFile::BaseFile(Vec::new()))?);
+        let groups: Vec<(String, String)> = view.file_groups().map(|(p, f)| (p.to_owned(), f.to_owned())).collect();
+        for (partition, file_id) in groups {
+            let name = format!("{file_id}_{}_{}.parquet", self.token, self.encoder.instant);
+            self.storage.put(&crate::table::files::path_in_partition(&partition, &name), bytes.clone()).await?;
+            self.bases.push(EmptyBase { partition, file_id, name, size: bytes.len() as u64 });
+            if self.last_beat.elapsed() >= BEAT_GAP {
+                crate::write::heartbeat::beat(&self.storage, &self.encoder.instant).await?;
+                self.last_beat = std::time::Instant::now();
+            }
+        }
+        Ok(())
+    }
+
+    /// A truncate of the table that this write did not see: a replacecommit pending, or
+    /// completed after this write's instant (other than this one). A write that updates rows it
+    /// read checks this after its prepared mark is written, and must not commit if there is
+    /// one: its rows would outlive the truncate.
+    pub async fn truncated_since(&self) -> Result<Option<String>> {
+        let timeline = crate::timeline::Timeline::load(&self.storage, &self.config).await?;
+        let truncate = timeline.replacecommits_since(&self.encoder.instant).next().map(|i| i.timestamp.clone());
+        Ok(truncate)
+    }
+
+    async fn start(storage: Storage, config: TableConfig, writer: WriterId, lock_options: LockOptions, action: WriteAction) -> Result<Transaction> {
         let avro_schema = config.create_schema.clone().ok_or_else(|| {
             Error::new(ErrorKind::Corrupt, "the table has no create schema to write with")
         })?;
@@ -120,11 +237,30 @@ impl Transaction {
         ));
         let record_schema = table_schema(&data_schema, true);
         let buckets = bucket_count(&config)?;
-        let instant = TableLock::hold(&storage, &writer.owner(), &lock_options, async |lock| lock.next_time(&lock_options).await).await?;
         let dir = &config.timeline_dir;
-        storage.put_if_absent(&format!("{dir}/{instant}.deltacommit.requested"), Bytes::new()).await?;
-        let planned = CommitMetadata { operation_type: "UPSERT".into(), ..Default::default() };
-        storage.put(&format!("{dir}/{instant}.deltacommit.inflight"), Bytes::from(planned.to_avro()?)).await?;
+        let name = action.name();
+        let write_pending = async |instant: &str| {
+            let (requested, operation) = match action {
+                WriteAction::DeltaCommit => (Bytes::new(), "UPSERT"),
+                WriteAction::ReplaceCommit => (Bytes::from(crate::write::commit::requested_replace_avro(TRUNCATE_OPERATION)?), TRUNCATE_OPERATION),
+            };
+            storage.put_if_absent(&format!("{dir}/{instant}.{name}.requested"), requested).await?;
+            let planned = CommitMetadata { operation_type: operation.into(), ..Default::default() };
+            storage.put(&format!("{dir}/{instant}.{name}.inflight"), Bytes::from(planned.to_avro()?)).await
+        };
+        // A truncate is requested under the lock that issued its instant: a compaction
+        // scheduled after it (under the lock) must see it pending.
+        let instant = TableLock::hold(&storage, &writer.owner(), &lock_options, async |lock| {
+            let instant = lock.next_time(&lock_options).await?;
+            if action == WriteAction::ReplaceCommit {
+                write_pending(&instant).await?;
+            }
+            Ok(instant)
+        })
+        .await?;
+        if action == WriteAction::DeltaCommit {
+            write_pending(&instant).await?;
+        }
         crate::write::heartbeat::beat(&storage, &instant).await?;
         let token = writer.token(next_transaction_number());
         let encoder = Arc::new(BlockEncoder {
@@ -138,6 +274,8 @@ impl Transaction {
             instant,
         });
         Ok(Transaction {
+            action,
+            bases: Vec::new(),
             storage,
             avro_schema,
             config,
@@ -160,10 +298,16 @@ impl Transaction {
     /// The data files this transaction has written so far, as `(path relative to the table,
     /// size)` pairs.
     pub fn written_files(&self) -> Vec<(String, u64)> {
-        let files = self.groups.iter().flat_map(|((partition, _), group)| {
+        let logs = self.groups.iter().flat_map(|((partition, _), group)| {
             group.files.iter().map(move |(name, size)| (crate::table::files::path_in_partition(partition, name), *size))
         });
-        files.collect()
+        let bases = self.bases.iter().map(|b| (crate::table::files::path_in_partition(&b.partition, &b.name), b.size));
+        bases.chain(logs).collect()
+    }
+
+    /// What this transaction completes as.
+    pub fn action(&self) -> WriteAction {
+        self.action
     }
 
     pub fn storage(&self) -> &Storage {
@@ -295,6 +439,28 @@ impl Transaction {
         }
         let mut metadata = CommitMetadata { operation_type: "UPSERT".into(), ..Default::default() };
         metadata.extra_metadata.insert("schema".into(), self.avro_schema.clone());
+        if self.action == WriteAction::ReplaceCommit {
+            metadata.operation_type = TRUNCATE_OPERATION.into();
+            // Nothing replaced: every file group goes on, from a new (empty) slice.
+            metadata.replaced_file_ids = Some(BTreeMap::new());
+        }
+        for base in &self.bases {
+            metadata.partition_to_write_stats.entry(base.partition.clone()).or_default().push(WriteStat {
+                file_id: Some(base.file_id.clone()),
+                path: Some(crate::table::files::path_in_partition(&base.partition, &base.name)),
+                prev_commit: Some("null".into()),
+                num_writes: Some(0),
+                num_deletes: Some(0),
+                num_update_writes: Some(0),
+                num_inserts: Some(0),
+                total_write_bytes: Some(base.size as i64),
+                total_write_errors: Some(0),
+                partition_path: Some(base.partition.clone()),
+                file_size_in_bytes: Some(base.size as i64),
+                base_file: Some(base.name.clone()),
+                ..Default::default()
+            });
+        }
         for ((partition, file_id), group) in &self.groups {
             let stats = metadata.partition_to_write_stats.entry(partition.clone()).or_default();
             for (i, (name, size)) in group.files.iter().enumerate() {
@@ -327,17 +493,14 @@ impl Transaction {
         })
     }
 
-    /// Abandons the transaction: deletes its log files and its pending instant.
+    /// Abandons the transaction: deletes its data files and its pending instant.
     pub async fn abort(self) -> Result<()> {
-        for ((partition, _), group) in &self.groups {
-            for (name, _) in &group.files {
-                let path = crate::table::files::path_in_partition(partition, name);
-                self.storage.delete(&path).await?;
-            }
+        for (path, _) in self.written_files() {
+            self.storage.delete(&path).await?;
         }
-        let dir = &self.config.timeline_dir;
-        self.storage.delete(&format!("{dir}/{}.deltacommit.inflight", self.encoder.instant)).await?;
-        self.storage.delete(&format!("{dir}/{}.deltacommit.requested", self.encoder.instant)).await?;
+        let (dir, action) = (&self.config.timeline_dir, self.action.name());
+        self.storage.delete(&format!("{dir}/{}.{action}.inflight", self.encoder.instant)).await?;
+        self.storage.delete(&format!("{dir}/{}.{action}.requested", self.encoder.instant)).await?;
         crate::write::prepared::clear(&self.storage, &self.encoder.instant).await?;
         crate::write::heartbeat::stop(&self.storage, &self.encoder.instant).await
     }
