@@ -20,6 +20,11 @@ rm -rf "$staging"
 # A failed build fails the install (pipefail); the filter alone may find nothing to print.
 cargo pgrx package --pg-config "$PG_CONFIG" "${profile[@]}" --out-dir "$staging" 2>&1 \
   | { grep -vE '^\s+(Compiling|Installing|Copying|Writing|Discovered|Finished|Building)' || true; }
+# Every released version's install script (sql/versions/), beside the current one: CREATE
+# EXTENSION ... VERSION of an older one, and upgrades from it, stay possible (the library
+# serves them all). Upgrade scripts (sql/pg_hudi--<from>--<to>.sql) pgrx copies itself.
+control=$(find "$staging" -name pg_hudi.control -print -quit)
+cp sql/versions/pg_hudi--*.sql "$(dirname "$control")/"
 sudo=()
 is_root || sudo=(sudo)
 installed=0

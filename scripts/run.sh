@@ -47,8 +47,8 @@ done
 rm -rf "$warehouse/__MACOSX" "$warehouse/customers"
 is_root && chown -R postgres: "$warehouse"
 echo "== sql/demo.sql (warehouse file://$warehouse)"
-"$(pg_bin psql)" -X -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$port" -U "$user" -d "$user" \
-  -v warehouse="file://$warehouse" -f "$REPO/sql/demo.sql"
+PATH=$("$PG_CONFIG" --bindir):$PATH PGHOST=127.0.0.1 PGPORT=$port PGUSER=$user PGDATABASE=$user \
+  psql -X -v ON_ERROR_STOP=1 -v warehouse="file://$warehouse" -f "$REPO/sql/demo.sql"
 
 env_line="PGHOST=127.0.0.1 PGPORT=$port"
 [ -n "$sockets" ] && env_line=""

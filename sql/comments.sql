@@ -25,7 +25,7 @@ COMMENT ON FUNCTION hudi.run_compaction IS
 COMMENT ON FUNCTION hudi.compact IS
   'Schedules and runs a compaction of the table (and any compaction still pending)';
 COMMENT ON FUNCTION hudi.clean IS
-  'Deletes the file slices the table''s retention (clean_retain_commits, consumers) no longer needs';
+  'Deletes the file slices the table''s retention (clean_retain, clean_retain_commits, consumers) no longer needs';
 COMMENT ON FUNCTION hudi.archive IS
   'Moves the table''s old completed instants from the active timeline to its history';
 COMMENT ON FUNCTION hudi.reset_consumer IS

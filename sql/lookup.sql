@@ -9,7 +9,7 @@
 -- $PGDATA/pg_hudi/lookup/<database oid>/<table oid>/ (generations: a new one is loaded when the
 -- indexes change or the table was cleaned past the cached commit).
 CREATE TABLE hudi.lookup_cache_keys (
-    relation oid NOT NULL,
+    relation regclass NOT NULL,
     keys text[] NOT NULL,                  -- the indexed columns, as given
     columns text[],                        -- the cached columns (NULL: all of them)
     kind text NOT NULL CHECK (kind IN ('unique', 'secondary')),
@@ -17,6 +17,9 @@ CREATE TABLE hudi.lookup_cache_keys (
     PRIMARY KEY (relation, keys)
 );
 REVOKE ALL ON hudi.lookup_cache_keys FROM PUBLIC;
+-- Declarations are the user's: pg_dump keeps them (by table name), and a restored database's
+-- worker loads the caches again. Their state is this server's and is not dumped.
+SELECT pg_catalog.pg_extension_config_dump('hudi.lookup_cache_keys', '');
 
 CREATE TABLE hudi.lookup_cache_state (
     relation oid PRIMARY KEY,

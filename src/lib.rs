@@ -46,6 +46,7 @@ pub extern "C-unwind" fn _PG_init() {
     error::keep_panic_backtraces_in_the_server_log();
     guc::register();
     fdw::on_conflict::install();
+    fdw::alter::install();
     // SAFETY: a plain global set by the postmaster while it loads preload libraries.
     if unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
         worker::register();

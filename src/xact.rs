@@ -298,6 +298,8 @@ pub struct OwnWrites {
     pub instants: Vec<String>,
     /// The data files they wrote, as `(path relative to the table, size)`.
     pub files: Vec<(String, u64)>,
+    /// The table's schema as one of them changed it (ALTER FOREIGN TABLE).
+    pub schema: Option<String>,
 }
 
 /// Whether this transaction has an open write to the table at `location` (its reads must see
@@ -318,6 +320,9 @@ pub fn own_writes_to(location: &str) -> OwnWrites {
             write.finish().unwrap_or_else(|e| crate::error::report(e));
             own.instants.push(write.transaction.instant().to_owned());
             own.files.extend(write.transaction.written_files());
+            if let Some(schema) = write.transaction.changed_schema() {
+                own.schema = Some(schema.to_owned());
+            }
         });
     }
     own

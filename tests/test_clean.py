@@ -32,7 +32,7 @@ def assert_rebuilds(changes, conn):
 
 def test_clean_keeps_rows_and_the_retained_commits_and_deletes_the_rest(lake):
     conn, table = lake
-    conn.execute("ALTER FOREIGN TABLE customers OPTIONS (ADD clean_retain_commits '3')")
+    conn.execute("ALTER FOREIGN TABLE customers OPTIONS (ADD clean_retain_commits '3', ADD clean_retain '1 microsecond')")
     first = None
     for n in range(4):
         round_of_writes(conn, n)
@@ -59,12 +59,52 @@ def test_clean_keeps_rows_and_the_retained_commits_and_deletes_the_rest(lake):
     assert conn.execute("SELECT count(*) FROM hudi.timeline('customers') WHERE action = 'clean'").fetchone()[0] == 1
 
 
+def test_retention_by_time_keeps_time_travel_across_many_commits(lake):
+    """With the default clean_retain (1 hour), a clean keeps every slice a read as of the last
+    hour needs, however many commits came since: time travel to the first commit still reads
+    (with clean_retain_commits '1' alone it would be gone); once the interval is shorter than
+    the commits' age, the count decides again. Under a non-UTC TimeZone (instants are UTC)."""
+    conn, table = lake
+    conn.execute("SET TimeZone = 'Pacific/Auckland'")
+    conn.execute("ALTER FOREIGN TABLE customers OPTIONS (ADD clean_retain_commits '1')")
+    round_of_writes(conn, 0)
+    first = conn.execute("SELECT max(instant) FROM hudi.timeline('customers') WHERE action = 'commit'").fetchone()[0]
+    conn.execute(f"SET hudi.as_of_instant = '{first}'")
+    at_first = our_rows(conn)
+    conn.execute("RESET hudi.as_of_instant")
+    for n in range(1, 4):
+        round_of_writes(conn, n)
+    files = data_files(table)
+    assert [r[2] for r in conn.execute("SELECT * FROM hudi.clean('customers')").fetchall()] in ([], [0])
+    assert data_files(table) == files
+    conn.execute(f"SET hudi.as_of_instant = '{first}'")
+    assert our_rows(conn) == at_first
+    conn.execute("RESET hudi.as_of_instant")
+    conn.execute("SELECT pg_sleep(0.01)")
+    conn.execute("ALTER FOREIGN TABLE customers OPTIONS (ADD clean_retain '5 milliseconds')")
+    (_, _, deleted, _, _), = conn.execute("SELECT * FROM hudi.clean('customers')").fetchall()
+    assert deleted > 0
+    assert our_rows(conn) == reference_rows(table)
+    assert refused_as_of(conn, first) == "HV00R"
+
+
+def refused_as_of(conn, instant):
+    conn.execute(f"SET hudi.as_of_instant = '{instant}'")
+    try:
+        our_rows(conn)
+        return None
+    except psycopg.Error as e:
+        return e.sqlstate
+    finally:
+        conn.execute("RESET hudi.as_of_instant")
+
+
 def test_a_consumer_holds_cleaning_back_until_it_has_read(lake, cluster):
     """A consumer of another role, through its own incremental table, that has not consumed
     yet keeps every slice; once it consumed, the clean goes up to its position, and it has
     received every change exactly once."""
     conn, table = lake
-    conn.execute("ALTER FOREIGN TABLE customers OPTIONS (ADD clean_retain_commits '1')")
+    conn.execute("ALTER FOREIGN TABLE customers OPTIONS (ADD clean_retain_commits '1', ADD clean_retain '1 microsecond')")
     conn.execute("CREATE ROLE reader LOGIN")
     conn.execute(f"ALTER ROLE reader SET hudi.allowed_file_roots = '{table.parent}'")
     conn.execute("CREATE FOREIGN TABLE customer_changes (id bigint, balance numeric(12, 2), "
@@ -108,7 +148,7 @@ def test_a_consumer_on_another_server_holds_cleaning_back(lake, cluster):
     change."""
     from conftest import Cluster
     conn, table = lake
-    conn.execute("ALTER FOREIGN TABLE customers OPTIONS (ADD clean_retain_commits '1')")
+    conn.execute("ALTER FOREIGN TABLE customers OPTIONS (ADD clean_retain_commits '1', ADD clean_retain '1 microsecond')")
     second = Cluster(cluster.directory / "second").start()
     try:
         with second.connect() as other:

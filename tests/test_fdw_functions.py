@@ -5,7 +5,7 @@ import pathlib
 import psycopg
 import pytest
 
-from conftest import new_lake
+from conftest import give_to_postgres, new_lake
 
 TRIPS = pathlib.Path("quickstart_trips_table/mor/avro/v6_trips_8i3d.zip")
 TXNS = pathlib.Path("sample_table/mor/avro/v9_txns_simple_nometa.zip")
@@ -188,3 +188,25 @@ def test_import_says_when_it_finds_no_table(cluster, fixtures_root):
         conn.execute("CREATE SCHEMA everything")
         conn.execute("IMPORT FOREIGN SCHEMA root FROM SERVER lake INTO everything")
         assert conn.execute(imported, ("everything",)).fetchone() == (1,) and not notices, notices
+
+
+def test_import_brings_the_options_of_tables_pg_hudi_created(lake, cluster, fixtures_root):
+    """A table pg_hudi created imports with the options it was declared with (key, ordering,
+    partitioning, buckets, merge mode) and `services 'auto'`, so the imported foreign table
+    writes and is maintained like the original; a table of another engine imports with its
+    path only (its writers maintain it)."""
+    import hudi_rows
+    conn, root = lake
+    hudi_rows.unpack(fixtures_root, TRIPS, root.parent)
+    give_to_postgres(root.parent)
+    conn.execute("CREATE SCHEMA imported")
+    conn.execute("IMPORT FOREIGN SCHEMA root FROM SERVER lake INTO imported")
+    options = dict(conn.execute("SELECT c.relname, ft.ftoptions FROM pg_foreign_table ft JOIN pg_class c ON c.oid = ft.ftrelid "
+                                "WHERE c.relnamespace = 'imported'::regnamespace").fetchall())
+    assert sorted(options["customers"]) == sorted(["path=customers", "primary_key=id,country", "ordering_field=ts",
+                                                   "partition_by=country", "buckets=4", "merge_mode=event_time",
+                                                   "services=auto"]), options
+    others = [o for name, o in options.items() if name != "customers"]
+    assert others and all(len(o) == 1 and o[0].startswith("path=") for o in others), options
+    conn.execute("INSERT INTO imported.customers (id, name, country, balance, ts) VALUES (1, 'imported', 'nl', 1, '2026-01-01')")
+    assert conn.execute("SELECT name FROM customers").fetchall() == [("imported",)]

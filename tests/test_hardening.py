@@ -558,7 +558,7 @@ def test_a_locked_table_does_not_stall_the_others(shared, cluster):
     locker = cluster.connect()
     locker.execute("BEGIN")
     # Takes the lock first in the worker's order (the lower oid): customers.
-    locker.execute("ALTER FOREIGN TABLE customers OPTIONS (ADD clean_retain_commits '3')")
+    locker.execute("ALTER FOREIGN TABLE customers OPTIONS (ADD clean_retain_commits '3', ADD clean_retain '1 microsecond')")
     serve_databases(conn)
     checked = "SELECT count(*) FROM hudi.service_state WHERE relation = %s::regclass AND last_checked IS NOT NULL"
     wait_for("the unlocked table's services", lambda: conn.execute(checked, ("second",)).fetchone() == (4,), timeout=60)

@@ -156,7 +156,7 @@ def test_a_cache_holds_cleaning_back_as_a_consumer_does(lake, cluster):
     """The cached instant is a consumer position: a clean keeps the files the next refresh
     reads, so it applies the changes to the same generation instead of loading a new one."""
     conn, _ = lake
-    conn.execute("ALTER FOREIGN TABLE customers OPTIONS (ADD clean_retain_commits '1')")
+    conn.execute("ALTER FOREIGN TABLE customers OPTIONS (ADD clean_retain_commits '1', ADD clean_retain '1 microsecond')")
     _insert(conn, list(range(1, 31)), "a", "2026-01-01")
     conn.execute("SELECT hudi.create_lookup_cache('customers', '{id}')")
     conn.execute("SELECT hudi.refresh_lookup_cache('customers')")

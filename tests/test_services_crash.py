@@ -47,11 +47,11 @@ def rows(conn):
 # service → (table options that make it the one due, the timeline or history files that show
 # it stopped at its pause point, what shows it finished)
 SERVICES = {
-    "compaction": ("compaction_delta_commits '1', clean_retain_commits '1000', archive_max_instants '1000', archive_min_instants '999'",
+    "compaction": ("compaction_delta_commits '1', clean_retain_commits '1000', clean_retain '1 microsecond', archive_max_instants '1000', archive_min_instants '999'",
                    lambda t: [p for p in t.rglob("*.parquet") if ".hoodie" not in p.parts and pending(t, "compaction") in p.name]),
-    "clean": ("compaction_delta_commits '1000', clean_retain_commits '2', archive_max_instants '1000', archive_min_instants '999'",
+    "clean": ("compaction_delta_commits '1000', clean_retain_commits '2', clean_retain '1 microsecond', archive_max_instants '1000', archive_min_instants '999'",
               lambda t: (t / ".hoodie/timeline").glob("*.clean.inflight") and pending(t, "clean")),
-    "archive": ("compaction_delta_commits '1000', clean_retain_commits '1000', archive_max_instants '4', archive_min_instants '2'",
+    "archive": ("compaction_delta_commits '1000', clean_retain_commits '1000', clean_retain '1 microsecond', archive_max_instants '4', archive_min_instants '2'",
                 lambda t: (t / ".hoodie/timeline/history/_version_").exists()),
 }
 

@@ -62,7 +62,7 @@ def test_the_worker_alone_keeps_busy_tables_healthy(cluster):
             conn.execute(f"SELECT hudi.create_table('{table}')")
             conn.execute(f"""ALTER FOREIGN TABLE {table} OPTIONS (
                              ADD compaction_delta_commits '{DELTA_COMMITS}', ADD compaction_max_delay '2 seconds',
-                             ADD clean_retain_commits '3',
+                             ADD clean_retain_commits '3', ADD clean_retain '1 microsecond',
                              ADD archive_min_instants '10', ADD archive_max_instants '{ARCHIVE_MAX}')""")
             conn.execute(f"""CREATE FOREIGN TABLE {table}_changes (_hoodie_record_key text, v text, _hoodie_operation text)
                              SERVER lake OPTIONS (path '{table}', query_type 'incremental')""")

@@ -66,7 +66,7 @@ def test_truncate_is_one_replacecommit_that_readers_and_services_agree_on(lake):
     assert our_rows(conn) == _heap_rows(conn) == reference_rows(table)
     assert conn.execute("SELECT count(*) FROM hudi.compact('customers')").fetchone()[0] >= 1
     assert our_rows(conn) == _heap_rows(conn) == reference_rows(table)
-    conn.execute("ALTER FOREIGN TABLE customers OPTIONS (ADD clean_retain_commits '1')")
+    conn.execute("ALTER FOREIGN TABLE customers OPTIONS (ADD clean_retain_commits '1', ADD clean_retain '1 microsecond')")
     _both(conn, "INSERT INTO customers VALUES (3, 'later', 'de', 3, '2026-02-02')")
     (_, _, deleted, _, _), = conn.execute("SELECT * FROM hudi.clean('customers')").fetchall()
     assert deleted >= len(files_before) // 2, "the clean removes the truncated slices"

@@ -95,7 +95,7 @@ def test_the_worker_compacts_and_cleans_tables_with_services_auto(lake, cluster)
     assert "services=auto" in options["customers"], "hudi.create_table makes its tables services 'auto'"
     assert "services=off" in options["untouched"] and "services=auto" not in options["untouched"], "unless they say otherwise"
     conn.execute("ALTER FOREIGN TABLE customers OPTIONS (ADD compaction_delta_commits '2', "
-                 "ADD clean_retain_commits '2', ADD archive_min_instants '3', ADD archive_max_instants '4')")
+                 "ADD clean_retain_commits '2', ADD clean_retain '1 microsecond', ADD archive_min_instants '3', ADD archive_max_instants '4')")
     serve_databases(conn)
     # A table whose services fail every round: logged, and nothing else is disturbed.
     conn.execute("CREATE FOREIGN TABLE broken (id bigint) SERVER lake OPTIONS (path 'nowhere', services 'auto')")
@@ -300,7 +300,7 @@ def test_two_servers_never_run_a_tables_services_at_once(cluster, store):
             with conn:
                 conn.execute("""CREATE FOREIGN TABLE t (id bigint, v text) SERVER lake
                                 OPTIONS (path 't', primary_key 'id', merge_mode 'commit_time', buckets '2',
-                                         services 'auto', compaction_delta_commits '2', clean_retain_commits '2',
+                                         services 'auto', compaction_delta_commits '2', clean_retain_commits '2', clean_retain '1 microsecond',
                                          archive_min_instants '3', archive_max_instants '5')""")
                 if i == 0:
                     conn.execute("SELECT hudi.create_table('t')")
@@ -426,7 +426,7 @@ def test_a_worker_stopped_by_sigterm_gives_up_the_service_lease(lake, cluster):
         conn.execute(f"INSERT INTO customers SELECT g, 'n{n}', 'nl', g, now() FROM generate_series(1, 10) g")
         conn.execute("SELECT * FROM hudi.compact('customers')")
     expected = sorted(conn.execute("SELECT id, name FROM customers").fetchall())
-    conn.execute("ALTER FOREIGN TABLE customers OPTIONS (ADD clean_retain_commits '1', ADD compaction_delta_commits '1000', "
+    conn.execute("ALTER FOREIGN TABLE customers OPTIONS (ADD clean_retain_commits '1', ADD clean_retain '1 microsecond', ADD compaction_delta_commits '1000', "
                  "ADD archive_max_instants '1000', ADD archive_min_instants '999')")
     conn.execute("ALTER SYSTEM SET hudi.debug_pause_before_complete = 60000")
     serve_databases(conn)

@@ -289,7 +289,7 @@ async fn a_clean_deletes_the_slices_no_read_needs_and_reads_stay_the_same() {
     let expected: Vec<(i64, String)> = model.into_iter().collect();
     assert_eq!(snapshot(&storage).await, expected);
     let files_before = storage.list_recursive("").await.unwrap();
-    let retain = CleanOptions { retain_commits: 3, keep_changes_after: None };
+    let retain = CleanOptions { retain_commits: 3, ..Default::default() };
 
     // A consumer that has read nothing yet holds every slice back.
     let held = CleanOptions { keep_changes_after: Some(String::new()), ..retain.clone() };

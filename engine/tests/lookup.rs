@@ -216,7 +216,7 @@ async fn a_cache_whose_changes_were_cleaned_is_rebuilt_from_the_snapshot() {
         commit(&all(name, 20 + round as i64), (round == 2).then_some(2)).await;
         compact(&storage, &writer(9), &LockOptions::default(), Duration::from_secs(60)).await.unwrap();
     }
-    let options = CleanOptions { retain_commits: 1, keep_changes_after: None };
+    let options = CleanOptions { retain_commits: 1, ..Default::default() };
     assert!(clean(&storage, &writer(9), &LockOptions::default(), &options).await.unwrap().is_some());
     let reader = TableReader::open(storage.clone()).await.unwrap();
     // A reader of the first generation keeps it while the second is loaded.

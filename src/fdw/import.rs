@@ -47,6 +47,35 @@ fn wanted(stmt: &pg_sys::ImportForeignSchemaStmt, name: &str) -> bool {
     }
 }
 
+/// The options `hudi.create_table` declares a table with, for a table pg_hudi created (those of
+/// other engines get none: their writers maintain them): its key, ordering, partitioning,
+/// buckets and merge mode, and `services 'auto'`, so that the worker maintains it as it does
+/// the table it was created from.
+fn created_here_options(config: &engine::table::TableConfig) -> Vec<(&'static str, String)> {
+    if !config.created_here() {
+        return Vec::new();
+    }
+    let mut options = vec![("primary_key", config.record_key_fields.join(","))];
+    if let [ordering] = config.ordering_fields.as_slice() {
+        options.push(("ordering_field", ordering.clone()));
+    }
+    if !config.partition_fields.is_empty() {
+        options.push(("partition_by", config.partition_fields.join(",")));
+    }
+    if let Some(buckets) = config.properties.get("hoodie.bucket.index.num.buckets") {
+        options.push(("buckets", buckets.to_owned()));
+    }
+    let merge_mode = match config.merge_mode {
+        engine::table::MergeMode::CommitTimeOrdering => Some("commit_time"),
+        engine::table::MergeMode::PartialUpdate => Some("partial_update"),
+        engine::table::MergeMode::EventTimeOrdering => Some("event_time"),
+        engine::table::MergeMode::Custom => None,
+    };
+    options.extend(merge_mode.map(|mode| ("merge_mode", mode.to_owned())));
+    options.push(("services", "auto".to_owned()));
+    options
+}
+
 #[pg_guard]
 pub unsafe extern "C-unwind" fn import_foreign_schema(
     stmt: *mut pg_sys::ImportForeignSchemaStmt,
@@ -100,13 +129,15 @@ pub unsafe extern "C-unwind" fn import_foreign_schema(
             columns.push(format!("{} {}", quote_ident(field.name()), datum::declared_type(field.data_type())));
         }
         let path = [prefix.as_str(), dir.as_str()].iter().filter(|p| !p.is_empty()).copied().collect::<Vec<_>>().join("/");
+        let options: Vec<String> =
+            std::iter::once(("path", path)).chain(created_here_options(reader.config())).map(|(k, v)| format!("{k} {}", quote_literal(&v))).collect();
         let command = format!(
-            "CREATE FOREIGN TABLE {}.{} ({}) SERVER {} OPTIONS (path {})",
+            "CREATE FOREIGN TABLE {}.{} ({}) SERVER {} OPTIONS ({})",
             quote_ident(&local),
             quote_ident(name),
             columns.join(", "),
             quote_ident(&server_name),
-            quote_literal(&path)
+            options.join(", ")
         );
         let command = CString::new(command).unwrap_or_default();
         commands = pg_sys::lappend(commands, pg_sys::pstrdup(command.as_ptr()) as *mut std::ffi::c_void);

@@ -2,6 +2,7 @@
 //! scans and `IMPORT FOREIGN SCHEMA`.
 
 pub mod aggregate;
+pub mod alter;
 pub mod conditions;
 pub mod import;
 pub mod lookup;

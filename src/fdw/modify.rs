@@ -195,7 +195,7 @@ unsafe fn targets(relation: pg_sys::Relation, data_schema: &arrow::datatypes::Sc
 
 /// Writes inside subtransactions are refused: a rollback to a savepoint could not take back
 /// what the write put in storage.
-fn refuse_in_subtransaction() {
+pub(crate) fn refuse_in_subtransaction() {
     // SAFETY: a plain read of the backend's transaction state.
     if unsafe { pg_sys::GetCurrentTransactionNestLevel() } > 1 {
         raise(
@@ -206,15 +206,18 @@ fn refuse_in_subtransaction() {
     }
 }
 
-/// A new write of the foreign table `relid` of `table`: a truncate's when `truncate`.
-fn new_write(table: &ForeignHudiTable, relid: pg_sys::Oid, truncate: bool) -> OpenWrite {
+/// A new write of the foreign table `relid` of `table`: a truncate's when `truncate`. It writes
+/// in the table's latest schema (what its latest commit records: the schema changes of ALTER
+/// FOREIGN TABLE on any server), which its commit records in turn.
+pub(crate) fn new_write(table: &ForeignHudiTable, relid: pg_sys::Oid, truncate: bool) -> OpenWrite {
     let location = table.uri.to_string();
     let storage = table.storage();
     let config = block_on(engine::table::load_config(&storage)).or_report();
+    let schema = block_on(engine::timeline::metadata::latest_table_schema(&storage, &config)).or_report();
     let (writer, lock_options) = (writer_id(), crate::guc::lock_options());
     let transaction = match truncate {
-        true => block_on(Transaction::begin_truncate(storage, config, writer, lock_options)),
-        false => block_on(Transaction::begin(storage, config, writer, lock_options)),
+        true => block_on(Transaction::begin_truncate(storage, config, writer, lock_options, Some(schema))),
+        false => block_on(Transaction::begin_in_schema(storage, config, writer, lock_options, schema)),
     };
     let wakes_worker = table.options.get("services").is_some_and(|s| s == "auto");
     OpenWrite::new(transaction.or_report(), location, relid, wakes_worker)

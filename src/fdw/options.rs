@@ -4,7 +4,7 @@
 //! |---------------|---------|
 //! | server        | `base_uri` (required): `file://`, `s3://`, `gs://`, `az://` or `memory://`; `credential_chain` (superusers only); `max_retries`, `retry_timeout`, `request_timeout`, `connect_timeout` |
 //! | user mapping  | object-store credentials (`aws_access_key_id`, ...): secrets live only here |
-//! | foreign table | `path`, `query_type`, `as_of_instant`, `start_instant`, `end_instant`, `primary_key`, `ordering_field`, `partition_by`, `buckets`, `merge_mode`, `clean_retain_commits`, `clean_max_retain`, `services`, `compaction_delta_commits`, `archive_min_instants`, `archive_max_instants`, `compaction_log_bytes`, `compaction_max_delay` |
+//! | foreign table | `path`, `query_type`, `as_of_instant`, `start_instant`, `end_instant`, `primary_key`, `ordering_field`, `partition_by`, `buckets`, `merge_mode`, `clean_retain_commits`, `clean_retain`, `clean_max_retain`, `services`, `compaction_delta_commits`, `archive_min_instants`, `archive_max_instants`, `compaction_log_bytes`, `compaction_max_delay` |
 
 use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
@@ -37,6 +37,7 @@ pub const TABLE_OPTIONS: &[&str] = &[
     "merge_mode",
     "clean_retain_commits",
     "clean_max_retain",
+    "clean_retain",
     "services",
     "compaction_delta_commits",
     "archive_min_instants",
@@ -285,7 +286,7 @@ fn validate_table(options: &[(String, String)]) {
             "merge_mode" if !MERGE_MODES.contains(&value.as_str()) => {
                 bad_value(name, value, format_args!("expected one of {}", MERGE_MODES.join(", ")))
             }
-            "clean_max_retain" | "compaction_max_delay" | "lookup_max_lag" => validate_interval(name, value),
+            "clean_max_retain" | "clean_retain" | "compaction_max_delay" | "lookup_max_lag" => validate_interval(name, value),
             "lookup_on_stale" if !LOOKUP_ON_STALE.contains(&value.as_str()) => {
                 bad_value(name, value, format_args!("expected one of {}", LOOKUP_ON_STALE.join(", ")))
             }

@@ -254,7 +254,10 @@ pub(crate) fn open_for(table: &ForeignHudiTable, spec: &ReadSpec) -> TableReader
         crate::fdw::table_state::forget_all();
         reader = crate::fdw::table_state::reader(table, &committed);
     }
-    let reader = reader.with_files(own.files);
+    let mut reader = reader.with_files(own.files);
+    if let Some(schema) = own.schema {
+        reader = reader.with_avro_schema(schema).or_report();
+    }
     let mut decided = own.instants;
     let pending: std::collections::HashSet<&str> = reader.timeline().pending_writes().map(|i| i.timestamp.as_str()).collect();
     decided.extend(committed);

@@ -16,6 +16,9 @@ use crate::writer::writer_id;
 
 /// Hudi's `hoodie.clean.commits.retained`.
 pub const DEFAULT_RETAIN_COMMITS: usize = 10;
+/// How long reads as of a time in the past find their files (`clean_retain`): with one commit
+/// per autocommit statement, ten commits can be a few seconds.
+pub const DEFAULT_RETAIN: &str = "1 hour";
 /// How long a consumer that stopped consuming holds cleaning back.
 pub const DEFAULT_MAX_RETAIN: &str = "7 days";
 
@@ -42,7 +45,28 @@ pub(crate) fn clean_table(table: &ServiceTable) -> (Option<Cleaned>, Option<Stri
 fn clean_options(table: &ForeignHudiTable, local: Vec<ConsumerPosition>) -> CleanOptions {
     let retain_commits = table.count_option("clean_retain_commits", DEFAULT_RETAIN_COMMITS);
     let max_retain = table.options.get("clean_max_retain").map_or(DEFAULT_MAX_RETAIN, String::as_str);
-    CleanOptions { retain_commits, keep_changes_after: consumers_floor(table, local, max_retain) }
+    let retain_for = table.options.get("clean_retain").map_or(DEFAULT_RETAIN, String::as_str);
+    CleanOptions {
+        retain_commits,
+        keep_changes_after: consumers_floor(table, local, max_retain),
+        keep_reads_after: Some(engine::write::time::format_instant(ms_before_now(retain_for))),
+    }
+}
+
+/// Milliseconds since the epoch of `now() - interval` (the interval as the option validator
+/// accepted it; the distant past if it cannot be read any more).
+fn ms_before_now(interval: &str) -> i64 {
+    let args: Vec<DatumWithOid> = vec![interval.into()];
+    crate::role::pinned_search_path(|| {
+        Spi::get_one_with_args::<i64>(
+            "SELECT (pg_catalog.date_part('epoch', pg_catalog.now() OPERATOR(pg_catalog.-) $1::pg_catalog.interval) \
+                     OPERATOR(pg_catalog.*) 1000)::pg_catalog.int8",
+            &args,
+        )
+    })
+    .ok()
+    .flatten()
+    .unwrap_or(0)
 }
 
 /// The consumers of the table at `location` on this server (through any foreign table on it,
@@ -106,17 +130,7 @@ fn publish_positions(table: &ForeignHudiTable, local: &[ConsumerPosition]) {
 /// this server (`local`) and as the others published them: `""` for one that has not consumed
 /// yet; `None` without consumers.
 fn consumers_floor(table: &ForeignHudiTable, local: Vec<ConsumerPosition>, max_retain: &str) -> Option<String> {
-    let args: Vec<DatumWithOid> = vec![max_retain.into()];
-    let since_ms = crate::role::pinned_search_path(|| {
-        Spi::get_one_with_args::<i64>(
-            "SELECT (pg_catalog.date_part('epoch', pg_catalog.now() OPERATOR(pg_catalog.-) $1::pg_catalog.interval) \
-                     OPERATOR(pg_catalog.*) 1000)::pg_catalog.int8",
-            &args,
-        )
-    })
-    .ok()
-    .flatten()
-    .unwrap_or(i64::MIN);
+    let since_ms = ms_before_now(max_retain);
     let others = block_on(engine::services::consumers::published(&table.storage(), &publisher())).or_report();
     local.into_iter().chain(others).filter(|p| p.consumed_at_ms > since_ms).map(|p| p.position).min()
 }

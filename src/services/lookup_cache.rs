@@ -92,6 +92,7 @@ pub(crate) fn refresh(relid: pg_sys::Oid) -> Result<Option<String>, String> {
         Err(e) => vec![relid.into(), "failed".into(), Some(e.clone()).into(), None::<String>.into(), None::<i64>.into(), 0i64.into()],
     };
     as_pg_hudi(|| {
+        ensure_state_row(relid);
         Spi::run_with_args(
             "UPDATE hudi.lookup_cache_state SET state = $2, error = $3, \
                failures = CASE WHEN $2 = 'ready' THEN 0 ELSE failures END, \
@@ -164,7 +165,7 @@ pub(crate) fn refresh_all() -> Vec<(pg_sys::Oid, Result<Option<String>, String>)
     let tables: Vec<(pg_sys::Oid, pg_sys::Oid, bool)> = Spi::connect(|client| {
         client
             .select(
-                "SELECT DISTINCT k.relation, c.relowner, s.next_attempt IS NOT NULL \
+                "SELECT DISTINCT k.relation::pg_catalog.oid, c.relowner, s.next_attempt IS NOT NULL \
                      AND s.next_attempt OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp() \
                  FROM hudi.lookup_cache_keys k JOIN pg_catalog.pg_class c ON c.oid = k.relation \
                  LEFT JOIN hudi.lookup_cache_state s ON s.relation = k.relation ORDER BY 1",
@@ -198,11 +199,20 @@ pub(crate) fn refresh_all() -> Vec<(pg_sys::Oid, Result<Option<String>, String>)
 /// The longest a failing cache waits between two refreshes of the worker.
 const MAX_BACKOFF_SECONDS: f64 = 600.0;
 
+/// Gives the cache of `relid` its row of state if it has none: a declaration that came without
+/// one (restored by pg_dump, which keeps declarations but not this server's state).
+fn ensure_state_row(relid: pg_sys::Oid) {
+    let args: Vec<DatumWithOid> = vec![relid.into()];
+    Spi::run_with_args("INSERT INTO hudi.lookup_cache_state (relation) VALUES ($1) ON CONFLICT DO NOTHING", &args)
+        .unwrap_or_else(|e| spi_error(e));
+}
+
 /// Records that a refresh of `relid`'s cache failed with `error`: the worker tries again after
 /// a wait that doubles with every failure in a row (from `hudi.lookup_refresh_interval`).
 fn record_failure(relid: pg_sys::Oid, error: &str) {
     let first_wait = crate::guc::lookup_refresh_interval().as_secs_f64();
     let args: Vec<DatumWithOid> = vec![relid.into(), error.into(), first_wait.into(), MAX_BACKOFF_SECONDS.into()];
+    ensure_state_row(relid);
     Spi::run_with_args(
         "UPDATE hudi.lookup_cache_state SET state = 'failed', error = $2, failures = failures + 1, \
              next_attempt = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) pg_catalog.make_interval(secs => \

@@ -162,6 +162,15 @@ pub struct ReaderState {
     decided: Vec<String>,
 }
 
+/// The table schema (meta fields first when the table populates them) and the schema of change
+/// rows (plus `_hoodie_operation`) of the Avro record schema `avro`.
+fn schemas_of(avro: &str, config: &TableConfig) -> Result<(SchemaRef, SchemaRef)> {
+    let schema = schema::table_schema(&*schema::arrow_schema_of_avro(avro)?, config.populate_meta_fields);
+    let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+    fields.push(Field::new(OPERATION_COLUMN, DataType::Utf8, true));
+    Ok((schema, Arc::new(Schema::new(fields))))
+}
+
 /// A table opened for reading: its configuration, timeline, files and schema, loaded once.
 #[derive(Debug, Clone)]
 pub struct TableReader {
@@ -289,16 +298,8 @@ impl TableReader {
             None => FileSystemView::load(&storage).await?,
         };
         let timeline_subdirs = Arc::new(subdirs);
-        let avro = match metadata::latest_schema(&storage, &timeline).await? {
-            Some(schema) => schema,
-            None => config.create_schema.clone().ok_or_else(|| {
-                Error::new(ErrorKind::Corrupt, "the table has neither a create schema nor a commit schema")
-            })?,
-        };
-        let schema = schema::table_schema(&*schema::arrow_schema_of_avro(&avro)?, config.populate_meta_fields);
-        let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
-        fields.push(Field::new(OPERATION_COLUMN, DataType::Utf8, true));
-        let changes_schema = Arc::new(Schema::new(fields));
+        let avro = metadata::table_schema(&storage, &config, &timeline).await?;
+        let (schema, changes_schema) = schemas_of(&avro, &config)?;
         Ok(TableReader {
             storage,
             config: Arc::new(config),
@@ -314,6 +315,14 @@ impl TableReader {
             retained_by_clean: Default::default(),
             latest_slices: Default::default(),
         })
+    }
+
+    /// The reader with `avro` as the table's schema: what this transaction's own pending schema
+    /// change makes it (see [`Self::with_decided_writes`]), before any commit records it.
+    pub fn with_avro_schema(mut self, avro: String) -> Result<TableReader> {
+        (self.schema, self.changes_schema) = schemas_of(&avro, &self.config)?;
+        self.avro_schema = avro;
+        Ok(self)
     }
 
     /// Reads also see the pending deltacommits `instants` (see [`Timeline::with_decided_writes`]):

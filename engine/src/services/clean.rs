@@ -32,12 +32,15 @@ pub struct CleanOptions {
     /// A completion time (or `""`, the start) that a consumer will read changes after: the
     /// slices it needs stay.
     pub keep_changes_after: Option<String>,
+    /// An instant time: reads as of any time after it keep their slices (retention by time,
+    /// Hudi's KEEP_LATEST_BY_HOURS, on top of `retain_commits`).
+    pub keep_reads_after: Option<String>,
 }
 
 impl Default for CleanOptions {
     fn default() -> Self {
         // Hudi's hoodie.clean.commits.retained.
-        CleanOptions { retain_commits: 10, keep_changes_after: None }
+        CleanOptions { retain_commits: 10, keep_changes_after: None, keep_reads_after: None }
     }
 }
 
@@ -184,6 +187,15 @@ fn earliest_to_retain(timeline: &Timeline, options: &CleanOptions) -> Option<(St
         return None;
     }
     let mut earliest = completed[completed.len() - retain];
+    // Not past the first commit after the retention time: a read as of any time since then
+    // needs the slices that were the latest then, which are kept when they began before it.
+    if let Some(after) = &options.keep_reads_after {
+        let first_since = completed.iter().find(|i| i.timestamp.as_str() > after.as_str());
+        match first_since {
+            Some(first) if first.timestamp < earliest.timestamp => earliest = *first,
+            _ => {}
+        }
+    }
     // Not past the earliest pending commit: its files are not in any slice yet.
     if let Some(pending) = commits.iter().find(|i| !i.is_completed()) {
         if earliest.timestamp > pending.timestamp {
@@ -359,7 +371,7 @@ mod tests {
     }
 
     fn options(retain: usize, after: Option<&str>) -> CleanOptions {
-        CleanOptions { retain_commits: retain, keep_changes_after: after.map(str::to_owned) }
+        CleanOptions { retain_commits: retain, keep_changes_after: after.map(str::to_owned), keep_reads_after: None }
     }
 
     #[test]
@@ -395,6 +407,14 @@ mod tests {
             "20260101000000040_20260101000000041.deltacommit",
         ]);
         assert_eq!(earliest_to_retain(&late, &options(1, Some("20260101000000025"))).unwrap().0, "20260101000000010");
+        // Retention by time: reads as of any time after ...04 keep their slices, so the first
+        // commit requested after it (...05) is the earliest kept, whatever the count says.
+        let by_time = |after: &str| CleanOptions { keep_reads_after: Some(after.into()), ..options(1, None) };
+        assert_eq!(earliest_to_retain(&t, &by_time("20260101000000004")).unwrap().0, "20260101000000005");
+        // Nothing since: the count alone decides.
+        assert_eq!(earliest_to_retain(&t, &by_time("20260101000000099")).unwrap().0, "20260101000000009");
+        // More commits than the count since: all of them stay.
+        assert_eq!(earliest_to_retain(&t, &CleanOptions { keep_reads_after: Some("20260101000000000".into()), ..options(1, None) }).unwrap().0, "20260101000000001");
     }
 
     #[test]

@@ -31,7 +31,13 @@ pub mod keys {
     pub const TIMELINE_TIMEZONE: &str = "hoodie.table.timeline.timezone";
     pub const METADATA_PARTITIONS: &str = "hoodie.table.metadata.partitions";
     pub const CHECKSUM: &str = "hoodie.table.checksum";
+    /// Set on tables this engine created (Hudi keeps keys it does not know): the ones a
+    /// PostgreSQL server maintains unless told otherwise.
+    pub const CREATED_BY: &str = "hoodie.table.created.by";
 }
+
+/// The value of [`keys::CREATED_BY`] on tables this engine created.
+pub const CREATOR: &str = "pg_hudi";
 
 /// Copy-on-write or merge-on-read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,6 +122,11 @@ fn list(value: Option<&str>) -> Vec<String> {
 }
 
 impl TableConfig {
+    /// Whether this engine created the table ([`keys::CREATED_BY`]).
+    pub fn created_here(&self) -> bool {
+        self.properties.get(keys::CREATED_BY) == Some(CREATOR)
+    }
+
     /// Validates and types the properties read from `file` (named in every error).
     pub fn from_properties(properties: Properties, file: &str) -> Result<TableConfig> {
         let corrupt =

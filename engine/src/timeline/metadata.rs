@@ -117,6 +117,24 @@ pub async fn latest_schema(storage: &Storage, timeline: &Timeline) -> Result<Opt
     Ok(None)
 }
 
+/// The table's schema (Avro, data columns): the one its latest completed write records, as
+/// Hudi's `TableSchemaResolver` takes it, or else its create schema.
+pub async fn table_schema(storage: &Storage, config: &crate::table::TableConfig, timeline: &Timeline) -> Result<String> {
+    match latest_schema(storage, timeline).await? {
+        Some(schema) => Ok(schema),
+        None => config.create_schema.clone().ok_or_else(|| {
+            crate::error::Error::new(crate::error::ErrorKind::Corrupt, "the table has neither a create schema nor a commit schema")
+        }),
+    }
+}
+
+/// [`table_schema`] of the table as its timeline is now (one listing, and a read of the latest
+/// commit's metadata).
+pub async fn latest_table_schema(storage: &Storage, config: &crate::table::TableConfig) -> Result<String> {
+    let timeline = Timeline::load(storage, config).await?;
+    table_schema(storage, config, &timeline).await
+}
+
 /// What the cleans kept: `(clean instant, earliest commit to retain)` of the clean that kept
 /// the least, pending cleans included (one deleting now already removed, or may have, what its
 /// plan lets go). Every file slice that a read as of that commit or later needs is there;

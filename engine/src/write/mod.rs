@@ -11,6 +11,8 @@ pub mod time;
 pub mod table;
 pub mod transaction;
 #[cfg(test)]
+mod evolution_tests;
+#[cfg(test)]
 mod truncate_tests;
 
 pub use table::{create_table, NewTable};

@@ -73,6 +73,83 @@ pub fn avro_record_schema(table: &str, schema: &Schema) -> Result<String> {
     .to_string())
 }
 
+/// A change of a table's columns that Hudi expresses by committing the new schema (its schema
+/// evolution on write): old files read NULL for an added column, and their values of a widened
+/// one as the wider type.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SchemaChange {
+    /// A nullable column at the end.
+    AddColumn { name: String, data_type: DataType },
+    /// A column's type made wider: every old value has the same value in the new type.
+    Widen { name: String, data_type: DataType },
+}
+
+/// Whether every value of `from` is the same value of `to`, in Hudi's schema evolution on
+/// write and in readers that cast old files to the new type: integers to wider integers or
+/// `double`, `float` to `double`, decimals to more digits before the point at the same scale.
+fn widens(from: &DataType, to: &DataType) -> bool {
+    use DataType::*;
+    match (from, to) {
+        (Int8 | Int16 | Int32, Int64 | Float64) => true,
+        (Float32, Float64) => true,
+        (Decimal128(p1, s1), Decimal128(p2, s2)) => s1 == s2 && p2 >= p1,
+        _ => false,
+    }
+}
+
+/// The Avro record schema `current` after `change`, or `None` when the table already has it
+/// (another server's foreign table made the same change first). A change Hudi cannot express
+/// is an `Unsupported` error with a hint, and a column that is not there (or is already there
+/// with another type) an `InvalidArgument` one.
+pub fn evolve(current: &str, change: &SchemaChange) -> Result<Option<String>> {
+    let invalid = |e: serde_json::Error| Error::new(ErrorKind::Corrupt, "the table's Avro schema is not JSON").with_source(e);
+    let mut record: Value = serde_json::from_str(current).map_err(invalid)?;
+    let arrow = crate::read::schema::arrow_schema_of_avro(current)?;
+    let fields = record["fields"].as_array_mut().ok_or_else(|| Error::new(ErrorKind::Corrupt, "the table's Avro schema is no record"))?;
+    match change {
+        SchemaChange::AddColumn { name, data_type } => {
+            if crate::read::schema::is_reader_column(name) || crate::read::schema::META_FIELDS.contains(&name.as_str()) {
+                return Err(Error::new(ErrorKind::InvalidArgument, format!("column {name} is one Hudi or pg_hudi fills itself")));
+            }
+            if let Ok(existing) = arrow.field_with_name(name) {
+                if same_type(existing.data_type(), data_type) {
+                    return Ok(None);
+                }
+                return Err(Error::new(
+                    ErrorKind::InvalidArgument,
+                    format!("the Hudi table already has a column {name}, of type {}", existing.data_type()),
+                ));
+            }
+            fields.push(json!({"name": name, "type": ["null", avro_type(name, data_type)?], "default": null}));
+        }
+        SchemaChange::Widen { name, data_type } => {
+            let existing = arrow
+                .field_with_name(name)
+                .map_err(|_| Error::new(ErrorKind::InvalidArgument, format!("the Hudi table has no column {name}")))?;
+            // Avro has one `int` for 8, 16 and 32 bits: narrower is no change of the schema, but
+            // a change old values may not fit.
+            let narrower = matches!((existing.data_type(), data_type), (DataType::Int32, DataType::Int16 | DataType::Int8) | (DataType::Int16, DataType::Int8));
+            if same_type(existing.data_type(), data_type) && !narrower {
+                return Ok(None);
+            }
+            if !widens(existing.data_type(), data_type) {
+                return Err(Error::new(
+                    ErrorKind::Unsupported,
+                    format!("Hudi cannot change column {name} from {} to {data_type}", existing.data_type()),
+                )
+                .with_hint("Hudi reads old files in a new type only when each old value is the same in it: smallint or integer to bigint or double precision, real to double precision, numeric to more digits of the same scale."));
+            }
+            let field = fields.iter_mut().find(|f| f["name"] == name.as_str()).ok_or_else(|| Error::new(ErrorKind::Corrupt, format!("no field {name}")))?;
+            let new_type = avro_type(name, data_type)?;
+            field["type"] = match field["type"].take() {
+                Value::Array(members) => Value::Array(members.into_iter().map(|m| if m == "null" { m } else { new_type.clone() }).collect()),
+                _ => new_type,
+            };
+        }
+    }
+    Ok(Some(record.to_string()))
+}
+
 /// Whether two Arrow types store the same values (timestamps: same unit, any UTC zone name).
 pub fn same_type(a: &DataType, b: &DataType) -> bool {
     match (a, b) {
@@ -143,6 +220,40 @@ mod tests {
             let sanitised = avro_name(table);
             assert_eq!((name, namespace), (format!("{sanitised}_record").as_str(), format!("hoodie.{sanitised}").as_str()));
         }
+    }
+
+    /// Added columns are nullable and last; widened ones keep their place and nullability;
+    /// what Hudi cannot express is refused; what is there already is no change.
+    #[test]
+    fn schemas_evolve_as_hudi_evolves_them() {
+        let schema = Schema::new(vec![
+            Field::new("id", DataType::Int32, false),
+            Field::new("amount", DataType::Decimal128(10, 2), true),
+            Field::new("x", DataType::Float32, true),
+        ]);
+        let avro = avro_record_schema("t", &schema).unwrap();
+        let add = SchemaChange::AddColumn { name: "email".into(), data_type: DataType::Utf8 };
+        let added = evolve(&avro, &add).unwrap().unwrap();
+        let widened = [("id", DataType::Int64), ("amount", DataType::Decimal128(20, 2)), ("x", DataType::Float64)]
+            .into_iter()
+            .fold(added.clone(), |avro, (name, to)| evolve(&avro, &SchemaChange::Widen { name: name.into(), data_type: to }).unwrap().unwrap());
+        crate::avro::parse_schema(&widened).unwrap();
+        let arrow = crate::read::schema::arrow_schema_of_avro(&widened).unwrap();
+        let types: Vec<(&str, &DataType)> = arrow.fields().iter().map(|f| (f.name().as_str(), f.data_type())).collect();
+        assert_eq!(
+            types,
+            vec![("id", &DataType::Int64), ("amount", &DataType::Decimal128(20, 2)), ("x", &DataType::Float64), ("email", &DataType::Utf8)]
+        );
+        assert_eq!(evolve(&added, &add).unwrap(), None, "already there");
+        assert_eq!(evolve(&widened, &SchemaChange::Widen { name: "id".into(), data_type: DataType::Int64 }).unwrap(), None);
+        for (name, to) in [("id", DataType::Int16), ("amount", DataType::Decimal128(20, 3)), ("amount", DataType::Decimal128(8, 2)), ("x", DataType::Utf8)] {
+            let err = evolve(&avro, &SchemaChange::Widen { name: name.into(), data_type: to.clone() }).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::Unsupported, "{name} to {to}: {err}");
+        }
+        let err = evolve(&avro, &SchemaChange::AddColumn { name: "id".into(), data_type: DataType::Utf8 }).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+        assert_eq!(evolve(&avro, &SchemaChange::AddColumn { name: "_hoodie_record_key".into(), data_type: DataType::Utf8 }).unwrap_err().kind(), ErrorKind::InvalidArgument);
+        assert_eq!(evolve(&avro, &SchemaChange::Widen { name: "nope".into(), data_type: DataType::Int64 }).unwrap_err().kind(), ErrorKind::InvalidArgument);
     }
 
     #[test]

@@ -124,6 +124,7 @@ impl NewTable {
             ("hoodie.index.type", "BUCKET"),
             ("hoodie.index.bucket.engine", "SIMPLE"),
             ("hoodie.write.concurrency.mode", "NON_BLOCKING_CONCURRENCY_CONTROL"),
+            (keys::CREATED_BY, crate::table::config::CREATOR),
         ] {
             p.set(key, value);
         }

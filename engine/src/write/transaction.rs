@@ -109,6 +109,8 @@ struct EmptyBase {
 /// An open write transaction.
 pub struct Transaction {
     action: WriteAction,
+    /// [`Self::change_schema`] was called.
+    schema_changed: bool,
     /// A truncate's empty base files.
     bases: Vec<EmptyBase>,
     storage: Storage,
@@ -136,7 +138,29 @@ impl Transaction {
     /// Starts a deltacommit: takes an instant under the table lock and writes the requested
     /// and inflight timeline files.
     pub async fn begin(storage: Storage, config: TableConfig, writer: WriterId, lock_options: LockOptions) -> Result<Transaction> {
-        Self::start(storage, config, writer, lock_options, WriteAction::DeltaCommit).await
+        Self::start(storage, config, writer, lock_options, WriteAction::DeltaCommit, None).await
+    }
+
+    /// [`Self::begin`] writing records of `avro_schema`: the table's schema as its latest commit
+    /// records it (after schema changes, no longer its create schema). A writer must write with
+    /// it: the schema its commit records is the table's from then on.
+    pub async fn begin_in_schema(storage: Storage, config: TableConfig, writer: WriterId, lock_options: LockOptions, avro_schema: String) -> Result<Transaction> {
+        Self::start(storage, config, writer, lock_options, WriteAction::DeltaCommit, Some(avro_schema)).await
+    }
+
+    /// Makes `avro_schema` the table's schema from this commit on (Hudi's schema evolution on
+    /// write: the commit records it, and readers read every older file in it). Only before the
+    /// transaction wrote anything: later rows are written in it. A commit that writes nothing
+    /// else is Hudi's `ALTER_SCHEMA` operation.
+    pub fn change_schema(&mut self, avro_schema: String) -> Result<()> {
+        if self.sequence > 0 || !self.groups.is_empty() || !self.bases.is_empty() {
+            return Err(Error::new(ErrorKind::Unsupported, "the schema of a table cannot change after rows were written in the same transaction")
+                .with_hint("Commit the writes first, then change the table."));
+        }
+        self.encoder = Arc::new(encoder(&self.config, &avro_schema, self.encoder.instant.clone(), self.encoder.buckets)?);
+        self.avro_schema = avro_schema;
+        self.schema_changed = true;
+        Ok(())
     }
 
     /// Starts a truncate of the table: a replacecommit that writes an empty base file in every
@@ -154,11 +178,18 @@ impl Transaction {
     /// (it starts over with a later instant, once that write completed) or the write sees the
     /// truncate (it must not commit rows it read before). A write still committing after
     /// `lock_options.timeout` makes this an `InUse` error.
-    pub async fn begin_truncate(storage: Storage, config: TableConfig, writer: WriterId, lock_options: LockOptions) -> Result<Transaction> {
+    pub async fn begin_truncate(
+        storage: Storage,
+        config: TableConfig,
+        writer: WriterId,
+        lock_options: LockOptions,
+        avro_schema: Option<String>,
+    ) -> Result<Transaction> {
         let deadline = std::time::Instant::now() + lock_options.timeout;
         let mut pause = std::time::Duration::from_millis(5);
         loop {
-            let mut transaction = Self::start(storage.clone(), config.clone(), writer.clone(), lock_options.clone(), WriteAction::ReplaceCommit).await?;
+            let action = WriteAction::ReplaceCommit;
+            let mut transaction = Self::start(storage.clone(), config.clone(), writer.clone(), lock_options.clone(), action, avro_schema.clone()).await?;
             let committing = transaction.writes_committing().await?;
             if committing.is_empty() {
                 transaction.write_empty_bases().await?;
@@ -216,26 +247,18 @@ impl Transaction {
         Ok(truncate)
     }
 
-    async fn start(storage: Storage, config: TableConfig, writer: WriterId, lock_options: LockOptions, action: WriteAction) -> Result<Transaction> {
-        let avro_schema = config.create_schema.clone().ok_or_else(|| {
-            Error::new(ErrorKind::Corrupt, "the table has no create schema to write with")
-        })?;
-        let data_schema = crate::read::schema::arrow_schema_of_avro(&avro_schema)?;
-        // Timestamps are tagged "UTC", as Hudi's own Avro-to-Arrow conversion names them.
-        let data_schema = Arc::new(Schema::new(
-            data_schema
-                .fields()
-                .iter()
-                .map(|f| {
-                    let field = f.as_ref().clone().with_metadata(Default::default());
-                    match f.data_type() {
-                        DataType::Timestamp(unit, Some(_)) => field.with_data_type(DataType::Timestamp(*unit, Some("UTC".into()))),
-                        _ => field,
-                    }
-                })
-                .collect::<Vec<_>>(),
-        ));
-        let record_schema = table_schema(&data_schema, true);
+    async fn start(
+        storage: Storage,
+        config: TableConfig,
+        writer: WriterId,
+        lock_options: LockOptions,
+        action: WriteAction,
+        avro_schema: Option<String>,
+    ) -> Result<Transaction> {
+        let avro_schema = match avro_schema.or_else(|| config.create_schema.clone()) {
+            Some(schema) => schema,
+            None => return Err(Error::new(ErrorKind::Corrupt, "the table has no create schema to write with")),
+        };
         let buckets = bucket_count(&config)?;
         let dir = &config.timeline_dir;
         let name = action.name();
@@ -263,18 +286,10 @@ impl Transaction {
         }
         crate::write::heartbeat::beat(&storage, &instant).await?;
         let token = writer.token(next_transaction_number());
-        let encoder = Arc::new(BlockEncoder {
-            record_key_fields: config.record_key_fields.clone(),
-            partition_fields: config.partition_fields.clone(),
-            data_schema,
-            record_schema,
-            avro_with_meta: with_meta_fields(&avro_schema)?,
-            ordering_fields: config.ordering_fields.clone(),
-            buckets,
-            instant,
-        });
+        let encoder = Arc::new(encoder(&config, &avro_schema, instant, buckets)?);
         Ok(Transaction {
             action,
+            schema_changed: false,
             bases: Vec::new(),
             storage,
             avro_schema,
@@ -303,6 +318,11 @@ impl Transaction {
         });
         let bases = self.bases.iter().map(|b| (crate::table::files::path_in_partition(&b.partition, &b.name), b.size));
         bases.chain(logs).collect()
+    }
+
+    /// The schema this transaction makes the table's ([`Self::change_schema`]), if it does.
+    pub fn changed_schema(&self) -> Option<&str> {
+        self.schema_changed.then_some(self.avro_schema.as_str())
     }
 
     /// What this transaction completes as.
@@ -439,6 +459,9 @@ impl Transaction {
         }
         let mut metadata = CommitMetadata { operation_type: "UPSERT".into(), ..Default::default() };
         metadata.extra_metadata.insert("schema".into(), self.avro_schema.clone());
+        if self.schema_changed && self.groups.is_empty() {
+            metadata.operation_type = "ALTER_SCHEMA".into();
+        }
         if self.action == WriteAction::ReplaceCommit {
             metadata.operation_type = TRUNCATE_OPERATION.into();
             // Nothing replaced: every file group goes on, from a new (empty) slice.
@@ -528,6 +551,36 @@ fn bucket_count(config: &TableConfig) -> Result<u32> {
         return Err(corrupt(format!("{} names no record key field for the bucket index to hash", crate::table::config::keys::RECORD_KEY_FIELDS)));
     }
     Ok(buckets)
+}
+
+/// The block encoder of a transaction at `instant` writing records of `avro_schema` (the data
+/// columns, without meta fields).
+fn encoder(config: &TableConfig, avro_schema: &str, instant: String, buckets: u32) -> Result<BlockEncoder> {
+    let data_schema = crate::read::schema::arrow_schema_of_avro(avro_schema)?;
+    // Timestamps are tagged "UTC", as Hudi's own Avro-to-Arrow conversion names them.
+    let data_schema = Arc::new(Schema::new(
+        data_schema
+            .fields()
+            .iter()
+            .map(|f| {
+                let field = f.as_ref().clone().with_metadata(Default::default());
+                match f.data_type() {
+                    DataType::Timestamp(unit, Some(_)) => field.with_data_type(DataType::Timestamp(*unit, Some("UTC".into()))),
+                    _ => field,
+                }
+            })
+            .collect::<Vec<_>>(),
+    ));
+    Ok(BlockEncoder {
+        record_key_fields: config.record_key_fields.clone(),
+        partition_fields: config.partition_fields.clone(),
+        record_schema: table_schema(&data_schema, true),
+        data_schema,
+        avro_with_meta: with_meta_fields(avro_schema)?,
+        ordering_fields: config.ordering_fields.clone(),
+        buckets,
+        instant,
+    })
 }
 
 /// A process-wide counter of transactions and compactions: part of write tokens.

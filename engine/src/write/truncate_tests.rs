@@ -27,7 +27,7 @@ async fn begin(table: &TestTable, process: u32) -> Transaction {
 }
 
 async fn truncate(table: &TestTable, process: u32, options: LockOptions) -> crate::error::Result<Transaction> {
-    Transaction::begin_truncate(table.storage.clone(), table.config.clone(), writer(process), options).await
+    Transaction::begin_truncate(table.storage.clone(), table.config.clone(), writer(process), options, None).await
 }
 
 fn named(ids: &[i64], name: &str) -> Vec<(i64, String)> {
