@@ -10,7 +10,12 @@ run_bench() {
   # Run on their own (not through `make bench`), benchmarks still find cargo-pgrx and
   # PostgreSQL's headers on a fresh machine.
   "$REPO/scripts/deps.sh" system
-  "$REPO/scripts/install.sh" --release
+  # BENCH_PROFILE: another Cargo profile to measure (the release build by default).
+  if [ -n "${BENCH_PROFILE:-}" ]; then
+    "$REPO/scripts/install.sh" --profile "$BENCH_PROFILE"
+  else
+    "$REPO/scripts/install.sh" --release
+  fi
   local cluster
   cluster=$(run_dir)/bench-$name
   "$REPO/scripts/cluster.sh" stop "$cluster"

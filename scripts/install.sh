@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds pg_hudi and installs it into the system PostgreSQL 15 (library, control file, SQL).
-#   install.sh            a debug build (what the tests use)
-#   install.sh --release  an optimised build (benchmarks)
+#   install.sh                 a debug build (what the tests use)
+#   install.sh --release       an optimised build (benchmarks)
+#   install.sh --profile NAME  a build of Cargo profile NAME (`make run`: `make-run`)
 # Each file is written beside its destination and renamed over it, never overwritten in
 # place: a running server keeps the library it mapped (overwriting a mapped pg_hudi.so made a
 # running launcher die by SIGSEGV), and its new processes load the new one.
@@ -9,11 +10,13 @@ set -euo pipefail
 source "$(dirname "$0")/common.sh"
 cd "$REPO"
 profile=(--debug)
-for arg in "$@"; do
-  case $arg in
+while [ $# -gt 0 ]; do
+  case $1 in
     --release) profile=() ;;
-    *) echo "install: unknown option $arg" >&2; exit 2 ;;
+    --profile) profile=(--profile "${2:?install: --profile needs a name}"); shift ;;
+    *) echo "install: unknown option $1" >&2; exit 2 ;;
   esac
+  shift
 done
 staging=$CARGO_TARGET_DIR/pg_hudi-install
 rm -rf "$staging"

@@ -159,7 +159,9 @@ pub(crate) fn refresh_all() -> Vec<(pg_sys::Oid, Result<Option<String>, String>)
     // Declarations of dropped tables go with them (their caches then leave the disk below).
     Spi::run(
         "DELETE FROM hudi.lookup_cache_keys k WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = k.relation); \
-         DELETE FROM hudi.lookup_cache_state s WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = s.relation)",
+         DELETE FROM hudi.lookup_cache_state s WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = s.relation); \
+         DELETE FROM hudi.lookup_cache_state s WHERE NOT EXISTS (SELECT 1 FROM hudi.lookup_cache_keys k WHERE k.relation = s.relation); \
+         INSERT INTO hudi.lookup_cache_state (relation) SELECT DISTINCT relation FROM hudi.lookup_cache_keys ON CONFLICT DO NOTHING",
     )
     .unwrap_or_else(|e| spi_error(e));
     let tables: Vec<(pg_sys::Oid, pg_sys::Oid, bool)> = Spi::connect(|client| {
@@ -199,12 +201,17 @@ pub(crate) fn refresh_all() -> Vec<(pg_sys::Oid, Result<Option<String>, String>)
 /// The longest a failing cache waits between two refreshes of the worker.
 const MAX_BACKOFF_SECONDS: f64 = 600.0;
 
-/// Gives the cache of `relid` its row of state if it has none: a declaration that came without
-/// one (restored by pg_dump, which keeps declarations but not this server's state).
+/// Gives the cache of `relid` its row of state if it has none while it is declared: a
+/// declaration that came without one (restored by pg_dump, which keeps declarations but not
+/// this server's state). A cache whose last index was dropped meanwhile gets none back.
 fn ensure_state_row(relid: pg_sys::Oid) {
     let args: Vec<DatumWithOid> = vec![relid.into()];
-    Spi::run_with_args("INSERT INTO hudi.lookup_cache_state (relation) VALUES ($1) ON CONFLICT DO NOTHING", &args)
-        .unwrap_or_else(|e| spi_error(e));
+    Spi::run_with_args(
+        "INSERT INTO hudi.lookup_cache_state (relation) SELECT $1 \
+         WHERE EXISTS (SELECT FROM hudi.lookup_cache_keys k WHERE k.relation OPERATOR(pg_catalog.=) $1) ON CONFLICT DO NOTHING",
+        &args,
+    )
+    .unwrap_or_else(|e| spi_error(e));
 }
 
 /// Records that a refresh of `relid`'s cache failed with `error`: the worker tries again after
@@ -212,7 +219,6 @@ fn ensure_state_row(relid: pg_sys::Oid) {
 fn record_failure(relid: pg_sys::Oid, error: &str) {
     let first_wait = crate::guc::lookup_refresh_interval().as_secs_f64();
     let args: Vec<DatumWithOid> = vec![relid.into(), error.into(), first_wait.into(), MAX_BACKOFF_SECONDS.into()];
-    ensure_state_row(relid);
     Spi::run_with_args(
         "UPDATE hudi.lookup_cache_state SET state = 'failed', error = $2, failures = failures + 1, \
              next_attempt = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) pg_catalog.make_interval(secs => \
