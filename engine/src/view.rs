@@ -1,7 +1,7 @@
 //! The file system view: file groups and their file slices (hudi-format.md §7.1–7.3), built
 //! by listing storage (tables without a metadata table, §9).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 
 use crate::error::Result;
 use crate::storage::Storage;
@@ -143,11 +143,11 @@ impl FileSystemView {
         &self,
         timeline: &Timeline,
         bound: &ReadBound,
-        replaced: &HashSet<(String, String)>,
+        replaced: &crate::timeline::metadata::ReplacedGroups,
     ) -> Vec<FileSlice> {
         self.groups
             .iter()
-            .filter(|(group, _)| !replaced.contains(group))
+            .filter(|(group, _)| !replaced.contains_key(*group))
             .filter_map(|((partition, file_id), files)| {
                 group_slices(partition, file_id, files, timeline, bound).into_values().next_back()
             })
@@ -236,7 +236,7 @@ mod tests {
         let second = (format!("p/.{fg}_20251220210128625.log.1_0-2-2"), 20);
         let mut view = FileSystemView::from_listing([first.clone()]);
         view.extend([first, second.clone(), second]);
-        let latest = view.latest_slices(&t, &ReadBound::Latest, &HashSet::new());
+        let latest = view.latest_slices(&t, &ReadBound::Latest, &Default::default());
         assert_eq!(latest.len(), 1);
         assert_eq!(latest[0].log_files.iter().map(|l| l.size).collect::<Vec<_>>(), [10, 20]);
     }
@@ -261,7 +261,7 @@ mod tests {
             ("city=x/.hoodie_partition_metadata".to_owned(), 1),
             (".hoodie/hoodie.properties".to_owned(), 1),
         ]);
-        let latest = view.latest_slices(&t, &ReadBound::Latest, &HashSet::new());
+        let latest = view.latest_slices(&t, &ReadBound::Latest, &Default::default());
         assert_eq!(latest.len(), 1);
         let slice = &latest[0];
         assert_eq!(slice.base_instant, "20251220210129235");
@@ -269,7 +269,7 @@ mod tests {
         assert_eq!(logs, ["20251220210130911"], "pending deltacommit's log is invisible");
 
         // As of before the compaction: the old slice with the log that completed before it.
-        let old = view.latest_slices(&t, &ReadBound::RequestedBy("20251220210129000".into()), &HashSet::new());
+        let old = view.latest_slices(&t, &ReadBound::RequestedBy("20251220210129000".into()), &Default::default());
         assert_eq!(old[0].base_instant, "20251220210108078");
         assert_eq!(old[0].log_files.len(), 1);
         assert_eq!(old[0].base_path().unwrap(), format!("city=x/{fg}_0-1-1_20251220210108078.parquet"));
@@ -292,7 +292,7 @@ mod tests {
             (format!(".{fg}_{b}.log.1_0-2-2"), 1),
             (format!(".{fg}_{a}.log.1_0-1-1"), 1),
         ]);
-        let latest = view.latest_slices(&t, &ReadBound::Latest, &HashSet::new());
+        let latest = view.latest_slices(&t, &ReadBound::Latest, &Default::default());
         let logs: Vec<_> = latest[0].log_files.iter().map(|l| l.name.as_str()).collect();
         assert_eq!(logs, [format!(".{fg}_{a}.log.1_0-1-1"), format!(".{fg}_{a}.log.2_0-1-1"), format!(".{fg}_{b}.log.1_0-2-2")]);
     }
@@ -306,7 +306,7 @@ mod tests {
             (format!("p/b-0_0-0-0_{i2}.parquet"), 1),
             (format!("p/c-0_0-0-0_{i3}.parquet"), 1),
         ]);
-        let replaced = [("p".to_owned(), "a-0".to_owned())].into();
+        let replaced = [(("p".to_owned(), "a-0".to_owned()), "2".to_owned())].into();
         let latest = view.latest_slices(&t, &ReadBound::Latest, &replaced);
         let ids: Vec<_> = latest.iter().map(|s| s.file_id.as_str()).collect();
         assert_eq!(ids, ["b-0"]);
@@ -330,7 +330,7 @@ mod tests {
             (format!("{fg}_0-2-2_20250101000000005.parquet"), 1), // compaction output, not committed
             (format!(".{fg}_20250101000000006.log.1_0-3-3"), 1),
         ]);
-        let latest = view.latest_slices(&t, &ReadBound::Latest, &HashSet::new());
+        let latest = view.latest_slices(&t, &ReadBound::Latest, &Default::default());
         assert_eq!(latest.len(), 1);
         assert_eq!(latest[0].base_instant, "20250101000000001");
         let logs: Vec<_> = latest[0].log_files.iter().map(|l| l.instant.as_str()).collect();

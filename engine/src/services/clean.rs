@@ -15,6 +15,7 @@ use crate::services::compaction::CompactionPlan;
 use crate::storage::Storage;
 use crate::table::TableConfig;
 use crate::timeline::instant::completion_in;
+use crate::timeline::metadata::ReplacedGroups;
 use crate::timeline::{metadata, Instant, ReadBound, Timeline};
 use crate::view::FileSystemView;
 use crate::write::time::{LockOptions, TableLock};
@@ -225,14 +226,25 @@ fn earliest_to_retain(timeline: &Timeline, options: &CleanOptions) -> Option<(St
 
 /// The files of slices that no read from `earliest` on needs: in every file group, the slices
 /// older than the newest one that began before `earliest` — never the latest slice, and never
-/// one a pending compaction reads or is based on.
-fn doomed_files(view: &FileSystemView, timeline: &Timeline, earliest: &str, compacting: &HashMap<(String, String), String>) -> Vec<Doomed> {
+/// one a pending compaction reads or is based on; and every slice of a file group that a
+/// replacecommit before `earliest` replaced (insert overwrite, clustering: Hudi's
+/// `getReplacedFilesEligibleToClean`), which no read from there on sees.
+fn doomed_files(
+    view: &FileSystemView,
+    timeline: &Timeline,
+    earliest: &str,
+    compacting: &HashMap<(String, String), String>,
+    replaced: &ReplacedGroups,
+) -> Vec<Doomed> {
     let mut doomed = Vec::new();
     for (partition, file_id) in view.file_groups() {
+        let group = (partition.to_owned(), file_id.to_owned());
         let slices = view.group_slices(partition, file_id, timeline, &ReadBound::Latest);
+        let gone = replaced.get(&group).is_some_and(|by| by.as_str() < earliest) && !compacting.contains_key(&group);
         let Some(kept_before) = slices.iter().rposition(|s| s.base_instant.as_str() < earliest) else { continue };
-        let protected_from = compacting.get(&(partition.to_owned(), file_id.to_owned()));
-        for slice in &slices[..kept_before.min(slices.len().saturating_sub(1))] {
+        let protected_from = compacting.get(&group);
+        let doomed_slices = if gone { slices.len() } else { kept_before.min(slices.len().saturating_sub(1)) };
+        for slice in &slices[..doomed_slices] {
             if protected_from.is_some_and(|base| slice.base_instant >= *base) {
                 continue;
             }
@@ -273,7 +285,8 @@ async fn plan(storage: &Storage, config: &TableConfig, timeline: &Timeline, opti
         }
     }
     let view = FileSystemView::load(storage).await?;
-    let files = doomed_files(&view, timeline, &earliest.0, &compacting);
+    let replaced = metadata::replaced_file_groups(storage, timeline, &ReadBound::Latest).await?;
+    let files = doomed_files(&view, timeline, &earliest.0, &compacting, &replaced);
     let recorded = metadata::retained_by_clean(storage, timeline).await?;
     // With nothing to delete, a clean is still written when it moves the recorded earliest
     // commit to retain forward: archival never passes that point, and would otherwise stop at

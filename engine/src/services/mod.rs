@@ -7,3 +7,5 @@ pub mod consumers;
 pub mod lease;
 pub mod progress;
 pub mod rollback;
+#[cfg(test)]
+mod replaced_tests;

@@ -2,7 +2,7 @@
 //! layout 2; hudi-format.md §2.5–2.6), read into `serde_json::Value` so both forms are handled
 //! alike. Only the few fields readers need are interpreted here.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 
 use serde_json::Value;
 
@@ -80,14 +80,14 @@ fn avro_to_json(value: apache_avro::types::Value) -> Value {
     }
 }
 
-/// `(partition path, file id)` of every file group replaced by a completed replacecommit
-/// visible within `bound` (insert overwrite, clustering).
-pub async fn replaced_file_groups(
-    storage: &Storage,
-    timeline: &Timeline,
-    bound: &ReadBound,
-) -> Result<HashSet<(String, String)>> {
-    let mut replaced = HashSet::new();
+/// File groups replaced by completed replacecommits: `(partition path, file id)` → the
+/// replacecommit's instant.
+pub type ReplacedGroups = HashMap<(String, String), String>;
+
+/// Every file group replaced by a completed replacecommit visible within `bound` (insert
+/// overwrite, clustering), with the instant that replaced it.
+pub async fn replaced_file_groups(storage: &Storage, timeline: &Timeline, bound: &ReadBound) -> Result<ReplacedGroups> {
+    let mut replaced = ReplacedGroups::new();
     for instant in timeline.completed_writes() {
         if instant.action != "replacecommit" || !timeline.is_visible(&instant.timestamp, bound) {
             continue;
@@ -96,7 +96,7 @@ pub async fn replaced_file_groups(
         if let Some(map) = metadata.get("partitionToReplaceFileIds").and_then(Value::as_object) {
             for (partition, ids) in map {
                 for id in ids.as_array().into_iter().flatten().filter_map(Value::as_str) {
-                    replaced.insert((partition.clone(), id.to_owned()));
+                    replaced.insert((partition.clone(), id.to_owned()), instant.timestamp.clone());
                 }
             }
         }
