@@ -106,16 +106,34 @@ def new_lake(cluster, fixtures_root=None, zips=(), by_kind=False):
         yield conn, root
 
 
+CUSTOMERS = """CREATE FOREIGN TABLE customers (id bigint, name text, country text, balance numeric(12, 2),
+                 ts timestamptz) SERVER lake
+               OPTIONS (path 'customers', primary_key 'id,country', ordering_field 'ts',
+                        partition_by 'country', buckets '4')"""
+
+
 @pytest.fixture
 def lake(cluster):
     """A writable table `customers` (bucketed by id, partitioned by country) in a new lake."""
     with new_lake(cluster) as (conn, root):
-        conn.execute("""CREATE FOREIGN TABLE customers (id bigint, name text, country text, balance numeric(12, 2),
-                          ts timestamptz) SERVER lake
-                        OPTIONS (path 'customers', primary_key 'id,country', ordering_field 'ts',
-                                 partition_by 'country', buckets '4')""")
+        conn.execute(CUSTOMERS)
         assert conn.execute("SELECT hudi.create_table('customers')").fetchone()[0] == f"file://{root}/customers"
         yield conn, root / "customers"
+
+
+@contextlib.contextmanager
+def second_server(cluster, root, customers=False):
+    """A second PostgreSQL server on the lake directory `root`: pg_hudi and its server `lake`,
+    and with `customers` the `lake` fixture's foreign table `customers`; stopped afterwards."""
+    second = Cluster(cluster.directory / "second").start()
+    try:
+        with second.connect() as other:
+            create_lake_server(other, root)
+            if customers:
+                other.execute(CUSTOMERS)
+        yield second
+    finally:
+        second.stop()
 
 
 def reference_rows(path):

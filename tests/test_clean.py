@@ -6,7 +6,7 @@ time travel to before what it kept is a clear error; consumers hold it back."""
 import psycopg
 import pytest
 
-from conftest import our_rows, reference_rows
+from conftest import our_rows, reference_rows, second_server
 
 
 def round_of_writes(conn, n):
@@ -146,14 +146,10 @@ def test_a_consumer_on_another_server_holds_cleaning_back(lake, cluster):
     second server keeps the first server's clean from deleting what it still reads, and once
     it has consumed (and its server published that), the clean goes on; it received every
     change."""
-    from conftest import Cluster
     conn, table = lake
     conn.execute("ALTER FOREIGN TABLE customers OPTIONS (ADD clean_retain_commits '1', ADD clean_retain '1 microsecond')")
-    second = Cluster(cluster.directory / "second").start()
-    try:
+    with second_server(cluster, table.parent) as second:
         with second.connect() as other:
-            other.execute("CREATE EXTENSION pg_hudi")
-            other.execute(f"CREATE SERVER lake FOREIGN DATA WRAPPER hudi_fdw OPTIONS (base_uri 'file://{table.parent}')")
             other.execute("CREATE FOREIGN TABLE customer_changes (id bigint, balance numeric(12, 2), "
                           "_hoodie_operation text) SERVER lake OPTIONS (path 'customers', query_type 'incremental')")
             consume = "SELECT id, balance, _hoodie_operation FROM hudi.consume(NULL::customer_changes, 'etl')"
@@ -174,5 +170,3 @@ def test_a_consumer_on_another_server_holds_cleaning_back(lake, cluster):
             since = other.execute(consume).fetchall()
             assert {int(k) for k, _, _ in since} == set(range(1, 41))
         assert our_rows(conn) == reference_rows(table)
-    finally:
-        second.stop()

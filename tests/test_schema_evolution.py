@@ -6,7 +6,7 @@ compaction and cleaning between the changes. What Hudi cannot express is refused
 
 import decimal
 
-from conftest import reference_rows_at, refused
+from conftest import reference_rows_at, refused, second_server
 
 
 def _heap_copy(conn):
@@ -89,14 +89,8 @@ def test_successive_alters_with_writes_compaction_and_clean(lake, cluster):
 
     # Another server: an old declaration reads its columns; declaring a column the table has
     # commits nothing; its writes fill what it does not declare with NULL.
-    from conftest import Cluster
-    second = Cluster(cluster.directory / "second").start()
-    try:
+    with second_server(cluster, table.parent, customers=True) as second:
         with second.connect() as other:
-            other.execute("CREATE EXTENSION pg_hudi")
-            other.execute(f"CREATE SERVER lake FOREIGN DATA WRAPPER hudi_fdw OPTIONS (base_uri 'file://{table.parent}')")
-            other.execute("CREATE FOREIGN TABLE customers (id bigint, name text, country text, balance numeric(12, 2), ts timestamptz) "
-                          "SERVER lake OPTIONS (path 'customers')")
             assert other.execute("SELECT count(*) FROM customers").fetchone() == conn.execute("SELECT count(*) FROM customers").fetchone()
             before = sorted(p.name for p in (table / ".hoodie/timeline").iterdir())
             other.execute("ALTER FOREIGN TABLE customers ADD COLUMN email text")
@@ -106,8 +100,6 @@ def test_successive_alters_with_writes_compaction_and_clean(lake, cluster):
             other.execute("INSERT INTO customers VALUES (200, 'other', 'nl', 1, '2026-01-04', 'o@x')")
         conn.execute("INSERT INTO heap VALUES (200, 'other', 'nl', 1, '2026-01-04', 'o@x', NULL)")
         _check(conn, table)
-    finally:
-        second.stop()
 
 
 def test_what_hudi_cannot_express_is_refused_and_changes_nothing(lake):

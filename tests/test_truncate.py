@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from conftest import commit_on_a_thread, our_rows, reference_rows, refused, wait_for
+from conftest import commit_on_a_thread, our_rows, reference_rows, refused, second_server, wait_for
 
 
 def _timeline(table, suffix):
@@ -121,17 +121,6 @@ def test_truncate_refusals_change_nothing(lake, cluster):
     assert len(our_rows(conn)) == 10
 
 
-def _second_server(cluster, table):
-    from conftest import Cluster
-    second = Cluster(cluster.directory / "second").start()
-    with second.connect() as other:
-        other.execute("CREATE EXTENSION pg_hudi")
-        other.execute(f"CREATE SERVER lake FOREIGN DATA WRAPPER hudi_fdw OPTIONS (base_uri 'file://{table.parent}')")
-        other.execute("CREATE FOREIGN TABLE customers (id bigint, name text, country text, balance numeric(12, 2), ts timestamptz) "
-                      "SERVER lake OPTIONS (path 'customers')")
-    return second
-
-
 def test_writers_of_another_server_around_a_truncate(lake, cluster):
     """Writers on another server under NBCC: a write completing before the truncate is gone, an
     insert completing after it stays; an UPDATE that read rows the truncate removed fails with
@@ -139,8 +128,7 @@ def test_writers_of_another_server_around_a_truncate(lake, cluster):
     makes it wait, and is removed. The reference reader agrees each time."""
     conn, table = lake
     conn.execute("INSERT INTO customers SELECT g, 'old', 'nl', g, '2026-01-01' FROM generate_series(1, 20) g")
-    second = _second_server(cluster, table)
-    try:
+    with second_server(cluster, table.parent, customers=True) as second:
         other = second.connect()
         # An insert that began before the truncate and completes after it: kept.
         other.execute("BEGIN")
@@ -169,8 +157,6 @@ def test_writers_of_another_server_around_a_truncate(lake, cluster):
         assert our_rows(conn) == [] == reference_rows(table), "the committing write completed before the truncate began"
         session.close()
         other.close()
-    finally:
-        second.stop()
 
 
 def test_a_lookup_cache_is_loaded_anew_after_a_truncate(lake):
