@@ -541,10 +541,11 @@ def test_a_damaged_cached_table_is_reported_and_backs_off(shared, cluster):
     latest = conn.execute("SELECT completion_time FROM hudi.latest_commit('good')").fetchone()[0]
     wait_for("the good cache", lambda: conn.execute(
         "SELECT cached_instant FROM hudi.lookup_caches WHERE relation = 'good'::regclass").fetchone() == (latest,))
-    # Waits double: after n failures in a row, 0.1 s * 2^n apart, so few attempts in a while.
+    # Waits double: after n failures in a row, 0.1 s * 2^n apart, so few attempts in a while
+    # (every 0.1 s, the seconds this test takes would make dozens). Whether a wait is pending at
+    # this very moment is not asserted: under load the worker's next round may just be due.
     failures = conn.execute(state).fetchone()[1]
     assert failures < 12, failures
-    assert conn.execute(state).fetchone()[2] is True
     no_panics(cluster)
 
 
