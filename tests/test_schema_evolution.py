@@ -102,7 +102,7 @@ def test_successive_alters_with_writes_compaction_and_clean(lake, cluster):
         _check(conn, table)
 
 
-def test_what_hudi_cannot_express_is_refused_and_changes_nothing(lake):
+def test_what_hudi_cannot_express_is_refused_and_changes_nothing(lake, cluster):
     conn, table = lake
     conn.execute("INSERT INTO customers VALUES (1, 'a', 'nl', 1, '2026-01-01')")
     conn.execute("CREATE FOREIGN TABLE changes (id bigint, oops text) SERVER lake OPTIONS (path 'customers', query_type 'incremental')")
@@ -118,6 +118,15 @@ def test_what_hudi_cannot_express_is_refused_and_changes_nothing(lake):
         ("ALTER FOREIGN TABLE customers ADD COLUMN tags text[]", "HV004"),
     ]:
         assert refused(conn, sql) == state, sql
+    # A role that does not own the table gets PostgreSQL's refusal, whatever the change: the
+    # hook reads nothing and says nothing of the Hudi table for it.
+    conn.execute("CREATE ROLE clerk LOGIN")
+    conn.execute("GRANT SELECT, INSERT ON customers TO clerk")
+    with cluster.connect(user="clerk") as clerk:
+        for sql in ["ALTER FOREIGN TABLE customers ADD COLUMN email text NOT NULL",
+                    "ALTER FOREIGN TABLE customers ADD COLUMN email text",
+                    "ALTER FOREIGN TABLE customers RENAME COLUMN name TO full_name"]:
+            assert refused(clerk, sql) == "42501", sql
     # A write, then an ALTER in one transaction.
     conn.execute("BEGIN")
     conn.execute("INSERT INTO customers VALUES (2, 'b', 'nl', 1, '2026-01-01')")

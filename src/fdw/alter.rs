@@ -17,7 +17,6 @@ use pgrx::PgSqlErrorCode;
 
 use crate::error::{raise, OrReport};
 use crate::fdw::table::ForeignHudiTable;
-use crate::runtime::block_on;
 
 static mut PREVIOUS: pg_sys::ProcessUtility_hook_type = None;
 
@@ -72,13 +71,16 @@ struct Evolution {
     schema: String,
 }
 
-/// The Hudi table of a relation that ALTER or RENAME names, if it is a Hudi foreign table.
+/// The relation that ALTER or RENAME names, if it is a Hudi foreign table that the current user
+/// owns. Anyone else's statement goes to PostgreSQL untouched, which refuses it (42501): the
+/// hook reads no storage, and says nothing of the Hudi table, for a role that may not alter it.
 unsafe fn hudi_relation(relation: *mut pg_sys::RangeVar) -> Option<pg_sys::Oid> {
     if relation.is_null() {
         return None;
     }
     let relid = pg_sys::RangeVarGetRelidExtended(relation, pg_sys::NoLock as _, pg_sys::RVROption::RVR_MISSING_OK as _, None, std::ptr::null_mut());
-    (relid != pg_sys::InvalidOid && crate::fdw::table::is_hudi_table(relid)).then_some(relid)
+    let hudi = relid != pg_sys::InvalidOid && crate::fdw::table::is_hudi_table(relid);
+    (hudi && pg_sys::pg_class_ownercheck(relid, pg_sys::GetUserId())).then_some(relid)
 }
 
 /// The Arrow type a column of `type_name` is stored as.
@@ -138,9 +140,7 @@ unsafe fn schema_change(stmt: *mut pg_sys::AlterTableStmt) -> Option<Evolution> 
         return None;
     }
     let table = ForeignHudiTable::of_relation(relid);
-    let storage = table.storage();
-    let config = block_on(engine::table::load_config(&storage)).or_report();
-    let current = block_on(engine::timeline::metadata::latest_table_schema(&storage, &config)).or_report();
+    let (_, current) = table.config_and_schema(&table.storage());
     let mut schema = current.clone();
     for change in &changes {
         if let Some(evolved) = evolve(&schema, change).or_report() {
@@ -150,11 +150,10 @@ unsafe fn schema_change(stmt: *mut pg_sys::AlterTableStmt) -> Option<Evolution> 
     if schema == current {
         return None;
     }
-    let reads = [("query_type", "snapshot"), ("as_of_instant", "")].into_iter().find(|(option, default)| table.options.get(*option).is_some_and(|v| v != default));
-    if let Some((option, _)) = reads {
+    if let Some((option, value)) = table.read_only_option() {
         raise(
             PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-            format!("foreign table \"{name}\" cannot change its Hudi table's schema: it reads the table with {option} \"{}\"", table.options[option]),
+            format!("foreign table \"{name}\" cannot change its Hudi table's schema: it reads the table with {option} \"{value}\""),
             Some("Change the schema through a foreign table declared without query_type and as_of_instant; then declare the column here.".into()),
         );
     }
@@ -178,9 +177,7 @@ unsafe fn refuse_column_rename(stmt: *mut pg_sys::RenameStmt) {
     let Some(relid) = hudi_relation((*stmt).relation) else { return };
     let column = CStr::from_ptr((*stmt).subname).to_string_lossy().into_owned();
     let table = ForeignHudiTable::of_relation(relid);
-    let storage = table.storage();
-    let config = block_on(engine::table::load_config(&storage)).or_report();
-    let current = block_on(engine::timeline::metadata::latest_table_schema(&storage, &config)).or_report();
+    let (_, current) = table.config_and_schema(&table.storage());
     let fields = engine::read::schema::arrow_schema_of_avro(&current).or_report();
     if fields.field_with_name(&column).is_ok() {
         raise(

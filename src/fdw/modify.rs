@@ -212,8 +212,7 @@ pub(crate) fn refuse_in_subtransaction() {
 pub(crate) fn new_write(table: &ForeignHudiTable, relid: pg_sys::Oid, truncate: bool) -> OpenWrite {
     let location = table.uri.to_string();
     let storage = table.storage();
-    let config = block_on(engine::table::load_config(&storage)).or_report();
-    let schema = block_on(engine::timeline::metadata::latest_table_schema(&storage, &config)).or_report();
+    let (config, schema) = table.config_and_schema(&storage);
     let (writer, lock_options) = (writer_id(), crate::guc::lock_options());
     let transaction = match truncate {
         true => block_on(Transaction::begin_truncate(storage, config, writer, lock_options, Some(schema))),
@@ -287,11 +286,10 @@ pub unsafe extern "C-unwind" fn exec_foreign_truncate(rels: *mut pg_sys::List, _
     for relation in rels.iter_ptr() {
         let relid = (*relation).rd_id;
         let table = ForeignHudiTable::of_relation(relid);
-        let reads = [("query_type", "snapshot"), ("as_of_instant", "")].into_iter().find(|(option, default)| table.options.get(*option).is_some_and(|v| v != default));
-        if let Some((option, _)) = reads {
+        if let Some((option, value)) = table.read_only_option() {
             raise(
                 PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-                format!("foreign table \"{}\" cannot be truncated: it reads its Hudi table with {option} \"{}\"", crate::fdw::table::relation_name(relid), table.options[option]),
+                format!("foreign table \"{}\" cannot be truncated: it reads its Hudi table with {option} \"{value}\"", crate::fdw::table::relation_name(relid)),
                 Some("Truncate a foreign table of the same Hudi table declared without query_type and as_of_instant.".into()),
             );
         }

@@ -168,4 +168,22 @@ impl ForeignHudiTable {
     pub fn load_reader(&self) -> TableReader {
         crate::runtime::block_on(TableReader::open(self.storage())).or_report()
     }
+
+    /// The table's configuration and its schema (Avro) as its latest commit records it, read
+    /// now: what a write writes with and a schema change starts from (one listing of the
+    /// timeline and one read of a commit, no file listing).
+    pub fn config_and_schema(&self, storage: &Storage) -> (engine::table::TableConfig, String) {
+        let config = crate::runtime::block_on(engine::table::load_config(storage)).or_report();
+        let schema = crate::runtime::block_on(engine::timeline::metadata::latest_table_schema(storage, &config)).or_report();
+        (config, schema)
+    }
+
+    /// The option that makes this declaration read-only, with its value: `query_type` other
+    /// than `snapshot`, or `as_of_instant`. Such a declaration neither truncates nor changes
+    /// the schema of its table.
+    pub fn read_only_option(&self) -> Option<(&'static str, &str)> {
+        [("query_type", "snapshot"), ("as_of_instant", "")]
+            .into_iter()
+            .find_map(|(option, default)| self.options.get(option).filter(|v| *v != default).map(|v| (option, v.as_str())))
+    }
 }

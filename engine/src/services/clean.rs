@@ -241,9 +241,12 @@ fn doomed_files(
         let group = (partition.to_owned(), file_id.to_owned());
         let slices = view.group_slices(partition, file_id, timeline, &ReadBound::Latest);
         let gone = replaced.get(&group).is_some_and(|by| by.as_str() < earliest) && !compacting.contains_key(&group);
-        let Some(kept_before) = slices.iter().rposition(|s| s.base_instant.as_str() < earliest) else { continue };
+        let doomed_slices = match slices.iter().rposition(|s| s.base_instant.as_str() < earliest) {
+            _ if gone => slices.len(),
+            Some(kept_before) => kept_before.min(slices.len().saturating_sub(1)),
+            None => continue,
+        };
         let protected_from = compacting.get(&group);
-        let doomed_slices = if gone { slices.len() } else { kept_before.min(slices.len().saturating_sub(1)) };
         for slice in &slices[..doomed_slices] {
             if protected_from.is_some_and(|base| slice.base_instant >= *base) {
                 continue;
