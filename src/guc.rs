@@ -116,6 +116,10 @@ pub static READ_AHEAD_SLICES: GucSetting<i32> = GucSetting::<i32>::new(2);
 /// writes them as log blocks (one log file per touched file group): memory against files.
 pub static WRITE_BATCH_ROWS: GucSetting<i32> = GucSetting::<i32>::new(100_000);
 
+/// `hudi.write_buffer_max_rows`: the most rows the write buffer of buffered tables holds
+/// before writers get an error (53400): flushing into Hudi has fallen behind.
+pub static WRITE_BUFFER_MAX_ROWS: GucSetting<i32> = GucSetting::<i32>::new(10_000_000);
+
 /// `hudi.use_record_positions`: whether scans merge a file slice by position when its log
 /// blocks name the base-file rows they replace (otherwise by record key, as for other slices).
 pub static USE_RECORD_POSITIONS: GucSetting<bool> = GucSetting::<bool>::new(true);
@@ -182,6 +186,16 @@ pub fn register() {
         1,
         10_000_000,
         GucContext::Userset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"hudi.write_buffer_max_rows",
+        c"The most rows the write buffer of tables with write_mode 'buffered' holds in a database.",
+        c"Writers get an error (53400) beyond it: flushing into Hudi has fallen behind, and the buffer would fill the disk.",
+        &WRITE_BUFFER_MAX_ROWS,
+        1,
+        i32::MAX,
+        GucContext::Suset,
         GucFlags::default(),
     );
     GucRegistry::define_bool_guc(

@@ -7,6 +7,7 @@ use pgrx::prelude::*;
 
 mod activity;
 mod api;
+mod buffer;
 mod datum;
 mod error;
 mod fdw;
@@ -36,6 +37,7 @@ extension_sql_file!(
     requires = ["fdw", api::tables::latest_commit, api::consumers::claim_consumer_position, api::consumers::advance_consumer_position]
 );
 extension_sql_file!("../sql/commit_intents.sql", name = "commit_intents", requires = ["fdw"]);
+extension_sql_file!("../sql/buffer.sql", name = "buffer", requires = ["fdw"]);
 extension_sql_file!("../sql/services.sql", name = "services", requires = ["fdw", hudi_internal]);
 extension_sql_file!("../sql/lookup.sql", name = "lookup", requires = ["services", api::lookup::lookup_cache_bytes, api::lookup::lookup_cache_progress, api::lookup::lookup_cache_position, api::lookup::lookup_cache_lag]);
 extension_sql_file!("../sql/comments.sql", name = "comments", finalize);

@@ -129,6 +129,17 @@ impl OpenWrite {
         self.guarded(Self::write_encoded)
     }
 
+    /// Starts writing `rows` as log blocks of `change`, after the rows buffered so far (a flush
+    /// of the write buffer, whose rows are Arrow already).
+    pub fn write_rows(&mut self, change: Change, rows: arrow::record_batch::RecordBatch) -> engine::Result<()> {
+        self.guarded(|write| {
+            write.start_buffered()?;
+            write.write_encoded()?;
+            write.encoding = Some(write.transaction.encode(change, rows, Vec::new()));
+            Ok(())
+        })
+    }
+
     /// Writes every buffered row as log files, and waits until they are written.
     pub fn finish(&mut self) -> engine::Result<()> {
         self.guarded(|write| {
@@ -241,6 +252,8 @@ thread_local! {
     /// Heartbeats of committed writes whose completion failed here (a finisher completes them).
     static UNFINISHED: RefCell<Vec<KeptHeartbeat>> = const { RefCell::new(Vec::new()) };
     static REGISTERED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// The committing transaction wrote to the write buffer: its commit wakes the flusher.
+    static BUFFERED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// Runs `f` on the open write of `relid`, beginning one with `begin` if there is none.
@@ -328,7 +341,18 @@ pub fn own_writes_to(location: &str) -> OwnWrites {
     own
 }
 
-fn register_callbacks() {
+/// Deletes what the open write of `relid` wrote, if there is one, and forgets it: for a write
+/// of a subtransaction that an ERROR rolled back (the flush of a write buffer).
+pub fn discard_write(relid: pg_sys::Oid) {
+    if let Some(write) = OPEN.with(|open| open.borrow_mut().remove(&relid.to_u32())) {
+        let instant = write.transaction.instant().to_owned();
+        if let Err(e) = write.abort() {
+            pgrx::warning!("pg_hudi could not remove the files of aborted write {instant}: {e}");
+        }
+    }
+}
+
+pub(crate) fn register_callbacks() {
     if REGISTERED.with(|r| r.replace(true)) {
         return;
     }
@@ -345,6 +369,9 @@ fn take_all() -> Vec<OpenWrite> {
 /// commit metadata prepared, the intents recorded in the transaction, and each write marked
 /// prepared in its table's storage (for other servers' rollbacks).
 unsafe fn prepare_writes() {
+    if crate::buffer::prepare_commit() {
+        BUFFERED.with(|b| b.set(true));
+    }
     let keys = OPEN.with(|open| open.borrow().keys().copied().collect::<Vec<_>>());
     if keys.is_empty() {
         crate::intents::forget_completed();
@@ -448,6 +475,9 @@ unsafe extern "C-unwind" fn on_transaction_event(event: pg_sys::XactEvent::Type,
                 }
             }
             pg_sys::InterruptHoldoffCount = holdoff;
+            if BUFFERED.with(|b| b.replace(false)) {
+                crate::worker::wake::request_flush(pg_sys::MyDatabaseId);
+            }
             // After the completions: the rounds they start see them.
             if wake_worker {
                 crate::worker::wake::request(pg_sys::MyDatabaseId);
@@ -458,6 +488,8 @@ unsafe extern "C-unwind" fn on_transaction_event(event: pg_sys::XactEvent::Type,
         }
         pg_sys::XactEvent::XACT_EVENT_ABORT | pg_sys::XactEvent::XACT_EVENT_PARALLEL_ABORT => {
             crate::fdw::positions::forget_all();
+            crate::buffer::forget();
+            BUFFERED.with(|b| b.set(false));
             let prepared = PREPARED.with(|p| std::mem::take(&mut *p.borrow_mut()));
             for write in take_all().into_iter().chain(prepared.into_iter().map(|p| p.write)) {
                 let instant = write.transaction.instant().to_owned();

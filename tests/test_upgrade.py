@@ -9,7 +9,7 @@ import subprocess
 from conftest import give_to_postgres
 
 PG_BIN = "/usr/lib/postgresql/15/bin"
-CURRENT = "0.2.0"
+CURRENT = "0.3.0"
 
 
 def _objects(cluster, dbname):

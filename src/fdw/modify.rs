@@ -73,6 +73,10 @@ struct Targets {
     nulls_kept: Cell<u64>,
     /// For `INSERT … ON CONFLICT DO NOTHING`.
     skip_existing: Option<RefCell<SkipExisting>>,
+    /// The table has `write_mode 'buffered'`: rows go to the write buffer ([`crate::buffer`]).
+    buffered: bool,
+    /// How many data columns the table has.
+    data_columns: usize,
     /// The foreign table's name, for messages.
     name: String,
     /// Reset after every row: what PostgreSQL allocates for one row (detoasted old rows,
@@ -188,6 +192,8 @@ unsafe fn targets(relation: pg_sys::Relation, data_schema: &arrow::datatypes::Sc
         losing: Cell::new(0),
         nulls_kept: Cell::new(0),
         skip_existing: None,
+        buffered: false,
+        data_columns: data_schema.fields().len(),
         name: name.to_owned(),
         row_memory: std::ptr::null_mut(),
     }
@@ -229,23 +235,30 @@ unsafe fn begin(rinfo: *mut pg_sys::ResultRelInfo, plan_targets: *mut pg_sys::Li
     let relid = (*relation).rd_id;
     let table = ForeignHudiTable::of_relation(relid);
     let name = CStr::from_ptr(pg_sys::get_rel_name(relid)).to_string_lossy().into_owned();
-    xact::with_open_write(
-        relid,
-        || new_write(&table, relid, false),
-        |write| {
-            write.updates_rows |= updates;
-            let transaction = &write.transaction;
-            let mut targets = targets(relation, transaction.data_schema(), &name, transaction.config());
-            if !plan_targets.is_null() {
-                let attno = pg_sys::ExecFindJunkAttributeInTlist(plan_targets, WHOLE_ROW.as_ptr());
-                targets.whole_row = (attno > 0).then_some(attno);
-                let attno = pg_sys::ExecFindJunkAttributeInTlist(plan_targets, CTID.as_ptr());
-                targets.ctid = (attno > 0).then(|| (attno, table.uri.to_string()));
-            }
-            targets.skip_existing = skip_existing.then(Default::default);
-            install_targets(rinfo, targets);
-        },
-    );
+    let buffered = crate::buffer::is_buffered(&table);
+    let mut targets = match buffered {
+        true => {
+            let (schema, config) = crate::buffer::begin(relation, &table);
+            targets(relation, &schema, &name, &config)
+        }
+        false => xact::with_open_write(
+            relid,
+            || new_write(&table, relid, false),
+            |write| {
+                write.updates_rows |= updates;
+                targets(relation, write.transaction.data_schema(), &name, write.transaction.config())
+            },
+        ),
+    };
+    targets.buffered = buffered;
+    if !plan_targets.is_null() {
+        let attno = pg_sys::ExecFindJunkAttributeInTlist(plan_targets, WHOLE_ROW.as_ptr());
+        targets.whole_row = (attno > 0).then_some(attno);
+        let attno = pg_sys::ExecFindJunkAttributeInTlist(plan_targets, CTID.as_ptr());
+        targets.ctid = (attno > 0).then(|| (attno, table.uri.to_string()));
+    }
+    targets.skip_existing = skip_existing.then(Default::default);
+    install_targets(rinfo, targets);
 }
 
 #[pg_guard]
@@ -292,6 +305,12 @@ pub unsafe extern "C-unwind" fn exec_foreign_truncate(rels: *mut pg_sys::List, _
                 format!("foreign table \"{}\" cannot be truncated: it reads its Hudi table with {option} \"{value}\"", crate::fdw::table::relation_name(relid)),
                 Some("Truncate a foreign table of the same Hudi table declared without query_type and as_of_instant.".into()),
             );
+        }
+        if crate::buffer::is_buffered(&table) {
+            // The rows its buffer holds go first: a flush that took them fails to delete them
+            // and starts over, and a flush already committed completes before the truncate
+            // begins (it waits for writes that are committing).
+            crate::buffer::truncate(&table.uri.to_string());
         }
         xact::truncate(relid, &table.uri.to_string(), || new_write(&table, relid, true));
     }
@@ -367,6 +386,15 @@ enum Change {
 
 unsafe fn buffer_row(rinfo: *mut pg_sys::ResultRelInfo, targets: &Targets, values: &[pg_sys::Datum], nulls: &[bool], change: Change, read_at: Option<BaseRow>) {
     let relid = (*(*rinfo).ri_RelationDesc).rd_id;
+    if targets.buffered {
+        let row = table_row(targets, targets.data_columns, values, nulls);
+        let change = match change {
+            Change::Upsert => engine::write::Change::Upsert,
+            Change::Delete => engine::write::Change::Delete,
+        };
+        crate::buffer::push(relid, change, &row).unwrap_or_else(|why| raise(PgSqlErrorCode::ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE, why, None));
+        return;
+    }
     xact::with_open_write(
         relid,
         || unreachable!("begun in BeginForeignModify"),
@@ -397,20 +425,26 @@ unsafe fn buffer_row(rinfo: *mut pg_sys::ResultRelInfo, targets: &Targets, value
 /// statement. The first of two rows of one key in the statement is the one inserted.
 unsafe fn new_keys(rinfo: *mut pg_sys::ResultRelInfo, targets: &Targets, skip: &RefCell<SkipExisting>, slots: &[*mut pg_sys::TupleTableSlot]) -> Vec<bool> {
     let relid = (*(*rinfo).ri_RelationDesc).rd_id;
-    let keys = xact::with_open_write(
-        relid,
-        || unreachable!("begun in BeginForeignModify"),
-        |write| {
-            let schema = write.transaction.data_schema().clone();
-            let mut rows = RowBuffer::new(schema.clone());
-            for &slot in slots {
-                let (values, nulls) = slot_values(slot);
-                let row = table_row(targets, schema.fields().len(), values, nulls);
-                rows.push(&row).unwrap_or_else(|why| raise(PgSqlErrorCode::ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE, why, None));
-            }
-            write.transaction.keys_of(&rows.take()).or_report()
-        },
-    );
+    let rows_of = |schema: &arrow::datatypes::SchemaRef| {
+        let mut rows = RowBuffer::new(schema.clone());
+        for &slot in slots {
+            let (values, nulls) = slot_values(slot);
+            let row = table_row(targets, schema.fields().len(), values, nulls);
+            rows.push(&row).unwrap_or_else(|why| raise(PgSqlErrorCode::ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE, why, None));
+        }
+        rows.take()
+    };
+    let keys = match targets.buffered {
+        true => {
+            let schema = crate::buffer::data_schema(relid);
+            crate::buffer::keys_of(relid, &rows_of(&schema))
+        }
+        false => xact::with_open_write(
+            relid,
+            || unreachable!("begun in BeginForeignModify"),
+            |write| write.transaction.keys_of(&rows_of(write.transaction.data_schema())).or_report(),
+        ),
+    };
     let mut skip = skip.borrow_mut();
     if skip.reader.is_none() {
         // Outside the open write: opening the snapshot writes out the transaction's buffered rows.

@@ -4,7 +4,7 @@
 //! |---------------|---------|
 //! | server        | `base_uri` (required): `file://`, `s3://`, `gs://`, `az://` or `memory://`; `credential_chain` (superusers only); `max_retries`, `retry_timeout`, `request_timeout`, `connect_timeout` |
 //! | user mapping  | object-store credentials (`aws_access_key_id`, ...): secrets live only here |
-//! | foreign table | `path`, `query_type`, `as_of_instant`, `start_instant`, `end_instant`, `primary_key`, `ordering_field`, `partition_by`, `buckets`, `merge_mode`, `clean_retain_commits`, `clean_retain`, `clean_max_retain`, `services`, `compaction_delta_commits`, `archive_min_instants`, `archive_max_instants`, `compaction_log_bytes`, `compaction_max_delay` |
+//! | foreign table | `path`, `query_type`, `as_of_instant`, `start_instant`, `end_instant`, `primary_key`, `ordering_field`, `partition_by`, `buckets`, `merge_mode`, `clean_retain_commits`, `clean_retain`, `clean_max_retain`, `services`, `compaction_delta_commits`, `archive_min_instants`, `archive_max_instants`, `compaction_log_bytes`, `compaction_max_delay`, `lookup_max_lag`, `lookup_on_stale`, `write_mode`, `flush_interval`, `flush_rows` |
 
 use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
@@ -46,6 +46,9 @@ pub const TABLE_OPTIONS: &[&str] = &[
     "compaction_max_delay",
     "lookup_max_lag",
     "lookup_on_stale",
+    "write_mode",
+    "flush_interval",
+    "flush_rows",
 ];
 /// What a lookup does with a cache more than `lookup_max_lag` behind its table.
 pub const LOOKUP_ON_STALE: &[&str] = &["wait", "error", "scan"];
@@ -188,7 +191,7 @@ fn parse_bool(value: &str) -> Option<bool> {
 
 /// A duration as PostgreSQL spells its time settings: a number with `ms`, `s`, `min` or `h`
 /// (seconds without a unit); positive and at most a day.
-fn parse_duration(value: &str) -> Option<Duration> {
+pub(crate) fn parse_duration(value: &str) -> Option<Duration> {
     let value = value.trim();
     let split = value.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(value.len());
     let (number, unit) = value.split_at(split);
@@ -298,7 +301,15 @@ fn validate_table(options: &[(String, String)]) {
                 Ok(n) if n >= 1 => {}
                 _ => bad_value(name, value, "expected a positive integer"),
             },
-            "query_type" | "merge_mode" | "services" | "lookup_on_stale" => {}
+            "write_mode" if !crate::buffer::WRITE_MODES.contains(&value.as_str()) => {
+                bad_value(name, value, format_args!("expected one of {}", crate::buffer::WRITE_MODES.join(", ")))
+            }
+            "flush_interval" if parse_duration(value).is_none() => bad_value(name, value, "expected a duration from 1ms to 1 day such as '1s' or '200ms'"),
+            "flush_rows" => match value.trim().parse::<u32>() {
+                Ok(n) if n >= 1 => {}
+                _ => bad_value(name, value, "expected a positive integer"),
+            },
+            "query_type" | "merge_mode" | "services" | "lookup_on_stale" | "write_mode" | "flush_interval" => {}
             _ => unknown_option(name, OptionTarget::ForeignTable, TABLE_OPTIONS),
         }
     }

@@ -58,7 +58,8 @@ fn claims(shared: *const Shared) -> engine::read::prefetch::Claim {
 }
 
 /// `IsForeignScanParallelSafe`: a table this transaction writes is read by the leader alone
-/// (its unwritten rows and own files are the leader's).
+/// (its unwritten rows and own files are the leader's), and so is a table with a write
+/// buffer (whose rows the leader's reader holds in memory).
 #[pgrx::pg_guard]
 pub unsafe extern "C-unwind" fn is_foreign_scan_parallel_safe(
     _root: *mut pg_sys::PlannerInfo,
@@ -66,7 +67,7 @@ pub unsafe extern "C-unwind" fn is_foreign_scan_parallel_safe(
     rte: *mut pg_sys::RangeTblEntry,
 ) -> bool {
     let table = ForeignHudiTable::of_relation((*rte).relid);
-    !crate::xact::writes_to(&table.uri.to_string())
+    !crate::buffer::is_buffered(&table) && !crate::xact::writes_to(&table.uri.to_string())
 }
 
 /// Adds the partial path of a scan of `slices` slices of `bytes`, `rows` rows in all, whose

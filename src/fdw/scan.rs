@@ -241,6 +241,19 @@ pub(crate) fn open_for(table: &ForeignHudiTable, spec: &ReadSpec) -> TableReader
         return table.open_reader();
     }
     let location = table.uri.to_string();
+    if crate::buffer::is_buffered(table) {
+        return crate::buffer::reader_with_buffer(&location, || {
+            crate::fdw::table_state::recheck(&location);
+            latest_reader(table, &location)
+        });
+    }
+    latest_reader(table, &location)
+}
+
+/// The latest state of `table` at `location`, with what this transaction wrote to it and the
+/// writes its server committed and has not completed yet.
+fn latest_reader(table: &ForeignHudiTable, location: &str) -> TableReader {
+    let location = location.to_owned();
     // Both before the listing, so that it holds every file of what they name: the buffered
     // rows are written out now, and a committed intent was recorded after all its files were.
     let own = crate::xact::own_writes_to(&location);

@@ -35,12 +35,12 @@ struct Entry {
 
 /// One top-level statement of one transaction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Statement {
+pub struct Statement {
     transaction_start: pg_sys::TimestampTz,
     statement_start: pg_sys::TimestampTz,
 }
 
-fn current_statement() -> Statement {
+pub fn current_statement() -> Statement {
     // SAFETY: reads of the transaction's timestamps, on the main thread.
     unsafe {
         Statement {
@@ -58,6 +58,17 @@ thread_local! {
 /// new table), which the rest of the statement must see.
 pub fn forget_all() {
     ENTRIES.with(|entries| entries.borrow_mut().clear());
+}
+
+/// Makes the next read of the table at `location` check its kept state with a LIST of the
+/// timeline, even within the statement that checked it already (a read that must see every
+/// commit completed by now: one of a table with a write buffer).
+pub fn recheck(location: &str) {
+    ENTRIES.with(|entries| {
+        for entry in entries.borrow_mut().iter_mut().filter(|e| e.location == location) {
+            entry.checked_in.statement_start = 0;
+        }
+    });
 }
 
 /// The state of `table` now, for a read that must see the files of the `committed` intents'

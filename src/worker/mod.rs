@@ -60,6 +60,7 @@ pub extern "C-unwind" fn pg_hudi_launcher_main(_argument: pg_sys::Datum) {
     wake::listen(true);
     let mut launched = Launched::new(Round::Full);
     let mut lookups = Launched::new(Round::Lookup);
+    let mut flushes = Launched::new(Round::Flush);
     let mut served = Vec::new();
     let mut swept: Option<Instant> = None;
     loop {
@@ -94,6 +95,16 @@ pub extern "C-unwind" fn pg_hudi_launcher_main(_argument: pg_sys::Datum) {
         let cached: Vec<(pg_sys::Oid, String)> = databases.iter().filter(|(oid, _)| with_caches.contains(oid)).cloned().collect();
         for (oid, name) in lookups.due(&cached, guc::lookup_refresh_interval(), max) {
             if !lookups.start(oid, &name) {
+                break;
+            }
+        }
+        // A flush round runs while its database's write buffer holds rows: one starts when a
+        // commit asks for it and none is running.
+        flushes.reap();
+        flushes.want(Some(wake::take_flush_requests()), &databases);
+        let asked: Vec<(pg_sys::Oid, String)> = databases.iter().filter(|(oid, _)| flushes.wanted.contains(oid)).cloned().collect();
+        for (oid, name) in flushes.due(&asked, Duration::ZERO, max) {
+            if !flushes.start(oid, &name) {
                 break;
             }
         }
@@ -145,6 +156,8 @@ enum Round {
     Full,
     /// Refreshes the lookup caches only.
     Lookup,
+    /// Flushes the write buffer while it holds rows.
+    Flush,
 }
 
 impl Round {
@@ -153,13 +166,18 @@ impl Round {
         let kind = match self {
             Round::Full => 0u64,
             Round::Lookup => 1,
+            Round::Flush => 2,
         };
         pg_sys::Datum::from(u64::from(database.to_u32()) | kind << 32)
     }
 
     fn of_argument(argument: pg_sys::Datum) -> (pg_sys::Oid, Round) {
         let value = argument.value() as u64;
-        let round = if value >> 32 == 1 { Round::Lookup } else { Round::Full };
+        let round = match value >> 32 {
+            1 => Round::Lookup,
+            2 => Round::Flush,
+            _ => Round::Full,
+        };
         (pg_sys::Oid::from(value as u32), round)
     }
 
@@ -168,7 +186,7 @@ impl Round {
         match self {
             Round::Full => Duration::from_secs(1),
             // A lookup round is short and its commit waits to be seen.
-            Round::Lookup => Duration::ZERO,
+            Round::Lookup | Round::Flush => Duration::ZERO,
         }
     }
 }
@@ -240,6 +258,7 @@ impl Launched {
             let what = match self.round {
                 Round::Full => "",
                 Round::Lookup => " (lookup caches)",
+                Round::Flush => " (write buffer)",
             };
             copy_name(&mut worker.bgw_name, &format!("{WORKER_NAME} for database {name}{what}"));
             copy_name(&mut worker.bgw_type, WORKER_NAME);
@@ -307,11 +326,14 @@ pub extern "C-unwind" fn pg_hudi_database_worker_main(argument: pg_sys::Datum) {
         crate::services::lookup_cache::remove_database_caches();
         return;
     }
-    if round == Round::Lookup {
-        refresh_lookup_caches();
-        return;
+    match round {
+        Round::Lookup => return refresh_lookup_caches(),
+        Round::Flush => return crate::buffer::flush::flush_until_empty(),
+        Round::Full => {}
     }
     finish_pending_commits();
+    // Rows a flush round did not take (one cut short, or the server restarted).
+    crate::buffer::flush::flush_due(true);
     services::run_round();
     if !crate::runtime::stopping() {
         refresh_lookup_caches();

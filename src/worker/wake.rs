@@ -21,6 +21,8 @@ pub struct Wakeups {
     with_caches: [u32; 32],
     /// The databases whose caches a commit asked to refresh now.
     caches_asked: [u32; 32],
+    /// The databases whose write buffer a commit added rows to.
+    flushes_asked: [u32; 32],
 }
 
 /// Adds `oid` to the slots of `set` (false when they are all taken).
@@ -116,6 +118,25 @@ pub fn request_cache_refresh(database: pg_sys::Oid) {
         insert(&mut wakeups.with_caches, database.to_u32());
         insert(&mut wakeups.caches_asked, database.to_u32());
     });
+}
+
+/// Asks for a flush round of database `database` (a commit added rows to its write buffer).
+/// When every slot is taken, the database's full rounds flush it.
+pub fn request_flush(database: pg_sys::Oid) {
+    ask(|wakeups| {
+        insert(&mut wakeups.flushes_asked, database.to_u32());
+    });
+}
+
+/// The databases whose flush round commits asked for since the last call.
+pub fn take_flush_requests() -> Vec<pg_sys::Oid> {
+    if !available() {
+        return Vec::new();
+    }
+    let mut wakeups = WAKEUPS.exclusive();
+    let asked = members(&wakeups.flushes_asked);
+    wakeups.flushes_asked = [0; 32];
+    asked
 }
 
 /// The databases with lookup caches, and those whose refresh commits asked for since the

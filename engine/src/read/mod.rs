@@ -9,6 +9,7 @@
 
 pub mod aggregate;
 pub mod base_ordering;
+mod buffered;
 pub mod chunk_bytes;
 pub mod condition;
 pub mod expression;
@@ -46,6 +47,7 @@ use crate::read::chunk_bytes::ChunkBytes;
 use crate::read::merge::{MergeOutcome, MergeRule};
 use crate::read::merge_cache::MergeKey;
 pub use crate::read::slice::SliceRead;
+pub use crate::read::buffered::BUFFERED_INSTANT;
 use crate::read::slice::{FetchedBase, FetchedColumns, FetchedRecords, KeptMerge, RangeStart, SliceOutput};
 use crate::storage::Storage;
 use crate::table::{self, MergeMode, TableConfig};
@@ -201,6 +203,9 @@ pub struct TableReader {
     /// clones of one load (a backend's table state answers every query of an unchanged table
     /// with such a clone), anew for a reader that sees other files or writes.
     latest_slices: Arc<std::sync::OnceLock<Arc<Vec<FileSlice>>>>,
+    /// Log files that exist only in memory, by path: rows buffered outside the lake
+    /// ([`Self::with_buffered`]).
+    buffered: Arc<std::collections::HashMap<String, bytes::Bytes>>,
 }
 
 /// An error reading the Parquet file at `location`: what storage said when the bytes could not
@@ -314,6 +319,7 @@ impl TableReader {
             nulls: Default::default(),
             retained_by_clean: Default::default(),
             latest_slices: Default::default(),
+            buffered: Default::default(),
         })
     }
 
@@ -729,7 +735,12 @@ impl TableReader {
         // the same way whatever columns it reads: what the last merge of the same versions
         // decided is kept and reused. (Partial updates take each column from its own version,
         // decided by the columns read.)
-        let keeps_merge = merging && !changes && !part.is_split() && record_keys.is_none() && self.config.merge_mode != MergeMode::PartialUpdate;
+        let keeps_merge = merging
+            && !changes
+            && !part.is_split()
+            && record_keys.is_none()
+            && self.config.merge_mode != MergeMode::PartialUpdate
+            && !self.has_buffered_logs(slice);
         // Of a slice whose merge is known, only the needed columns of the blocks are fetched.
         let reused = match (keeps_merge, &logs) {
             (true, None) => self.reusable_merge(slice, &bound, options).await?,
@@ -996,7 +1007,10 @@ impl TableReader {
                 Some(index) => Some(index),
                 None => {
                     let index = self.read_block_keys(&path, &mut block, footer.as_ref(), length).await.context(context)?;
-                    index.map(|index| merge_cache::keep_block_keys(block_key, index))
+                    match self.buffered_file(&path) {
+                        Some(_) => index.map(Arc::new),
+                        None => index.map(|index| merge_cache::keep_block_keys(block_key, index)),
+                    }
                 }
             };
             let found = index.map(|index| index.records_of(keys.as_slice().iter().map(String::as_str)));
@@ -1048,6 +1062,9 @@ impl TableReader {
     /// The blocks of the log file at `path` (kept without their content for later reads of
     /// the same slice: [`Self::reusable_merge`]).
     async fn read_log_file(&self, path: String) -> Result<Vec<(String, LogBlock)>> {
+        if let Some(bytes) = self.buffered_file(&path) {
+            return Ok(read_blocks(&bytes).into_iter().map(|b| (path.clone(), b)).collect());
+        }
         let bytes = self.storage.get(&path).await?;
         let blocks = read_blocks(&bytes);
         merge_cache::keep_log_file((self.storage.uri().to_string(), path.clone(), bytes.len() as u64), &blocks);

@@ -278,6 +278,23 @@ impl Timeline {
         }
     }
 
+    /// Adds the deltacommit `timestamp`, completed after everything else, whose files exist
+    /// only in the reader's memory: rows a writer buffered outside the lake
+    /// ([`crate::read::TableReader::with_buffered`]). `timestamp` must be later than every
+    /// instant of the timeline.
+    pub(crate) fn with_buffered_write(&mut self, timestamp: &str) {
+        debug_assert!(self.instants.last().is_none_or(|last| last.timestamp.as_str() < timestamp));
+        self.by_timestamp.insert(timestamp.to_owned(), self.instants.len());
+        self.instants.push(Instant {
+            timestamp: timestamp.to_owned(),
+            action: "deltacommit".into(),
+            requested_action: "deltacommit".into(),
+            state: State::Completed,
+            completion: Some(DECIDED_COMPLETION.into()),
+            file_name: String::new(),
+        });
+    }
+
     /// The pending writes (requested or in flight) by requested time: deltacommits, and in
     /// layout 2 replacecommits (a truncate's, or an insert overwrite's; clusterings are
     /// requested as `clustering` there).

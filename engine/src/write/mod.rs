@@ -6,6 +6,7 @@ pub mod commit;
 pub(crate) mod epochs;
 pub mod heartbeat;
 pub mod prepared;
+pub mod rows;
 pub mod schema;
 pub mod time;
 pub mod table;

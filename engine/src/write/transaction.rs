@@ -534,7 +534,7 @@ impl Transaction {
 /// A table without a count does not use the bucket index (Unsupported); a count that is no
 /// such number, or no key fields, is a damaged `hoodie.properties` (Corrupt: Hudi's own
 /// writers fail on them too, dividing by zero or hashing no key).
-fn bucket_count(config: &TableConfig) -> Result<u32> {
+pub(crate) fn bucket_count(config: &TableConfig) -> Result<u32> {
     const NUM_BUCKETS: &str = "hoodie.bucket.index.num.buckets";
     let corrupt = |why: String| {
         Error::new(ErrorKind::Corrupt, format!("the table's hoodie.properties is damaged: {why}"))
@@ -555,7 +555,7 @@ fn bucket_count(config: &TableConfig) -> Result<u32> {
 
 /// The block encoder of a transaction at `instant` writing records of `avro_schema` (the data
 /// columns, without meta fields).
-fn encoder(config: &TableConfig, avro_schema: &str, instant: String, buckets: u32) -> Result<BlockEncoder> {
+pub(crate) fn encoder(config: &TableConfig, avro_schema: &str, instant: String, buckets: u32) -> Result<BlockEncoder> {
     let data_schema = crate::read::schema::arrow_schema_of_avro(avro_schema)?;
     // Timestamps are tagged "UTC", as Hudi's own Avro-to-Arrow conversion names them.
     let data_schema = Arc::new(Schema::new(

@@ -1,0 +1,40 @@
+-- pg_hudi 0.2.0 → 0.3.0. Install the 0.3.0 library first (it serves every version's SQL), then
+-- run ALTER EXTENSION pg_hudi UPDATE in each database that has the extension.
+
+-- Buffered writes (the table option write_mode 'buffered'): sql/buffer.sql.
+CREATE SEQUENCE hudi.write_buffer_position;
+CREATE TABLE hudi.write_buffer (
+    location text NOT NULL,          -- the Hudi table's URI
+    relation oid NOT NULL,           -- the foreign table written (whose owner flushes)
+    transaction xid8 NOT NULL DEFAULT pg_catalog.pg_current_xact_id(),
+    position bigint NOT NULL DEFAULT pg_catalog.nextval('hudi.write_buffer_position'),
+    change "char" NOT NULL CHECK (change IN ('u', 'd')),   -- upserts or deletes
+    row_count integer NOT NULL,
+    rows bytea NOT NULL,
+    commits boolean NOT NULL DEFAULT false,
+    written_at timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp()
+);
+CREATE INDEX write_buffer_location ON hudi.write_buffer (location, position);
+REVOKE ALL ON hudi.write_buffer, hudi.write_buffer_position FROM PUBLIC;
+
+-- What the buffer holds per table, for the roles that may read it.
+CREATE VIEW hudi.buffered_writes AS
+SELECT b.relation::regclass AS relation, b.location,
+       pg_catalog.count(DISTINCT b.transaction) FILTER (WHERE b.commits) AS transactions,
+       pg_catalog.sum(b.row_count) AS rows, pg_catalog.sum(pg_catalog.octet_length(b.rows)) AS bytes,
+       pg_catalog.min(b.written_at) FILTER (WHERE b.commits) AS oldest_commit
+  FROM hudi.write_buffer b
+ WHERE pg_catalog.has_table_privilege(b.relation, 'SELECT')
+ GROUP BY b.relation, b.location;
+COMMENT ON VIEW hudi.buffered_writes IS
+  'Rows of tables with write_mode ''buffered'' that committed and are not yet flushed into Hudi';
+GRANT SELECT ON hudi.buffered_writes TO PUBLIC;
+
+-- How many flushes of each table committed: a reader on this server reads it before it lists
+-- the table and again with the buffer, and reads again if a flush committed in between (its
+-- rows left the buffer, and its commit may not be in the listing).
+CREATE TABLE hudi.buffer_flushes (
+    location text PRIMARY KEY,
+    flushes bigint NOT NULL
+);
+REVOKE ALL ON hudi.buffer_flushes FROM PUBLIC;

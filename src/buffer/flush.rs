@@ -1,0 +1,238 @@
+//! Flushing the write buffer into Hudi: one deltacommit per flush of a table, written by the
+//! background worker as one more NBCC writer. A flush reads the committed transactions' chunks
+//! in commit order, writes them through the same path as a direct write, and deletes them from
+//! the buffer in the transaction whose commit intent makes the deltacommit committed
+//! ([`crate::xact`]): the rows leave the buffer exactly when their deltacommit is decided, so a
+//! flush cut short anywhere (an ERROR, kill -9, an immediate shutdown) is done again from the
+//! start or not at all. A table whose buffer a TRUNCATE emptied meanwhile fails the flush
+//! (fewer rows deleted than written), and it starts over.
+
+use std::time::{Duration, Instant};
+
+use engine::write::Change;
+use pgrx::bgworkers::BackgroundWorker;
+use pgrx::datum::DatumWithOid;
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+
+use crate::error::OrReport;
+use crate::fdw::table::ForeignHudiTable;
+use crate::role::{as_pg_hudi, as_role, in_subtransaction};
+
+/// The most transactions one flush takes (a flush's rows are in memory at once).
+const MAX_TRANSACTIONS: i64 = 100_000;
+/// How often the flusher looks at the buffer while rows are waiting.
+const POLL: Duration = Duration::from_millis(50);
+/// The default of the table option `flush_interval`.
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
+/// The default of the table option `flush_rows`.
+pub const DEFAULT_ROWS: usize = 100_000;
+
+fn spi_error(e: pgrx::spi::SpiError) -> ! {
+    crate::error::spi_failed("the write buffer", e)
+}
+
+/// A table with buffered rows committed: its location, a foreign table of it that still
+/// exists (whose owner flushes), how many rows wait, and for how long the oldest has.
+struct Waiting {
+    location: String,
+    relation: pg_sys::Oid,
+    owner: pg_sys::Oid,
+    rows: i64,
+    oldest: Duration,
+}
+
+/// The tables of this database whose buffer holds committed rows.
+fn waiting() -> Vec<Waiting> {
+    // A database whose extension is older than the library has no buffer.
+    let exists = Spi::get_one::<bool>("SELECT pg_catalog.to_regclass('hudi.write_buffer') IS NOT NULL").ok().flatten().unwrap_or(false);
+    if !exists {
+        return Vec::new();
+    }
+    Spi::connect(|client| {
+        let rows = client
+            .select(
+                "SELECT b.location, pg_catalog.min(c.oid::int8), pg_catalog.sum(b.row_count)::int8, \
+                        EXTRACT(epoch FROM pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) pg_catalog.min(b.written_at))::float8 \
+                   FROM hudi.write_buffer b JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) b.relation \
+                  WHERE b.commits GROUP BY b.location",
+                None,
+                &[],
+            )
+            .unwrap_or_else(|e| spi_error(e));
+        rows.filter_map(|row| {
+            let relation = pg_sys::Oid::from(row.get::<i64>(2).ok()?? as u32);
+            Some(Waiting {
+                location: row.get::<String>(1).ok()??,
+                relation,
+                owner: pg_sys::Oid::INVALID,
+                rows: row.get::<i64>(3).ok()??,
+                oldest: Duration::from_secs_f64(row.get::<f64>(4).ok()??.max(0.0)),
+            })
+        })
+        .collect::<Vec<_>>()
+    })
+    .into_iter()
+    .map(|mut w| {
+        // SAFETY: a syscache lookup inside the transaction.
+        w.owner = unsafe { owner_of(w.relation) };
+        w
+    })
+    .collect()
+}
+
+/// The owner of relation `relid`.
+unsafe fn owner_of(relid: pg_sys::Oid) -> pg_sys::Oid {
+    let tuple = pg_sys::SearchSysCache1(pg_sys::SysCacheIdentifier::RELOID as i32, pg_sys::Datum::from(relid));
+    if tuple.is_null() {
+        return pg_sys::Oid::INVALID;
+    }
+    let class = pg_sys::GETSTRUCT(tuple) as pg_sys::Form_pg_class;
+    let owner = (*class).relowner;
+    pg_sys::ReleaseSysCache(tuple);
+    owner
+}
+
+/// When `table`'s buffer is due for a flush: `flush_interval` after its oldest commit, or at
+/// once when `flush_rows` wait.
+fn due_in(table: &ForeignHudiTable, waiting: &Waiting) -> Duration {
+    let interval = table.options.get("flush_interval").and_then(|v| crate::fdw::options::parse_duration(v)).unwrap_or(DEFAULT_INTERVAL);
+    let rows = table.count_option("flush_rows", DEFAULT_ROWS);
+    if waiting.rows as usize >= rows { Duration::ZERO } else { interval.saturating_sub(waiting.oldest) }
+}
+
+/// Flushes every table of this database whose buffer is due (all with committed rows when
+/// `all`), each in a transaction of its own. Returns how long until the next is due, or
+/// `None` when the buffer holds no committed row.
+pub fn flush_due(all: bool) -> Option<Duration> {
+    let tables = BackgroundWorker::transaction(waiting);
+    if tables.is_empty() {
+        return None;
+    }
+    let mut next = POLL * 20;
+    for table in tables {
+        if crate::runtime::stopping() {
+            break;
+        }
+        let flushed = BackgroundWorker::transaction(std::panic::AssertUnwindSafe(|| {
+            let outcome = in_subtransaction(|| {
+                as_role(table.owner, || {
+                    let foreign = ForeignHudiTable::of_relation(table.relation);
+                    let wait = if all { Duration::ZERO } else { due_in(&foreign, &table) };
+                    if !wait.is_zero() {
+                        return Ok(Some(wait));
+                    }
+                    flush_table(&table.location, table.relation, &foreign).map(|_| None)
+                })
+            });
+            let outcome = outcome.and_then(|inner| inner);
+            if outcome.is_err() {
+                // What the write wrote before the ERROR goes; the transaction commits nothing.
+                crate::xact::discard_write(table.relation);
+            }
+            outcome
+        }));
+        match flushed {
+            Ok(Some(wait)) => next = next.min(wait),
+            Ok(None) => next = Duration::ZERO,
+            Err(why) => {
+                log!("{}: flushing the buffered rows of {} failed, tried again later: {why}", crate::worker::WORKER_NAME, table.location);
+                next = next.min(POLL * 20);
+            }
+        }
+    }
+    Some(next.max(POLL))
+}
+
+/// Flushes the committed rows of the table at `location` through its foreign table `relid`
+/// (in the current transaction, as the table's owner): the rows it wrote, or an error message.
+fn flush_table(location: &str, relid: pg_sys::Oid, table: &ForeignHudiTable) -> Result<usize, String> {
+    let args: Vec<DatumWithOid> = vec![location.into(), MAX_TRANSACTIONS.into()];
+    // One flusher per table on this server: another worker flushing it now is left to it.
+    let chunks = as_pg_hudi(|| {
+        Spi::connect(|client| {
+            let mine = client
+                .select("SELECT pg_catalog.pg_try_advisory_xact_lock(pg_catalog.hashtext('pg_hudi flush ' OPERATOR(pg_catalog.||) $1))", None, &args[..1])
+                .unwrap_or_else(|e| spi_error(e))
+                .first()
+                .get_one::<bool>()
+                .ok()
+                .flatten()
+                .unwrap_or(false);
+            if !mine {
+                return Vec::new();
+            }
+            let rows = client
+                .select(
+                    "SELECT b.transaction::text, b.change, b.rows FROM hudi.write_buffer b \
+                       JOIN (SELECT transaction, position FROM hudi.write_buffer WHERE location OPERATOR(pg_catalog.=) $1 AND commits \
+                              ORDER BY position LIMIT $2) c USING (transaction) \
+                      WHERE b.location OPERATOR(pg_catalog.=) $1 ORDER BY c.position, b.position",
+                    None,
+                    &args,
+                )
+                .unwrap_or_else(|e| spi_error(e));
+            rows.filter_map(|row| Some((row.get::<String>(1).ok()??, row.get::<i8>(2).ok()??, row.get::<Vec<u8>>(3).ok()??))).collect::<Vec<_>>()
+        })
+    });
+    if chunks.is_empty() {
+        return Ok(0);
+    }
+    let mut transactions: Vec<String> = chunks.iter().map(|(t, _, _)| t.clone()).collect();
+    transactions.dedup();
+    let changes = chunks.iter().map(|(_, change, bytes)| {
+        let change = if *change == b'd' as i8 { Change::Delete } else { Change::Upsert };
+        (change, engine::write::rows::from_bytes(bytes).or_report())
+    });
+    let changes = engine::write::rows::coalesce(changes.collect()).or_report();
+    let written = changes.iter().map(|(_, rows)| rows.num_rows()).sum();
+    crate::xact::with_open_write(relid, || crate::fdw::modify::new_write(table, relid, false), |write| {
+        for (change, rows) in changes {
+            write.write_rows(change, rows).or_report();
+        }
+    });
+    let args: Vec<DatumWithOid> = vec![location.into(), transactions.into()];
+    let deleted = as_pg_hudi(|| {
+        Spi::connect_mut(|client| {
+            let deleted = client
+                .update(
+                    "DELETE FROM hudi.write_buffer WHERE location OPERATOR(pg_catalog.=) $1 \
+                        AND transaction OPERATOR(pg_catalog.=) ANY ($2::text[]::xid8[])",
+                    None,
+                    &args,
+                )
+                .unwrap_or_else(|e| spi_error(e))
+                .len();
+            client
+                .update(
+                    "INSERT INTO hudi.buffer_flushes AS f (location, flushes) VALUES ($1, 1) \
+                     ON CONFLICT (location) DO UPDATE SET flushes = f.flushes OPERATOR(pg_catalog.+) 1",
+                    None,
+                    &args[..1],
+                )
+                .unwrap_or_else(|e| spi_error(e));
+            deleted
+        })
+    });
+    if deleted != chunks.len() {
+        return Err(format!("{} of the {} buffered chunks it wrote were gone (a TRUNCATE); it starts over", chunks.len() - deleted, chunks.len()));
+    }
+    Ok(written)
+}
+
+/// The body of a database's flush round: flushes its buffered tables as they come due, until
+/// the buffer holds no committed row (or the worker is asked to stop).
+pub fn flush_until_empty() {
+    while !crate::runtime::stopping() {
+        let started = Instant::now();
+        match flush_due(false) {
+            None => return,
+            Some(wait) => {
+                let wait = wait.saturating_sub(started.elapsed()).max(Duration::from_millis(5));
+                if !crate::worker::signals::wait(wait) {
+                    return;
+                }
+            }
+        }
+    }
+}

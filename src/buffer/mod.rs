@@ -1,0 +1,394 @@
+//! Buffered writes (`write_mode 'buffered'`, README "Buffered writes"): a transaction's rows go
+//! to `hudi.write_buffer`, a WAL-logged heap table, instead of a Hudi deltacommit of their own,
+//! so its COMMIT costs what a heap insert costs. The background worker flushes committed rows
+//! into one deltacommit per flush ([`flush`]); readers on this server merge the rows not yet
+//! flushed ([`reader_with_buffer`]).
+//!
+//! A transaction's rows wait in memory and are written as chunks (one Arrow IPC stream of
+//! upserts or deletes each) when they reach `hudi.write_batch_rows`, and at PRE_COMMIT, whose
+//! last chunk is marked `commits`: rows are ordered by their transaction's commit, then as
+//! written. Its reads of the table merge the rows in memory after the buffer's.
+
+pub mod flush;
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use arrow::datatypes::SchemaRef;
+use arrow::record_batch::RecordBatch;
+use engine::read::TableReader;
+use engine::table::TableConfig;
+use engine::write::rows::TableRows;
+use engine::write::Change;
+use pgrx::datum::DatumWithOid;
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use pgrx::PgSqlErrorCode;
+
+use crate::datum::{ConversionError, PgKind, RowBuffer};
+use crate::error::{raise, OrReport};
+use crate::fdw::table::ForeignHudiTable;
+use crate::role::as_pg_hudi;
+
+/// The table option that turns buffering on.
+pub const WRITE_MODE: &str = "write_mode";
+pub const WRITE_MODES: &[&str] = &["direct", "buffered"];
+
+/// Whether writes to `table` go through the buffer.
+pub fn is_buffered(table: &ForeignHudiTable) -> bool {
+    table.options.get(WRITE_MODE).is_some_and(|mode| mode == "buffered")
+}
+
+/// What rows of a foreign table are written as, kept per backend: loading it reads the
+/// table's configuration and latest schema from storage, which a buffered write must not do
+/// for every transaction. It is loaded again when the foreign table's columns change (an ALTER
+/// on this server, which changes the Hudi schema too); a schema change made on another server
+/// reaches the rows when they are flushed, aligned by column name.
+struct Shape {
+    columns: Vec<(String, pg_sys::Oid, bool)>,
+    location: String,
+    rows: Arc<TableRows>,
+    config: Arc<TableConfig>,
+}
+
+/// One transaction's rows for one table, not yet written to the buffer.
+struct BufferedWrite {
+    location: String,
+    relation: pg_sys::Oid,
+    shape: Arc<Shape>,
+    /// Rows not yet written, in order: batches closed when the kind of change switched or a
+    /// read needed them, then the rows being added, of one kind of change.
+    held: Vec<(Change, RecordBatch)>,
+    change: Change,
+    rows: RowBuffer,
+}
+
+impl BufferedWrite {
+    /// Closes the rows being added into a batch of [`Self::held`].
+    fn hold(&mut self) {
+        if self.rows.len() > 0 {
+            self.held.push((self.change, self.rows.take()));
+        }
+    }
+
+    /// Every row not yet written, closed into batches.
+    fn take_all(&mut self) -> Vec<(Change, RecordBatch)> {
+        self.hold();
+        std::mem::take(&mut self.held)
+    }
+
+    fn held_rows(&self) -> usize {
+        self.held.iter().map(|(_, rows)| rows.num_rows()).sum::<usize>() + self.rows.len()
+    }
+}
+
+thread_local! {
+    static SHAPES: RefCell<HashMap<u32, Arc<Shape>>> = RefCell::new(HashMap::new());
+    static WRITES: RefCell<BTreeMap<u32, BufferedWrite>> = const { RefCell::new(BTreeMap::new()) };
+    /// The buffer's row count as last counted, and when: checked against
+    /// `hudi.write_buffer_max_rows` at most once a second per backend.
+    static COUNTED: std::cell::Cell<Option<(std::time::Instant, i64)>> = const { std::cell::Cell::new(None) };
+    /// The readers with buffered rows the current statement opened, by location.
+    static STATEMENT_READERS: RefCell<Vec<((crate::fdw::table_state::Statement, pg_sys::CommandId), String, TableReader)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The columns of `relation` as the shape cache compares them.
+unsafe fn columns_of(relation: pg_sys::Relation) -> Vec<(String, pg_sys::Oid, bool)> {
+    let tupdesc = (*relation).rd_att;
+    let attributes = (*tupdesc).attrs.as_slice((*tupdesc).natts as usize);
+    attributes.iter().map(|a| (pgrx::name_data_to_str(&a.attname).to_owned(), a.atttypid, a.attisdropped)).collect()
+}
+
+/// The shape of the foreign table `relation` (of `table`), from the cache or loaded.
+unsafe fn shape_of(relation: pg_sys::Relation, table: &ForeignHudiTable) -> Arc<Shape> {
+    let relid = (*relation).rd_id.to_u32();
+    let columns = columns_of(relation);
+    let location = table.uri.to_string();
+    let cached = SHAPES.with(|s| s.borrow().get(&relid).filter(|s| s.columns == columns && s.location == location).cloned());
+    if let Some(shape) = cached {
+        return shape;
+    }
+    let storage = table.storage();
+    let (config, avro) = table.config_and_schema(&storage);
+    let rows = TableRows::new(&config, &avro).or_report();
+    let shape = Arc::new(Shape { columns, location, rows: Arc::new(rows), config: Arc::new(config) });
+    SHAPES.with(|s| s.borrow_mut().insert(relid, shape.clone()));
+    shape
+}
+
+/// Begins (or continues) this transaction's buffered write of the foreign table `relation`:
+/// the data columns rows are given in, and the table's configuration.
+///
+/// # Safety
+/// `relation` must be an open foreign table of `table`.
+pub unsafe fn begin(relation: pg_sys::Relation, table: &ForeignHudiTable) -> (SchemaRef, Arc<TableConfig>) {
+    crate::xact::register_callbacks();
+    let relid = (*relation).rd_id;
+    let existing = WRITES.with(|w| w.borrow().get(&relid.to_u32()).map(|w| w.shape.clone()));
+    let shape = match existing {
+        Some(shape) if shape.columns == columns_of(relation) => shape,
+        _ => {
+            let shape = shape_of(relation, table);
+            // Rows held in the columns before an ALTER of this transaction go first.
+            write_held(relid);
+            let write = BufferedWrite {
+                location: shape.location.clone(),
+                relation: relid,
+                shape: shape.clone(),
+                held: Vec::new(),
+                change: Change::Upsert,
+                rows: RowBuffer::new(shape.rows.data_schema().clone()),
+            };
+            WRITES.with(|w| w.borrow_mut().insert(relid.to_u32(), write));
+            shape
+        }
+    };
+    (shape.rows.data_schema().clone(), shape.config.clone())
+}
+
+/// Adds one row of `change` to the buffered write of `relid` (begun by [`begin`]).
+pub fn push(relid: pg_sys::Oid, change: Change, row: &[Option<(pg_sys::Datum, PgKind)>]) -> Result<(), ConversionError> {
+    let full = WRITES.with(|w| {
+        let mut writes = w.borrow_mut();
+        let write = writes.get_mut(&relid.to_u32()).expect("begun in BeginForeignModify");
+        if write.change != change {
+            write.hold();
+            write.change = change;
+        }
+        write.rows.push(row)?;
+        Ok::<_, ConversionError>(write.held_rows() >= crate::guc::WRITE_BATCH_ROWS.get().max(1) as usize)
+    })?;
+    if full {
+        write_held(relid);
+    }
+    Ok(())
+}
+
+/// The data columns of the buffered write of `relid` (begun by [`begin`]).
+pub fn data_schema(relid: pg_sys::Oid) -> SchemaRef {
+    WRITES.with(|w| w.borrow().get(&relid.to_u32()).map(|w| w.shape.rows.data_schema().clone())).expect("begun in BeginForeignModify")
+}
+
+/// The partition path and record key of each of `rows` (data columns) of the table `relid`.
+pub fn keys_of(relid: pg_sys::Oid, rows: &RecordBatch) -> Vec<(String, String)> {
+    let shape = WRITES.with(|w| w.borrow().get(&relid.to_u32()).map(|w| w.shape.clone())).expect("begun in BeginForeignModify");
+    shape.rows.keys_of(rows).or_report()
+}
+
+/// Writes one chunk of rows to the buffer (with `commits`: the transaction's last).
+fn write_chunk(location: &str, relation: pg_sys::Oid, change: Change, rows: &RecordBatch, commits: bool) {
+    check_limit(rows.num_rows());
+    let bytes = engine::write::rows::to_bytes(rows).or_report();
+    let change: i8 = match change {
+        Change::Upsert => b'u' as i8,
+        Change::Delete => b'd' as i8,
+    };
+    let args: Vec<DatumWithOid> =
+        vec![location.into(), relation.into(), change.into(), (rows.num_rows() as i32).into(), bytes.as_slice().into(), commits.into()];
+    as_pg_hudi(|| {
+        Spi::connect_mut(|client| {
+            client
+                .update(
+                    "INSERT INTO hudi.write_buffer (location, relation, change, row_count, rows, commits) VALUES ($1, $2, $3, $4, $5, $6)",
+                    None,
+                    &args,
+                )
+                .unwrap_or_else(|e| crate::error::spi_failed("the write buffer", e));
+        })
+    });
+    COUNTED.with(|c| c.set(c.get().map(|(at, n)| (at, n + rows.num_rows() as i64))));
+}
+
+/// Refuses `adding` rows more when the buffer holds `hudi.write_buffer_max_rows` already
+/// (counted at most once a second per backend): flushing has fallen behind.
+fn check_limit(adding: usize) {
+    let limit = crate::guc::WRITE_BUFFER_MAX_ROWS.get() as i64;
+    let counted = COUNTED.with(|c| c.get()).filter(|(at, _)| at.elapsed() < std::time::Duration::from_secs(1));
+    let rows = match counted {
+        Some((_, rows)) => rows,
+        None => {
+            let rows = as_pg_hudi(|| Spi::get_one::<i64>("SELECT COALESCE(pg_catalog.sum(row_count), 0)::int8 FROM hudi.write_buffer"))
+                .unwrap_or_else(|e| crate::error::spi_failed("the write buffer", e))
+                .unwrap_or(0);
+            COUNTED.with(|c| c.set(Some((std::time::Instant::now(), rows))));
+            rows
+        }
+    };
+    if adding > 0 && rows + adding as i64 > limit {
+        raise(
+            PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
+            format!("the write buffer holds {rows} rows, and hudi.write_buffer_max_rows is {limit}"),
+            Some("Flushing into Hudi has fallen behind (see hudi.buffered_writes and the server log); retry later.".into()),
+        );
+    }
+}
+
+/// Writes the rows this transaction holds in memory for the foreign table `relid` to the
+/// buffer (not in a subtransaction, whose rollback would take them).
+fn write_held(relid: pg_sys::Oid) {
+    let held = WRITES.with(|w| {
+        let mut writes = w.borrow_mut();
+        let write = writes.get_mut(&relid.to_u32())?;
+        Some((write.location.clone(), write.relation, write.take_all()))
+    });
+    if let Some((location, relation, batches)) = held {
+        for (change, rows) in batches {
+            write_chunk(&location, relation, change, &rows, false);
+        }
+    }
+}
+
+/// The rows this transaction holds in memory for the table at `location`, in order: a read of
+/// the table merges them after the buffer's.
+fn held_rows(location: &str) -> Vec<(Change, RecordBatch)> {
+    WRITES.with(|w| {
+        let mut writes = w.borrow_mut();
+        let mut out = Vec::new();
+        for write in writes.values_mut().filter(|w| w.location == location) {
+            write.hold();
+            out.extend(write.held.iter().cloned());
+        }
+        out
+    })
+}
+
+/// TRUNCATE of the table at `location`: deletes the rows of its buffer that committed, and
+/// those this transaction wrote.
+pub fn truncate(location: &str) {
+    WRITES.with(|w| {
+        for write in w.borrow_mut().values_mut().filter(|w| w.location == location) {
+            drop(write.take_all());
+        }
+    });
+    let args: Vec<DatumWithOid> = vec![location.into()];
+    as_pg_hudi(|| {
+        Spi::connect_mut(|client| {
+            client
+                .update("DELETE FROM hudi.write_buffer WHERE location = $1", None, &args)
+                .unwrap_or_else(|e| crate::error::spi_failed("the write buffer", e));
+        })
+    });
+}
+
+/// PRE_COMMIT: writes what each buffered write holds, the last chunk of each table marked as
+/// the transaction's commit (written empty if need be). Returns whether there was any (the
+/// flusher is woken once the transaction committed).
+pub(crate) fn prepare_commit() -> bool {
+    let writes = WRITES.with(|w| std::mem::take(&mut *w.borrow_mut()));
+    let mut by_location: BTreeMap<String, Vec<BufferedWrite>> = BTreeMap::new();
+    for write in writes.into_values() {
+        by_location.entry(write.location.clone()).or_default().push(write);
+    }
+    for (location, writes) in &mut by_location {
+        // Two foreign tables of one location share its commit mark.
+        let mut chunks: Vec<(pg_sys::Oid, Change, RecordBatch)> = Vec::new();
+        for write in writes.iter_mut() {
+            let relation = write.relation;
+            chunks.extend(write.take_all().into_iter().map(|(change, rows)| (relation, change, rows)));
+        }
+        let first = &writes[0];
+        let last = chunks.pop().unwrap_or_else(|| (first.relation, Change::Upsert, RecordBatch::new_empty(first.shape.rows.data_schema().clone())));
+        for (relation, change, rows) in chunks {
+            write_chunk(location, relation, change, &rows, false);
+        }
+        write_chunk(location, last.0, last.1, &last.2, true);
+    }
+    !by_location.is_empty()
+}
+
+/// ABORT: the rows in memory are dropped (those written to the buffer go with the transaction).
+pub(crate) fn forget() {
+    WRITES.with(|w| w.borrow_mut().clear());
+}
+
+/// How many flushes of `location` committed, and the buffered rows of it this transaction sees
+/// (committed ones by commit, then its own), read in one snapshot.
+fn buffered_rows(location: &str) -> (i64, Vec<(Change, RecordBatch)>) {
+    let args: Vec<DatumWithOid> = vec![location.into()];
+    let (flushes, chunks) = as_pg_hudi(|| {
+        Spi::connect(|client| {
+            let flushes = flush_count(client, &args);
+            let rows = client
+                .select(
+                    "SELECT change, rows FROM hudi.write_buffer WHERE location = $1 \
+                     ORDER BY pg_catalog.max(position) FILTER (WHERE commits) OVER (PARTITION BY transaction) NULLS LAST, position",
+                    None,
+                    &args,
+                )
+                .unwrap_or_else(|e| crate::error::spi_failed("the write buffer", e));
+            let chunks: Vec<(i8, Vec<u8>)> = rows.filter_map(|row| Some((row.get::<i8>(1).ok()??, row.get::<Vec<u8>>(2).ok()??))).collect();
+            (flushes, chunks)
+        })
+    });
+    let chunks = chunks
+        .into_iter()
+        .map(|(change, bytes)| {
+            let change = if change == b'd' as i8 { Change::Delete } else { Change::Upsert };
+            (change, engine::write::rows::from_bytes(&bytes).or_report())
+        })
+        .collect();
+    (flushes, chunks)
+}
+
+fn flush_count(client: &pgrx::spi::SpiClient<'_>, args: &[DatumWithOid]) -> i64 {
+    client
+        .select("SELECT flushes FROM hudi.buffer_flushes WHERE location = $1", None, args)
+        .unwrap_or_else(|e| crate::error::spi_failed("the write buffer", e))
+        .first()
+        .get_one::<i64>()
+        .ok()
+        .flatten()
+        .unwrap_or(0)
+}
+
+/// Runs `f` with the latest snapshot as the active one: what committed by now, and what this
+/// transaction wrote before, whatever its isolation level (the lake is read as of now too).
+fn in_latest_snapshot<R>(f: impl FnOnce() -> R) -> R {
+    // SAFETY: the snapshot stack, on the main thread inside a transaction; an ERROR in `f`
+    // leaves the stack to the transaction's abort.
+    unsafe { pg_sys::PushActiveSnapshot(pg_sys::GetLatestSnapshot()) };
+    let out = f();
+    // SAFETY: pops what was pushed above.
+    unsafe { pg_sys::PopActiveSnapshot() };
+    out
+}
+
+/// The table at `location`, as `open` reads it (listing it after reading the commit intents),
+/// with the rows of its buffer merged: consistent, because the flushes counted before the
+/// listing are those counted with the buffer's rows — a flush that committed in between (its
+/// rows gone from the buffer, its commit perhaps not in the listing) makes it read again.
+///
+/// A statement sees the table as its first read did (its planning and its scans read the same
+/// state); the rows its transaction holds in memory are those of that read.
+pub fn reader_with_buffer(location: &str, mut open: impl FnMut() -> TableReader) -> TableReader {
+    // SAFETY: a read of the transaction's command counter.
+    let statement = (crate::fdw::table_state::current_statement(), unsafe { pg_sys::GetCurrentCommandId(false) });
+    let kept = STATEMENT_READERS.with(|r| {
+        let mut readers = r.borrow_mut();
+        readers.retain(|(s, _, _)| *s == statement);
+        readers.iter().find(|(_, l, _)| l == location).map(|(_, _, reader)| reader.clone())
+    });
+    if let Some(reader) = kept {
+        return reader;
+    }
+    let args: Vec<DatumWithOid> = vec![location.into()];
+    for _ in 0..20 {
+        let before = in_latest_snapshot(|| as_pg_hudi(|| Spi::connect(|client| flush_count(client, &args))));
+        // Checked with a LIST of its timeline: a state kept from earlier in the statement (its
+        // planning) may be older than the flushes counted.
+        let reader = open();
+        let (after, mut chunks) = in_latest_snapshot(|| buffered_rows(location));
+        if after == before {
+            chunks.extend(held_rows(location));
+            let reader = reader.with_buffered(chunks).or_report();
+            STATEMENT_READERS.with(|r| r.borrow_mut().push((statement, location.to_owned(), reader.clone())));
+            return reader;
+        }
+    }
+    raise(
+        PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE,
+        format!("could not read a consistent state of the buffered table {location}: it was flushed during every read"),
+        Some("Retry the statement.".into()),
+    )
+}
