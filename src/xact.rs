@@ -447,7 +447,7 @@ unsafe extern "C-unwind" fn on_transaction_event(event: pg_sys::XactEvent::Type,
     match event {
         pg_sys::XactEvent::XACT_EVENT_PRE_COMMIT => prepare_writes(),
         pg_sys::XactEvent::XACT_EVENT_PRE_PREPARE => {
-            if OPEN.with(|open| !open.borrow().is_empty()) {
+            if OPEN.with(|open| !open.borrow().is_empty()) || crate::buffer::writes() {
                 crate::error::raise(
                     pgrx::PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
                     "PREPARE TRANSACTION is not supported for transactions that write Hudi tables",

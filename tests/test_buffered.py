@@ -136,3 +136,77 @@ def test_a_full_buffer_refuses_writes_and_truncate_empties_it(lake):
     conn.execute("INSERT INTO customers VALUES (9, 'after', 'nl', 1, '2026-01-01')")
     assert [r[0] for r in our_rows(conn)] == [9]
     assert reference_rows(table) == []
+
+
+def test_a_flush_killed_before_its_commit_is_done_again_exactly_once(lake, cluster):
+    """kill -9 of the worker while its flush is prepared (commit intent recorded, the write
+    marked prepared in the lake) but not committed: the rows stay in the buffer, and after the
+    crash restart they are flushed again; the lake then holds every committed row once (the
+    killed flush's write is rolled back as failed), as the heap copy does."""
+    from conftest import kill_backend_and_wait, set_heartbeat_expiry
+    conn, table = lake
+    _buffered(conn)
+    for n in range(5):
+        rows = ", ".join(f"({n * 10 + i}, 'k{n}', 'nl', {i}, '2026-01-01')" for i in range(10))
+        for name in ("customers", "heap"):
+            conn.execute(f"INSERT INTO {name} VALUES {rows}")
+    conn.execute("UPDATE customers SET name = 'updated' WHERE id % 4 = 0")
+    conn.execute("UPDATE heap SET name = 'updated' WHERE id % 4 = 0")
+    expected = _heap_rows(conn)
+    buffered = _buffered_rows(conn)
+    assert buffered == 50 + 13, "50 inserted rows and 13 updated ones"
+    # Long enough to kill it in, short enough for a flush that pauses again after the restart.
+    conn.execute("ALTER SYSTEM SET hudi.debug_pause_before_commit = 5000")
+    serve_databases(conn)
+    prepared = table / ".hoodie/.aux/pg_hudi/prepared"
+    wait_for("a flush to be prepared", lambda: prepared.exists() and any(prepared.iterdir()))
+    assert _buffered_rows(conn) == buffered, "the paused flush has not committed"
+    (pid,) = conn.execute("SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_hudi worker' AND xact_start IS NOT NULL "
+                          "ORDER BY xact_start LIMIT 1").fetchone()
+    kill_backend_and_wait(cluster, pid)
+    with cluster.connect() as conn:
+        conn.execute("ALTER SYSTEM RESET hudi.debug_pause_before_commit")
+        set_heartbeat_expiry(conn, 1)
+        assert _buffered_rows(conn) == buffered, "the rows of the killed flush are still buffered"
+        assert our_rows(conn) == expected
+        wait_for("the buffer to be flushed", lambda: _buffered_rows(conn) == 0)
+        wait_for("the flushed rows in the lake", lambda: reference_rows(table) == expected)
+        assert our_rows(conn) == expected
+        assert len(_deltacommits(table)) == 1, "one flush completed: the killed one did not"
+
+
+def test_two_servers_flush_into_one_table_at_once(lake, cluster):
+    """Two servers with buffered foreign tables of one Hudi table, each written by its own
+    sessions and flushed by its own worker at the same time: every row of both is in the lake
+    once (the reference reader), and each server reads both servers' flushed rows."""
+    from conftest import second_server
+    conn, table = lake
+    _buffered(conn, "50ms")
+    serve_databases(conn)
+    with second_server(cluster, table.parent, customers=True) as second:
+        with second.connect() as other:
+            other.execute("ALTER FOREIGN TABLE customers OPTIONS (ADD write_mode 'buffered', ADD flush_interval '50ms')")
+            serve_databases(other)
+        errors = []
+
+        def write(server, first):
+            try:
+                with server.connect() as session:
+                    for n in range(40):
+                        rows = ", ".join(f"({first + n * 5 + i}, 's', 'nl', 1, '2026-01-01')" for i in range(5))
+                        session.execute(f"INSERT INTO customers VALUES {rows}")
+            except Exception as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=write, args=(server, first)) for server, first in ((cluster, 0), (second, 1000))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert not errors, errors
+        expected = list(range(0, 200)) + list(range(1000, 1200))
+        wait_for("both servers' rows in the lake", lambda: sorted(r[0] for r in reference_rows(table)) == expected)
+        with second.connect() as other:
+            assert _buffered_rows(other) == 0
+            assert sorted(r[0] for r in other.execute("SELECT id FROM customers")) == expected
+        assert sorted(r[0] for r in conn.execute("SELECT id FROM customers")) == expected

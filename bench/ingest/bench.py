@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
@@ -34,6 +35,32 @@ def pgbench(port, table, clients, seconds):
     return tps, mean, p99
 
 
+def lake_ids(uri):
+    """The ids the reference reader reads in the Hudi table at `uri`."""
+    import pyarrow as pa
+    from hudi import HudiReadOptions, HudiTableBuilder
+    batches = HudiTableBuilder.from_base_uri(uri).build().read(HudiReadOptions())
+    return set(pa.Table.from_batches(batches).column("id").to_pylist()) if batches else set()
+
+
+def flush_lags(port, lake, stop):
+    """While `stop` is unset: every 250 ms a one-row transaction into the small buffered table
+    `markers`, and the time until the reference reader reads its row (the same worker flushes
+    it and the loaded table)."""
+    lags = []
+    with connect(port) as conn:
+        n = 0
+        while not stop.is_set():
+            n += 1
+            conn.execute(f"INSERT INTO markers VALUES ({n}, 'm', 'amsterdam', 1, 1, 1, true, date '2026-01-01', 'x', now())")
+            committed = time.perf_counter()
+            while n not in lake_ids(f"file://{lake}/markers"):
+                time.sleep(0.01)
+            lags.append(time.perf_counter() - committed)
+            time.sleep(0.25)
+    return lags
+
+
 def main():
     args = arguments(0)
     with connect(args.port) as conn:
@@ -42,7 +69,17 @@ def main():
         conn.execute(f"CREATE FOREIGN TABLE buffered ({COLUMNS}) SERVER lake OPTIONS (path 'buffered', primary_key 'id', "
                      "ordering_field 'ts', buckets '16', services 'off', write_mode 'buffered')")
         conn.execute("SELECT hudi.create_table('buffered')")
-        results = {name: pgbench(args.port, name, CLIENTS, SECONDS) for name in ("heap", "buffered")}
+        conn.execute(f"CREATE FOREIGN TABLE markers ({COLUMNS}) SERVER lake OPTIONS (path 'markers', primary_key 'id', "
+                     "ordering_field 'ts', buckets '1', services 'off', write_mode 'buffered')")
+        conn.execute("SELECT hudi.create_table('markers')")
+        results = {"heap": pgbench(args.port, "heap", CLIENTS, SECONDS)}
+        stop = threading.Event()
+        lags = []
+        marker = threading.Thread(target=lambda: lags.extend(flush_lags(args.port, args.lake, stop)))
+        marker.start()
+        results["buffered"] = pgbench(args.port, "buffered", CLIENTS, SECONDS)
+        stop.set()
+        marker.join()
         results["direct"] = pgbench(args.port, "direct", CLIENTS, 5)
         committed = conn.execute("SELECT count(*) FROM buffered").fetchone()[0]
         started = time.perf_counter()
@@ -57,6 +94,9 @@ def main():
     for name, (tps, mean, p99) in results.items():
         print(f"| {name} | {tps:,.0f} | {tps / heap_tps:.3f}x | {mean:.2f} | {p99:.2f} | {p99 / heap_p99:.2f}x |")
     print(f"\nbuffered: {committed:,} rows in {flushes} deltacommits; the buffer was empty {drained:.2f} s after the run")
+    lags.sort()
+    print(f"flush lag (commit to the reference reader, {len(lags)} marker rows during the buffered run): "
+          f"median {lags[len(lags) // 2]:.2f} s, p99 {lags[int(len(lags) * 0.99)]:.2f} s, max {lags[-1]:.2f} s")
 
 
 if __name__ == "__main__":

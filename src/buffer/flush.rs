@@ -93,12 +93,19 @@ unsafe fn owner_of(relid: pg_sys::Oid) -> pg_sys::Oid {
     owner
 }
 
-/// When `table`'s buffer is due for a flush: `flush_interval` after its oldest commit, or at
-/// once when `flush_rows` wait.
+thread_local! {
+    /// How long the last flush of each table took, from its start to its commit.
+    static LAST_FLUSH: std::cell::RefCell<std::collections::HashMap<String, Duration>> = Default::default();
+}
+
+/// When `table`'s buffer is due for a flush: early enough that its oldest commit is in the lake
+/// `flush_interval` after it committed (as far as the table's last flush tells how long one
+/// takes), or at once when `flush_rows` wait.
 fn due_in(table: &ForeignHudiTable, waiting: &Waiting) -> Duration {
     let interval = table.options.get("flush_interval").and_then(|v| crate::fdw::options::parse_duration(v)).unwrap_or(DEFAULT_INTERVAL);
     let rows = table.count_option("flush_rows", DEFAULT_ROWS);
-    if waiting.rows as usize >= rows { Duration::ZERO } else { interval.saturating_sub(waiting.oldest) }
+    let takes = LAST_FLUSH.with(|l| l.borrow().get(&waiting.location).copied()).unwrap_or_default();
+    if waiting.rows as usize >= rows { Duration::ZERO } else { interval.saturating_sub(waiting.oldest + takes) }
 }
 
 /// Flushes every table of this database whose buffer is due (all with committed rows when
@@ -114,6 +121,7 @@ pub fn flush_due(all: bool) -> Option<Duration> {
         if crate::runtime::stopping() {
             break;
         }
+        let started = Instant::now();
         let flushed = BackgroundWorker::transaction(std::panic::AssertUnwindSafe(|| {
             let outcome = in_subtransaction(|| {
                 as_role(table.owner, || {
@@ -134,7 +142,10 @@ pub fn flush_due(all: bool) -> Option<Duration> {
         }));
         match flushed {
             Ok(Some(wait)) => next = next.min(wait),
-            Ok(None) => next = Duration::ZERO,
+            Ok(None) => {
+                LAST_FLUSH.with(|l| l.borrow_mut().insert(table.location.clone(), started.elapsed()));
+                next = Duration::ZERO;
+            }
             Err(why) => {
                 log!("{}: flushing the buffered rows of {} failed, tried again later: {why}", crate::worker::WORKER_NAME, table.location);
                 next = next.min(POLL * 20);
@@ -223,16 +234,25 @@ fn flush_table(location: &str, relid: pg_sys::Oid, table: &ForeignHudiTable) -> 
 /// The body of a database's flush round: flushes its buffered tables as they come due, until
 /// the buffer holds no committed row (or the worker is asked to stop).
 pub fn flush_until_empty() {
+    // SAFETY: a read of the worker's database.
+    let database = unsafe { pg_sys::MyDatabaseId };
+    crate::worker::wake::set_flushing(database, true);
     while !crate::runtime::stopping() {
         let started = Instant::now();
-        match flush_due(false) {
-            None => return,
-            Some(wait) => {
-                let wait = wait.saturating_sub(started.elapsed()).max(Duration::from_millis(5));
-                if !crate::worker::signals::wait(wait) {
-                    return;
-                }
+        let mut next = flush_due(false);
+        if next.is_none() {
+            // Commits stop skipping the launcher; one that skipped it committed before this.
+            crate::worker::wake::set_flushing(database, false);
+            next = flush_due(false);
+            match next {
+                None => return,
+                Some(_) => crate::worker::wake::set_flushing(database, true),
             }
         }
+        let wait = next.unwrap_or_default().saturating_sub(started.elapsed()).max(Duration::from_millis(5));
+        if !crate::worker::signals::wait(wait) {
+            break;
+        }
     }
+    crate::worker::wake::set_flushing(database, false);
 }

@@ -89,6 +89,9 @@ thread_local! {
     /// The buffer's row count as last counted, and when: checked against
     /// `hudi.write_buffer_max_rows` at most once a second per backend.
     static COUNTED: std::cell::Cell<Option<(std::time::Instant, i64)>> = const { std::cell::Cell::new(None) };
+    /// The chunk insert, planned once (and never freed: at the backend's exit, when thread
+    /// locals are dropped, SPI is gone).
+    static INSERT_CHUNK: RefCell<Option<std::mem::ManuallyDrop<pgrx::spi::OwnedPreparedStatement>>> = const { RefCell::new(None) };
     /// The readers with buffered rows the current statement opened, by location.
     static STATEMENT_READERS: RefCell<Vec<((crate::fdw::table_state::Statement, pg_sys::CommandId), String, TableReader)>> = const { RefCell::new(Vec::new()) };
 }
@@ -188,13 +191,18 @@ fn write_chunk(location: &str, relation: pg_sys::Oid, change: Change, rows: &Rec
         vec![location.into(), relation.into(), change.into(), (rows.num_rows() as i32).into(), bytes.as_slice().into(), commits.into()];
     as_pg_hudi(|| {
         Spi::connect_mut(|client| {
-            client
-                .update(
-                    "INSERT INTO hudi.write_buffer (location, relation, change, row_count, rows, commits) VALUES ($1, $2, $3, $4, $5, $6)",
-                    None,
-                    &args,
-                )
-                .unwrap_or_else(|e| crate::error::spi_failed("the write buffer", e));
+            // Planned once per backend: a small transaction's commit is this one insert.
+            INSERT_CHUNK.with(|plan| {
+                let mut plan = plan.borrow_mut();
+                let insert = plan.get_or_insert_with(|| {
+                    let types = [pg_sys::TEXTOID, pg_sys::OIDOID, pg_sys::CHAROID, pg_sys::INT4OID, pg_sys::BYTEAOID, pg_sys::BOOLOID];
+                    let types: Vec<pgrx::PgOid> = types.into_iter().map(pgrx::PgOid::from).collect();
+                    let sql = "INSERT INTO hudi.write_buffer (location, relation, change, row_count, rows, commits) VALUES ($1, $2, $3, $4, $5, $6)";
+                    let prepared = client.prepare_mut(sql, &types).unwrap_or_else(|e| crate::error::spi_failed("the write buffer", e));
+                    std::mem::ManuallyDrop::new(prepared.keep())
+                });
+                client.update(&**insert, None, &args).unwrap_or_else(|e| crate::error::spi_failed("the write buffer", e));
+            });
         })
     });
     COUNTED.with(|c| c.set(c.get().map(|(at, n)| (at, n + rows.num_rows() as i64))));
@@ -295,6 +303,11 @@ pub(crate) fn prepare_commit() -> bool {
         write_chunk(location, last.0, last.1, &last.2, true);
     }
     !by_location.is_empty()
+}
+
+/// Whether this transaction wrote to the write buffer.
+pub(crate) fn writes() -> bool {
+    WRITES.with(|w| !w.borrow().is_empty())
 }
 
 /// ABORT: the rows in memory are dropped (those written to the buffer go with the transaction).

@@ -101,6 +101,7 @@ pub extern "C-unwind" fn pg_hudi_launcher_main(_argument: pg_sys::Datum) {
         // A flush round runs while its database's write buffer holds rows: one starts when a
         // commit asks for it and none is running.
         flushes.reap();
+        wake::keep_flushing(&flushes.running.keys().copied().collect::<Vec<_>>());
         flushes.want(Some(wake::take_flush_requests()), &databases);
         let asked: Vec<(pg_sys::Oid, String)> = databases.iter().filter(|(oid, _)| flushes.wanted.contains(oid)).cloned().collect();
         for (oid, name) in flushes.due(&asked, Duration::ZERO, max) {

@@ -23,6 +23,8 @@ pub struct Wakeups {
     caches_asked: [u32; 32],
     /// The databases whose write buffer a commit added rows to.
     flushes_asked: [u32; 32],
+    /// The databases whose flush round is running: their commits need not wake the launcher.
+    flushing: [u32; 32],
 }
 
 /// Adds `oid` to the slots of `set` (false when they are all taken).
@@ -123,9 +125,43 @@ pub fn request_cache_refresh(database: pg_sys::Oid) {
 /// Asks for a flush round of database `database` (a commit added rows to its write buffer).
 /// When every slot is taken, the database's full rounds flush it.
 pub fn request_flush(database: pg_sys::Oid) {
+    if !available() {
+        return;
+    }
+    // A running flush round sees the commit (it looks at the buffer again after it says it
+    // stops, see `set_flushing`): no launcher wakes for each of thousands of commits a second.
+    if WAKEUPS.share().flushing.contains(&database.to_u32()) {
+        return;
+    }
     ask(|wakeups| {
         insert(&mut wakeups.flushes_asked, database.to_u32());
     });
+}
+
+/// Forgets that flush rounds run in databases other than `running` (a round that ended by an
+/// ERROR could not say it stopped).
+pub fn keep_flushing(running: &[pg_sys::Oid]) {
+    if !available() {
+        return;
+    }
+    let mut wakeups = WAKEUPS.exclusive();
+    for slot in wakeups.flushing.iter_mut().filter(|slot| !running.iter().any(|r| r.to_u32() == **slot)) {
+        *slot = 0;
+    }
+}
+
+/// Says whether a flush round of `database` runs. A round that stops says so first, and then
+/// looks at the buffer once more: a commit that found it running had committed before that.
+pub fn set_flushing(database: pg_sys::Oid, running: bool) {
+    if !available() {
+        return;
+    }
+    let mut wakeups = WAKEUPS.exclusive();
+    if running {
+        insert(&mut wakeups.flushing, database.to_u32());
+    } else {
+        wakeups.flushing.iter_mut().filter(|slot| **slot == database.to_u32()).for_each(|slot| *slot = 0);
+    }
 }
 
 /// The databases whose flush round commits asked for since the last call.
