@@ -29,7 +29,7 @@ def _buffered_rows(conn):
 
 def test_buffered_writes_read_as_a_heap_table_and_reach_the_lake_once(lake, cluster):
     """Random INSERT (also ON CONFLICT DO NOTHING), UPDATE and DELETE, in single statements and
-    transactions, some rolled back: pg_hudi reads what the heap copy reads after every step
+    transactions, some rolled back, some in savepoints released or rolled back to: pg_hudi reads what the heap copy reads after every step
     (from another session too), before any flush; once the worker flushed, the reference reader
     reads the same, from fewer deltacommits than transactions."""
     conn, table = lake
@@ -55,10 +55,17 @@ def test_buffered_writes_read_as_a_heap_table_and_reach_the_lake_once(lake, clus
             commit = rng.random() < 0.85
             conn.execute("BEGIN")
             for sql in statements:
+                # Some in a savepoint, released or rolled back to.
+                savepoint = rng.choice([None, None, "RELEASE SAVEPOINT s", "ROLLBACK TO SAVEPOINT s"])
+                if savepoint:
+                    conn.execute("SAVEPOINT s")
                 conn.execute(sql)
                 conn.execute(sql.replace("customers", "heap"))
                 # Read your writes, in the transaction.
                 assert our_rows(conn) == _heap_rows(conn), (step, sql)
+                if savepoint:
+                    conn.execute(savepoint)
+                    assert our_rows(conn) == _heap_rows(conn), (step, sql, savepoint)
             conn.execute("COMMIT" if commit else "ROLLBACK")
             transactions += commit
             assert our_rows(conn) == _heap_rows(conn), step

@@ -57,10 +57,12 @@ struct BufferedWrite {
     location: String,
     relation: pg_sys::Oid,
     shape: Arc<Shape>,
-    /// Rows not yet written, in order: batches closed when the kind of change switched or a
-    /// read needed them, then the rows being added, of one kind of change.
-    held: Vec<(Change, RecordBatch)>,
+    /// Rows not yet written, in order: batches closed when the kind of change or the
+    /// subtransaction switched or a read needed them, each with the nesting level of the
+    /// (sub)transaction that wrote it; then the rows being added, of one kind and level.
+    held: Vec<(Change, RecordBatch, i32)>,
     change: Change,
+    level: i32,
     rows: RowBuffer,
 }
 
@@ -68,23 +70,66 @@ impl BufferedWrite {
     /// Closes the rows being added into a batch of [`Self::held`].
     fn hold(&mut self) {
         if self.rows.len() > 0 {
-            self.held.push((self.change, self.rows.take()));
+            self.held.push((self.change, self.rows.take(), self.level));
         }
     }
 
     /// Every row not yet written, closed into batches.
     fn take_all(&mut self) -> Vec<(Change, RecordBatch)> {
         self.hold();
-        std::mem::take(&mut self.held)
+        std::mem::take(&mut self.held).into_iter().map(|(change, rows, _)| (change, rows)).collect()
     }
 
     fn held_rows(&self) -> usize {
-        self.held.iter().map(|(_, rows)| rows.num_rows()).sum::<usize>() + self.rows.len()
+        self.held.iter().map(|(_, rows, _)| rows.num_rows()).sum::<usize>() + self.rows.len()
     }
+}
+
+/// The nesting level of the current (sub)transaction: 1 at the top.
+fn nest_level() -> i32 {
+    // SAFETY: a plain read of the backend's transaction state.
+    unsafe { pg_sys::GetCurrentTransactionNestLevel() }
+}
+
+/// A subtransaction's end: the rows it wrote are dropped with its rollback, and belong to its
+/// parent once it commits. (Rows are written to the buffer only at the top level, so a rollback
+/// to a savepoint has nothing to take back there.)
+#[pg_guard]
+unsafe extern "C-unwind" fn on_subtransaction_event(
+    event: pg_sys::SubXactEvent::Type,
+    _sub: pg_sys::SubTransactionId,
+    _parent: pg_sys::SubTransactionId,
+    _arg: *mut std::ffi::c_void,
+) {
+    let level = nest_level();
+    match event {
+        pg_sys::SubXactEvent::SUBXACT_EVENT_ABORT_SUB => WRITES.with(|w| {
+            for write in w.borrow_mut().values_mut() {
+                write.hold();
+                write.held.retain(|(_, _, l)| *l < level);
+            }
+        }),
+        pg_sys::SubXactEvent::SUBXACT_EVENT_COMMIT_SUB => WRITES.with(|w| {
+            for write in w.borrow_mut().values_mut() {
+                write.hold();
+                write.held.iter_mut().filter(|(_, _, l)| *l >= level).for_each(|(_, _, l)| *l = level - 1);
+            }
+        }),
+        _ => {}
+    }
+}
+
+fn register_subtransaction_callback() {
+    if SUBTRANSACTIONS.with(|r| r.replace(true)) {
+        return;
+    }
+    // SAFETY: registering a callback for the rest of the backend's life.
+    unsafe { pg_sys::RegisterSubXactCallback(Some(on_subtransaction_event), std::ptr::null_mut()) };
 }
 
 thread_local! {
     static SHAPES: RefCell<HashMap<u32, Arc<Shape>>> = RefCell::new(HashMap::new());
+    static SUBTRANSACTIONS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     static WRITES: RefCell<BTreeMap<u32, BufferedWrite>> = const { RefCell::new(BTreeMap::new()) };
     /// The buffer's row count as last counted, and when: checked against
     /// `hudi.write_buffer_max_rows` at most once a second per backend.
@@ -127,20 +172,28 @@ unsafe fn shape_of(relation: pg_sys::Relation, table: &ForeignHudiTable) -> Arc<
 /// `relation` must be an open foreign table of `table`.
 pub unsafe fn begin(relation: pg_sys::Relation, table: &ForeignHudiTable) -> (SchemaRef, Arc<TableConfig>) {
     crate::xact::register_callbacks();
+    register_subtransaction_callback();
     let relid = (*relation).rd_id;
     let existing = WRITES.with(|w| w.borrow().get(&relid.to_u32()).map(|w| w.shape.clone()));
     let shape = match existing {
         Some(shape) if shape.columns == columns_of(relation) => shape,
         _ => {
             let shape = shape_of(relation, table);
-            // Rows held in the columns before an ALTER of this transaction go first.
-            write_held(relid);
+            // Rows held in the columns before an ALTER of this transaction go first, as they
+            // are (rows are written and read by column name).
+            let earlier = WRITES.with(|w| {
+                let mut writes = w.borrow_mut();
+                let write = writes.get_mut(&relid.to_u32())?;
+                write.hold();
+                Some(std::mem::take(&mut write.held))
+            });
             let write = BufferedWrite {
                 location: shape.location.clone(),
                 relation: relid,
                 shape: shape.clone(),
-                held: Vec::new(),
+                held: earlier.unwrap_or_default(),
                 change: Change::Upsert,
+                level: nest_level(),
                 rows: RowBuffer::new(shape.rows.data_schema().clone()),
             };
             WRITES.with(|w| w.borrow_mut().insert(relid.to_u32(), write));
@@ -155,9 +208,11 @@ pub fn push(relid: pg_sys::Oid, change: Change, row: &[Option<(pg_sys::Datum, Pg
     let full = WRITES.with(|w| {
         let mut writes = w.borrow_mut();
         let write = writes.get_mut(&relid.to_u32()).expect("begun in BeginForeignModify");
-        if write.change != change {
+        let level = nest_level();
+        if write.change != change || write.level != level {
             write.hold();
             write.change = change;
+            write.level = level;
         }
         write.rows.push(row)?;
         Ok::<_, ConversionError>(write.held_rows() >= crate::guc::WRITE_BATCH_ROWS.get().max(1) as usize)
@@ -233,8 +288,12 @@ fn check_limit(adding: usize) {
 }
 
 /// Writes the rows this transaction holds in memory for the foreign table `relid` to the
-/// buffer (not in a subtransaction, whose rollback would take them).
+/// buffer — not in a subtransaction, whose rollback would take its parent's rows with it (the
+/// rows stay in memory then).
 fn write_held(relid: pg_sys::Oid) {
+    if nest_level() > 1 {
+        return;
+    }
     let held = WRITES.with(|w| {
         let mut writes = w.borrow_mut();
         let write = writes.get_mut(&relid.to_u32())?;
@@ -255,7 +314,7 @@ fn held_rows(location: &str) -> Vec<(Change, RecordBatch)> {
         let mut out = Vec::new();
         for write in writes.values_mut().filter(|w| w.location == location) {
             write.hold();
-            out.extend(write.held.iter().cloned());
+            out.extend(write.held.iter().map(|(change, rows, _)| (*change, rows.clone())));
         }
         out
     })

@@ -230,7 +230,6 @@ pub(crate) fn new_write(table: &ForeignHudiTable, relid: pg_sys::Oid, truncate: 
 
 /// `updates`: the statement is an UPDATE (its rows were read before they are written).
 unsafe fn begin(rinfo: *mut pg_sys::ResultRelInfo, plan_targets: *mut pg_sys::List, skip_existing: bool, updates: bool) {
-    refuse_in_subtransaction();
     let relation = (*rinfo).ri_RelationDesc;
     let relid = (*relation).rd_id;
     let table = ForeignHudiTable::of_relation(relid);
@@ -243,8 +242,12 @@ unsafe fn begin(rinfo: *mut pg_sys::ResultRelInfo, plan_targets: *mut pg_sys::Li
         }
         false => xact::with_open_write(
             relid,
-            || new_write(&table, relid, false),
+            || {
+                refuse_in_subtransaction();
+                new_write(&table, relid, false)
+            },
             |write| {
+                refuse_in_subtransaction();
                 write.updates_rows |= updates;
                 targets(relation, write.transaction.data_schema(), &name, write.transaction.config())
             },
