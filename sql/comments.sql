@@ -48,3 +48,7 @@ COMMENT ON TABLE hudi.consumer_positions IS
   'The caller''s hudi.consume consumers and their positions (completion times; '''' is the start)';
 GRANT USAGE ON SCHEMA hudi_internal TO PUBLIC;
 COMMENT ON SCHEMA hudi_internal IS 'pg_hudi''s helpers for its views and hudi.consume; not an interface';
+COMMENT ON FUNCTION hudi.mirror IS
+  'Mirrors a heap table into a Hudi foreign table with write_mode ''buffered'': copies its rows, then captures every committed change; returns the rows copied';
+COMMENT ON FUNCTION hudi.unmirror IS
+  'Stops mirroring a heap table (hudi.mirror); what was captured stays in the Hudi table';

@@ -38,3 +38,41 @@ CREATE TABLE hudi.buffer_flushes (
     flushes bigint NOT NULL
 );
 REVOKE ALL ON hudi.buffer_flushes FROM PUBLIC;
+
+-- Heap tables mirrored into Hudi tables (hudi.mirror): each heap table's triggers
+-- hudi_mirror and hudi_mirror_truncate feed the target's write buffer. Dumped with the
+-- database (the triggers are the heap table's, and dumped with it).
+CREATE TABLE hudi.mirror_targets (
+    heap regclass PRIMARY KEY,
+    target regclass NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now()
+);
+REVOKE ALL ON hudi.mirror_targets FROM PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('hudi.mirror_targets', '');
+
+-- The mirrors a role may see: how many rows and how many seconds the Hudi table is behind.
+CREATE VIEW hudi.mirrors AS
+SELECT m.heap AS relation, m.target::text AS hudi_table, m.created_at,
+       COALESCE(b.rows, 0) AS lag_rows,
+       COALESCE(EXTRACT(epoch FROM pg_catalog.now() OPERATOR(pg_catalog.-) b.oldest_commit), 0)::float8 AS lag_seconds
+  FROM hudi.mirror_targets m
+  LEFT JOIN (SELECT w.relation, pg_catalog.sum(w.row_count) AS rows,
+                    pg_catalog.min(w.written_at) FILTER (WHERE w.commits) AS oldest_commit
+               FROM hudi.write_buffer w GROUP BY w.relation) b ON b.relation OPERATOR(pg_catalog.=) m.target::oid
+ WHERE pg_catalog.has_table_privilege(m.heap, 'SELECT');
+COMMENT ON VIEW hudi.mirrors IS
+  'Heap tables mirrored into Hudi tables (hudi.mirror), and how far each Hudi table is behind';
+GRANT SELECT ON hudi.mirrors TO PUBLIC;
+
+CREATE FUNCTION hudi.mirror("heap" regclass, "target" regclass) RETURNS bigint
+VOLATILE LANGUAGE c AS 'MODULE_PATHNAME', 'mirror_wrapper';
+CREATE FUNCTION hudi.unmirror("heap" regclass) RETURNS void
+VOLATILE LANGUAGE c AS 'MODULE_PATHNAME', 'unmirror_wrapper';
+CREATE FUNCTION hudi_internal.mirror_row() RETURNS trigger
+LANGUAGE c AS 'MODULE_PATHNAME', 'mirror_row_wrapper';
+CREATE FUNCTION hudi_internal.mirror_truncate() RETURNS trigger
+LANGUAGE c AS 'MODULE_PATHNAME', 'mirror_truncate_wrapper';
+COMMENT ON FUNCTION hudi.mirror IS
+  'Mirrors a heap table into a Hudi foreign table with write_mode ''buffered'': copies its rows, then captures every committed change; returns the rows copied';
+COMMENT ON FUNCTION hudi.unmirror IS
+  'Stops mirroring a heap table (hudi.mirror); what was captured stays in the Hudi table';

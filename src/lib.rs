@@ -27,7 +27,23 @@ mod xact;
 /// creates it for the functions declared `schema = "hudi_internal"`; sql/comments.sql lets every
 /// role use it (each helper checks the caller's privileges, as the `hudi.*` functions do).
 #[pg_schema]
-mod hudi_internal {}
+mod hudi_internal {
+    use pgrx::prelude::*;
+
+    /// The row trigger of a table `hudi.mirror` mirrors ([`crate::buffer::mirror`]).
+    #[pg_trigger]
+    fn mirror_row<'a>(trigger: &'a PgTrigger<'a>) -> Result<Option<PgHeapTuple<'a, AllocatedByPostgres>>, PgTriggerError> {
+        crate::buffer::mirror::row_trigger(trigger);
+        Ok(None)
+    }
+
+    /// The TRUNCATE trigger of a table `hudi.mirror` mirrors.
+    #[pg_trigger]
+    fn mirror_truncate<'a>(trigger: &'a PgTrigger<'a>) -> Result<Option<PgHeapTuple<'a, AllocatedByPostgres>>, PgTriggerError> {
+        crate::buffer::mirror::truncate_trigger(trigger);
+        Ok(None)
+    }
+}
 
 // The wrapper itself: hand-written SQL, created after the validator function it names.
 extension_sql_file!("../sql/fdw.sql", name = "fdw", requires = [fdw::options::hudi_fdw_validator]);

@@ -42,7 +42,7 @@ def test_buffered_writes_read_as_a_heap_table_and_reach_the_lake_once(lake, clus
     with cluster.connect() as other:
         for step in range(40):
             statements = []
-            for _ in range(rng.randint(1, 3)):
+            for k in range(rng.randint(1, 3)):
                 kind = rng.random()
                 if kind < 0.5:
                     rows = ", ".join(f"({rng.randint(0, 60)}, 's{step}', '{rng.choice(countries)}', {rng.randint(0, 99)}, '2026-01-01')"
@@ -217,3 +217,55 @@ def test_two_servers_flush_into_one_table_at_once(lake, cluster):
             assert _buffered_rows(other) == 0
             assert sorted(r[0] for r in other.execute("SELECT id FROM customers")) == expected
         assert sorted(r[0] for r in conn.execute("SELECT id FROM customers")) == expected
+
+
+def test_a_mirrored_heap_table_reaches_the_lake_with_every_committed_change(lake, cluster):
+    """hudi.mirror copies a heap table's rows into a buffered Hudi table, then captures its
+    committed INSERT, UPDATE (also of the key), DELETE and TRUNCATE, in transactions, savepoints
+    and rollbacks: once flushed, the reference reader reads what the heap table holds; a role
+    without ownership cannot mirror, and hudi.unmirror stops the capture."""
+    conn, table = lake
+    conn.execute("ALTER FOREIGN TABLE customers OPTIONS (ADD write_mode 'buffered', ADD flush_interval '100ms')")
+    conn.execute("CREATE TABLE heap (id bigint, name text, country text, balance numeric(12, 2), ts timestamptz, "
+                 "extra text, PRIMARY KEY (id, country))")
+    conn.execute("INSERT INTO heap SELECT g, 'n' || g, 'nl', g, '2026-01-01', 'x' FROM generate_series(1, 20) g")
+    assert conn.execute("SELECT hudi.mirror('heap', 'customers')").fetchone()[0] == 20
+    assert refused(conn, "SELECT hudi.mirror('heap', 'customers')") == "42710"
+    seed = random.randrange(1 << 30)
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    for step in range(30):
+        conn.execute("BEGIN")
+        for k in range(rng.randint(1, 3)):
+            savepoint = rng.random() < 0.3
+            if savepoint:
+                conn.execute("SAVEPOINT s")
+            kind = rng.random()
+            if kind < 0.4:
+                conn.execute(f"INSERT INTO heap VALUES ({rng.randint(1, 60)}, 's{step}', '{rng.choice(['nl', 'de'])}', 1, "
+                             "'2026-01-02', 'y') ON CONFLICT DO NOTHING")
+            elif kind < 0.7:
+                conn.execute(f"UPDATE heap SET balance = balance + 1, name = 'u{step}' WHERE id % 5 = {rng.randint(0, 4)}")
+            elif kind < 0.8:
+                # The key changes: the old key is deleted in the lake.
+                conn.execute(f"UPDATE heap SET id = {1000 + step * 10 + k} WHERE id = {rng.randint(1, 60)}")
+            else:
+                conn.execute(f"DELETE FROM heap WHERE id % 7 = {rng.randint(0, 6)}")
+            if savepoint:
+                conn.execute(rng.choice(["RELEASE SAVEPOINT s", "ROLLBACK TO SAVEPOINT s"]))
+        conn.execute("COMMIT" if rng.random() < 0.85 else "ROLLBACK")
+    expected = _heap_rows(conn)
+    assert our_rows(conn) == expected
+    serve_databases(conn)
+    wait_for("the mirrored rows in the lake", lambda: reference_rows(table) == expected)
+    assert conn.execute("SELECT relation::text, hudi_table FROM hudi.mirrors").fetchall() == [("heap", "customers")]
+    conn.execute("TRUNCATE heap")
+    conn.execute("INSERT INTO heap VALUES (1, 'after', 'nl', 1, '2026-01-03', 'z')")
+    wait_for("the truncate in the lake", lambda: reference_rows(table) == _heap_rows(conn))
+    conn.execute("SELECT hudi.unmirror('heap')")
+    conn.execute("INSERT INTO heap VALUES (2, 'not mirrored', 'nl', 1, '2026-01-03', 'z')")
+    assert [r[0] for r in our_rows(conn)] == [1]
+    conn.execute("CREATE ROLE stranger LOGIN")
+    conn.execute("GRANT SELECT ON heap, customers TO stranger")
+    with cluster.connect(user="stranger") as other:
+        assert refused(other, "SELECT hudi.mirror('heap', 'customers')") == "42501"

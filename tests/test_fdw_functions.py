@@ -146,7 +146,8 @@ def test_as_of_instant_takes_a_timestamp(conn):
 
 
 INTERNAL_HELPERS = {"claim_consumer_position", "advance_consumer_position", "lookup_cache_bytes",
-                    "lookup_cache_progress", "lookup_cache_position", "lookup_cache_lag", "may_see_services"}
+                    "lookup_cache_progress", "lookup_cache_position", "lookup_cache_lag", "may_see_services",
+                    "mirror_row", "mirror_truncate"}
 
 
 def test_the_sql_surface_is_named_and_commented(conn):
@@ -166,7 +167,7 @@ def test_the_sql_surface_is_named_and_commented(conn):
         "WHERE c.relnamespace = 'hudi'::regnamespace AND c.relkind = 'v' AND a.attnum > 0 "
         "AND (a.attname IN ('table', 'relation') OR a.atttypid IN ('oid'::regtype, 'regclass'::regtype))").fetchall()
     assert sorted(columns) == [(v, "relation", "regclass") for v in
-                               ("buffered_writes", "lookup_caches", "pending_commits", "service_history", "table_services")]
+                               ("buffered_writes", "lookup_caches", "mirrors", "pending_commits", "service_history", "table_services")]
     assert "relation regclass" in conn.execute(
         "SELECT pg_get_function_result('hudi.finish_pending_commits'::regproc)").fetchone()[0]
 

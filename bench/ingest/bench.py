@@ -81,6 +81,13 @@ def main():
         stop.set()
         marker.join()
         results["direct"] = pgbench(args.port, "direct", CLIENTS, 5)
+        # A heap table mirrored into a third buffered Hudi table.
+        conn.execute(f"CREATE TABLE mirrored ({COLUMNS}, PRIMARY KEY (id))")
+        conn.execute(f"CREATE FOREIGN TABLE mirror_target ({COLUMNS}) SERVER lake OPTIONS (path 'mirror_target', "
+                     "primary_key 'id', ordering_field 'ts', buckets '16', services 'off', write_mode 'buffered')")
+        conn.execute("SELECT hudi.create_table('mirror_target')")
+        conn.execute("SELECT hudi.mirror('mirrored', 'mirror_target')")
+        results["heap with a mirror"] = pgbench(args.port, "mirrored", CLIENTS, SECONDS)
         committed = conn.execute("SELECT count(*) FROM buffered").fetchone()[0]
         started = time.perf_counter()
         while conn.execute("SELECT COALESCE(sum(rows), 0) FROM hudi.buffered_writes").fetchone()[0] > 0:

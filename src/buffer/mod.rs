@@ -10,6 +10,7 @@
 //! written. Its reads of the table merge the rows in memory after the buffer's.
 
 pub mod flush;
+pub mod mirror;
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
@@ -221,6 +222,11 @@ pub fn push(relid: pg_sys::Oid, change: Change, row: &[Option<(pg_sys::Datum, Pg
         write_held(relid);
     }
     Ok(())
+}
+
+/// The data columns of the buffered write of `relid`, when this transaction began one.
+pub fn data_schema_if_begun(relid: pg_sys::Oid) -> Option<SchemaRef> {
+    WRITES.with(|w| w.borrow().get(&relid.to_u32()).map(|w| w.shape.rows.data_schema().clone()))
 }
 
 /// The data columns of the buffered write of `relid` (begun by [`begin`]).

@@ -1,0 +1,267 @@
+//! Heap tables mirrored into Hudi tables (`hudi.mirror(heap, target)`): the Hudi table gets the
+//! heap table's rows once, then every committed INSERT, UPDATE and DELETE of it, through the
+//! write buffer of the target (which must have `write_mode 'buffered'`). Captured by row
+//! triggers (`hudi_mirror`), so a change goes into the buffer in the transaction that makes it
+//! and is flushed with the buffer's rows: what PostgreSQL commits is mirrored exactly once,
+//! and nothing it rolls back (or a savepoint took back) is; a TRUNCATE of the heap table
+//! truncates the Hudi table (`hudi_mirror_truncate`). Why triggers and not logical decoding:
+//! README "Mirroring heap tables".
+
+use std::collections::HashMap;
+
+use arrow::datatypes::SchemaRef;
+use engine::write::Change;
+use pgrx::datum::DatumWithOid;
+use pgrx::prelude::*;
+use pgrx::{PgRelation, PgSqlErrorCode};
+
+use crate::api::args::{hudi_table, RegClass};
+use crate::datum::{self, PgKind};
+use crate::error::raise;
+use crate::fdw::table::ForeignHudiTable;
+use crate::role::{as_pg_hudi, as_role};
+
+/// Where each data column of the target's rows comes from in the heap table's rows: the
+/// attribute index and the kind of its values (`None`: no such column, written NULL).
+struct Mapping {
+    heap_columns: Vec<(String, pg_sys::Oid)>,
+    columns: Vec<Option<(usize, PgKind)>>,
+}
+
+thread_local! {
+    static MAPPINGS: std::cell::RefCell<HashMap<(u32, u32), std::rc::Rc<Mapping>>> = Default::default();
+}
+
+fn attributes(relation: &PgRelation) -> Vec<(String, pg_sys::Oid, bool)> {
+    let tupdesc = relation.tuple_desc();
+    tupdesc.iter().map(|a| (a.name().to_owned(), a.type_oid().value(), a.is_dropped())).collect()
+}
+
+/// The mapping of the heap table's columns to the data columns `schema` of the target; an
+/// error for a column whose values cannot be written to its Hudi field, or a key, partition
+/// or ordering field (`required`) the heap table lacks.
+fn mapping(heap: &PgRelation, schema: &SchemaRef, required: &[String], target_name: &str) -> Mapping {
+    let attributes = attributes(heap);
+    let columns = schema
+        .fields()
+        .iter()
+        .map(|field| {
+            let found = attributes.iter().position(|(name, _, dropped)| !dropped && name == field.name()).or_else(|| {
+                attributes.iter().position(|(name, _, dropped)| !dropped && name.eq_ignore_ascii_case(field.name()))
+            });
+            let Some(index) = found else {
+                if required.contains(field.name()) {
+                    raise(
+                        PgSqlErrorCode::ERRCODE_UNDEFINED_COLUMN,
+                        format!("table \"{}\" has no column \"{}\", a key, partition or ordering field of \"{target_name}\"", heap.name(), field.name()),
+                        None,
+                    );
+                }
+                return None;
+            };
+            let type_oid = attributes[index].1;
+            match PgKind::from_type_oid(type_oid).filter(|k| datum::writable(*k, field.data_type())) {
+                Some(kind) => Some((index, kind)),
+                None => raise(
+                    PgSqlErrorCode::ERRCODE_DATATYPE_MISMATCH,
+                    format!("column \"{}\" of table \"{}\" cannot be written to Hudi field \"{}\" of type {}", attributes[index].0, heap.name(), field.name(), field.data_type()),
+                    None,
+                ),
+            }
+        })
+        .collect();
+    Mapping { heap_columns: attributes.iter().map(|(n, t, _)| (n.clone(), *t)).collect(), columns }
+}
+
+/// The fields a mirrored row must have: key, partition and ordering fields.
+fn required_fields(config: &engine::table::TableConfig) -> Vec<String> {
+    config.record_key_fields.iter().chain(&config.partition_fields).chain(&config.ordering_fields).cloned().collect()
+}
+
+/// Mirrors the heap table `heap` into the Hudi foreign table `target` (with `write_mode
+/// 'buffered'`): copies its rows now, and captures every later change. For the owner of both.
+/// Returns how many rows it copied.
+#[pg_extern(volatile)]
+fn mirror(heap: Option<RegClass>, target: Option<RegClass>) -> i64 {
+    let heap_oid = crate::api::args::required(heap, "heap").0;
+    let target = hudi_table(target);
+    crate::services::require_owner(&target, "mirror a table into it");
+    // Ownership first: the lock below would hold up the table's writers.
+    // SAFETY: catalog lookups.
+    if !unsafe { pg_sys::pg_class_ownercheck(heap_oid, pg_sys::GetUserId()) } {
+        raise(PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE, format!("must be owner of table {} to mirror it", regclass_text(heap_oid)), None);
+    }
+    if unsafe { pg_sys::get_rel_relkind(heap_oid) } != pg_sys::RELKIND_RELATION as std::ffi::c_char {
+        raise(PgSqlErrorCode::ERRCODE_WRONG_OBJECT_TYPE, format!("{} is not a table", regclass_text(heap_oid)), None);
+    }
+    // SAFETY: a table the caller owns, opened with the lock CREATE TRIGGER takes anyway.
+    let heap = unsafe { PgRelation::with_lock(heap_oid, pg_sys::ShareRowExclusiveLock as pg_sys::LOCKMODE) };
+    let foreign = ForeignHudiTable::for_function(target.oid());
+    if !super::is_buffered(&foreign) {
+        raise(
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!("foreign table \"{}\" does not have write_mode 'buffered'", target.name()),
+            Some(format!("ALTER FOREIGN TABLE {} OPTIONS (ADD write_mode 'buffered')", target.name())),
+        );
+    }
+    let storage = foreign.storage();
+    let (config, avro) = foreign.config_and_schema(&storage);
+    let rows = engine::write::rows::TableRows::new(&config, &avro).unwrap_or_else(|e| crate::error::report(e));
+    let mapping = mapping(&heap, rows.data_schema(), &required_fields(&config), target.name());
+    let args: Vec<DatumWithOid> = vec![heap_oid.into()];
+    let mirrored = as_pg_hudi(|| Spi::get_one_with_args::<bool>("SELECT EXISTS (SELECT 1 FROM hudi.mirror_targets WHERE heap = $1)", &args));
+    if mirrored.ok().flatten().unwrap_or(false) {
+        raise(PgSqlErrorCode::ERRCODE_DUPLICATE_OBJECT, format!("table \"{}\" is mirrored already", heap.name()), Some("hudi.unmirror it first.".into()));
+    }
+    let (heap_name, target_name) = (regclass_text(heap_oid), regclass_text(target.oid()));
+    // The columns both have, for the first copy.
+    let shared: Vec<String> = mapping
+        .columns
+        .iter()
+        .flatten()
+        .map(|(index, _)| quote(&mapping.heap_columns[*index].0))
+        .collect();
+    let target_columns: Vec<String> = rows
+        .data_schema()
+        .fields()
+        .iter()
+        .zip(&mapping.columns)
+        .filter(|(_, c)| c.is_some())
+        .map(|(f, _)| quote(f.name()))
+        .collect();
+    let oid = target.oid().to_u32();
+    Spi::run(&format!(
+        "CREATE TRIGGER hudi_mirror AFTER INSERT OR UPDATE OR DELETE ON {heap_name} FOR EACH ROW EXECUTE FUNCTION hudi_internal.mirror_row('{oid}')"
+    ))
+    .unwrap_or_else(|e| crate::error::spi_failed("mirroring", e));
+    Spi::run(&format!(
+        "CREATE TRIGGER hudi_mirror_truncate AFTER TRUNCATE ON {heap_name} FOR EACH STATEMENT EXECUTE FUNCTION hudi_internal.mirror_truncate('{oid}')"
+    ))
+    .unwrap_or_else(|e| crate::error::spi_failed("mirroring", e));
+    let args: Vec<DatumWithOid> = vec![heap_oid.into(), target.oid().into()];
+    as_pg_hudi(|| Spi::run_with_args("INSERT INTO hudi.mirror_targets (heap, target) VALUES ($1, $2)", &args))
+        .unwrap_or_else(|e| crate::error::spi_failed("mirroring", e));
+    let copied = Spi::connect_mut(|client| {
+        client
+            .update(&format!("INSERT INTO {target_name} ({}) SELECT {} FROM {heap_name}", target_columns.join(", "), shared.join(", ")), None, &[])
+            .map(|t| t.len() as i64)
+    });
+    copied.unwrap_or_else(|e| crate::error::spi_failed("mirroring", e))
+}
+
+/// Stops mirroring `heap`: its triggers go; what was captured stays in the Hudi table.
+#[pg_extern(volatile)]
+fn unmirror(heap: Option<RegClass>) {
+    let heap_oid = crate::api::args::required(heap, "heap").0;
+    // SAFETY: a catalog lookup.
+    if !unsafe { pg_sys::pg_class_ownercheck(heap_oid, pg_sys::GetUserId()) } {
+        raise(PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE, format!("must be owner of table {} to stop mirroring it", regclass_text(heap_oid)), None);
+    }
+    let args: Vec<DatumWithOid> = vec![heap_oid.into()];
+    let removed = as_pg_hudi(|| Spi::connect_mut(|c| c.update("DELETE FROM hudi.mirror_targets WHERE heap = $1", None, &args).map(|t| t.len())))
+        .unwrap_or_else(|e| crate::error::spi_failed("mirroring", e));
+    if removed == 0 {
+        raise(PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT, format!("table {} is not mirrored", regclass_text(heap_oid)), None);
+    }
+    let name = regclass_text(heap_oid);
+    for trigger in ["hudi_mirror", "hudi_mirror_truncate"] {
+        Spi::run(&format!("DROP TRIGGER IF EXISTS {trigger} ON {name}")).unwrap_or_else(|e| crate::error::spi_failed("mirroring", e));
+    }
+}
+
+fn regclass_text(oid: pg_sys::Oid) -> String {
+    let args: Vec<DatumWithOid> = vec![oid.into()];
+    crate::role::pinned_search_path(|| Spi::get_one_with_args::<String>("SELECT $1::pg_catalog.regclass::pg_catalog.text", &args))
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| raise(PgSqlErrorCode::ERRCODE_UNDEFINED_TABLE, format!("relation {oid:?} does not exist"), None))
+}
+
+fn quote(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// The target of the trigger that fired: its argument, a foreign table's oid.
+fn target_of(trigger: &PgTrigger<'_>) -> pg_sys::Oid {
+    let args = trigger.extra_args().unwrap_or_default();
+    match args.first().and_then(|a| a.parse::<u32>().ok()) {
+        Some(oid) => pg_sys::Oid::from(oid),
+        None => raise(PgSqlErrorCode::ERRCODE_TRIGGERED_ACTION_EXCEPTION, "hudi_mirror triggers take the target's oid", None),
+    }
+}
+
+/// `hudi_internal.mirror_row`, the row trigger of a mirrored table: the change goes to the
+/// target's write buffer in this transaction (an UPDATE that changes the key deletes the old
+/// key).
+pub(crate) fn row_trigger(trigger: &PgTrigger<'_>) {
+    let target_oid = target_of(trigger);
+    let data = trigger.trigger_data();
+    // SAFETY: the trigger's relation and tuples, valid while it runs.
+    unsafe {
+        let heap = PgRelation::from_pg(data.tg_relation);
+        let event = data.tg_event;
+        let (old, new) = match event & pg_sys::TRIGGER_EVENT_OPMASK {
+            pg_sys::TRIGGER_EVENT_INSERT => (None, Some(data.tg_trigtuple)),
+            pg_sys::TRIGGER_EVENT_UPDATE => (Some(data.tg_trigtuple), Some(data.tg_newtuple)),
+            _ => (Some(data.tg_trigtuple), None),
+        };
+        let target = PgRelation::with_lock(target_oid, pg_sys::RowExclusiveLock as pg_sys::LOCKMODE);
+        let schema = match super::data_schema_if_begun(target_oid) {
+            Some(schema) => schema,
+            None => {
+                // The target's owner's credentials open its storage, whoever changes the heap.
+                let owner = (*target.rd_rel).relowner;
+                as_role(owner, || super::begin(target.as_ptr(), &ForeignHudiTable::of_relation(target_oid)).0)
+            }
+        };
+        let key = (heap.oid().to_u32(), target_oid.to_u32());
+        let columns: Vec<(String, pg_sys::Oid)> = attributes(&heap).into_iter().map(|(n, t, _)| (n, t)).collect();
+        let cached = MAPPINGS.with(|m| m.borrow().get(&key).filter(|m| m.heap_columns == columns).cloned());
+        let mapping = cached.unwrap_or_else(|| {
+            let made = std::rc::Rc::new(mapping(&heap, &schema, &[], &target.name().to_owned()));
+            MAPPINGS.with(|m| m.borrow_mut().insert(key, made.clone()));
+            made
+        });
+        let tupdesc = heap.tuple_desc().as_ptr();
+        let row_of = |tuple: *mut pg_sys::HeapTupleData| {
+            let natts = (*tupdesc).natts as usize;
+            let (mut values, mut nulls) = (vec![pg_sys::Datum::from(0); natts], vec![true; natts]);
+            pg_sys::heap_deform_tuple(tuple, tupdesc, values.as_mut_ptr(), nulls.as_mut_ptr());
+            mapping
+                .columns
+                .iter()
+                .map(|c| c.and_then(|(i, kind)| (!nulls[i]).then_some((values[i], kind))))
+                .collect::<Vec<_>>()
+        };
+        let push = |change: Change, row: &[Option<(pg_sys::Datum, PgKind)>]| {
+            super::push(target_oid, change, row).unwrap_or_else(|why| raise(PgSqlErrorCode::ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE, why, None))
+        };
+        match (old, new) {
+            (None, Some(new)) => push(Change::Upsert, &row_of(new)),
+            (Some(old), None) => push(Change::Delete, &row_of(old)),
+            (Some(old), Some(new)) => {
+                let (old, new) = (row_of(old), row_of(new));
+                let mut pair = crate::datum::RowBuffer::new(schema.clone());
+                for row in [&old, &new] {
+                    pair.push(row).unwrap_or_else(|why| raise(PgSqlErrorCode::ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE, why, None));
+                }
+                let keys = super::keys_of(target_oid, &pair.take());
+                if keys[0] != keys[1] {
+                    push(Change::Delete, &old);
+                }
+                push(Change::Upsert, &new);
+            }
+            (None, None) => {}
+        }
+    }
+}
+
+/// `hudi_internal.mirror_truncate`, the statement trigger of a mirrored table's TRUNCATE:
+/// truncates the target, as its owner.
+pub(crate) fn truncate_trigger(trigger: &PgTrigger<'_>) {
+    let target = target_of(trigger);
+    // SAFETY: a catalog lookup of an existing relation.
+    let owner = unsafe { (*PgRelation::open(target).rd_rel).relowner };
+    let name = regclass_text(target);
+    as_role(owner, || Spi::run(&format!("TRUNCATE {name}"))).unwrap_or_else(|e| crate::error::spi_failed("mirroring", e));
+}
