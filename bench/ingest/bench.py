@@ -61,17 +61,20 @@ def flush_lags(port, lake, stop):
     return lags
 
 
+def buffered_table(conn, name, buckets):
+    """A Hudi table `name` with write_mode 'buffered', keyed by id (the worker flushes it)."""
+    conn.execute(f"CREATE FOREIGN TABLE {name} ({COLUMNS}) SERVER lake OPTIONS (path '{name}', primary_key 'id', "
+                 f"ordering_field 'ts', buckets '{buckets}', services 'off', write_mode 'buffered')")
+    conn.execute(f"SELECT hudi.create_table('{name}')")
+
+
 def main():
     args = arguments(0)
     with connect(args.port) as conn:
         create_tables(conn, args.lake, "direct")
         conn.execute("CREATE SEQUENCE ids")
-        conn.execute(f"CREATE FOREIGN TABLE buffered ({COLUMNS}) SERVER lake OPTIONS (path 'buffered', primary_key 'id', "
-                     "ordering_field 'ts', buckets '16', services 'off', write_mode 'buffered')")
-        conn.execute("SELECT hudi.create_table('buffered')")
-        conn.execute(f"CREATE FOREIGN TABLE markers ({COLUMNS}) SERVER lake OPTIONS (path 'markers', primary_key 'id', "
-                     "ordering_field 'ts', buckets '1', services 'off', write_mode 'buffered')")
-        conn.execute("SELECT hudi.create_table('markers')")
+        buffered_table(conn, "buffered", 16)
+        buffered_table(conn, "markers", 1)
         results = {"heap": pgbench(args.port, "heap", CLIENTS, SECONDS)}
         stop = threading.Event()
         lags = []
@@ -83,9 +86,7 @@ def main():
         results["direct"] = pgbench(args.port, "direct", CLIENTS, 5)
         # A heap table mirrored into a third buffered Hudi table.
         conn.execute(f"CREATE TABLE mirrored ({COLUMNS}, PRIMARY KEY (id))")
-        conn.execute(f"CREATE FOREIGN TABLE mirror_target ({COLUMNS}) SERVER lake OPTIONS (path 'mirror_target', "
-                     "primary_key 'id', ordering_field 'ts', buckets '16', services 'off', write_mode 'buffered')")
-        conn.execute("SELECT hudi.create_table('mirror_target')")
+        buffered_table(conn, "mirror_target", 16)
         conn.execute("SELECT hudi.mirror('mirrored', 'mirror_target')")
         results["heap with a mirror"] = pgbench(args.port, "mirrored", CLIENTS, SECONDS)
         committed = conn.execute("SELECT count(*) FROM buffered").fetchone()[0]

@@ -9,7 +9,6 @@
 
 use std::time::{Duration, Instant};
 
-use engine::write::Change;
 use pgrx::bgworkers::BackgroundWorker;
 use pgrx::datum::DatumWithOid;
 use pgrx::pg_sys;
@@ -191,11 +190,8 @@ fn flush_table(location: &str, relid: pg_sys::Oid, table: &ForeignHudiTable) -> 
     }
     let mut transactions: Vec<String> = chunks.iter().map(|(t, _, _)| t.clone()).collect();
     transactions.dedup();
-    let changes = chunks.iter().map(|(_, change, bytes)| {
-        let change = if *change == b'd' as i8 { Change::Delete } else { Change::Upsert };
-        (change, engine::write::rows::from_bytes(bytes).or_report())
-    });
-    let changes = engine::write::rows::coalesce(changes.collect()).or_report();
+    let changes = chunks.iter().map(|(_, change, bytes)| super::chunk(*change, bytes)).collect();
+    let changes = engine::write::rows::coalesce(changes).or_report();
     let written = changes.iter().map(|(_, rows)| rows.num_rows()).sum();
     crate::xact::with_open_write(relid, || crate::fdw::modify::new_write(table, relid, false), |write| {
         for (change, rows) in changes {

@@ -231,7 +231,7 @@ pub fn data_schema_if_begun(relid: pg_sys::Oid) -> Option<SchemaRef> {
 
 /// The data columns of the buffered write of `relid` (begun by [`begin`]).
 pub fn data_schema(relid: pg_sys::Oid) -> SchemaRef {
-    WRITES.with(|w| w.borrow().get(&relid.to_u32()).map(|w| w.shape.rows.data_schema().clone())).expect("begun in BeginForeignModify")
+    data_schema_if_begun(relid).expect("begun in BeginForeignModify")
 }
 
 /// The partition path and record key of each of `rows` (data columns) of the table `relid`.
@@ -240,16 +240,26 @@ pub fn keys_of(relid: pg_sys::Oid, rows: &RecordBatch) -> Vec<(String, String)> 
     shape.rows.keys_of(rows).or_report()
 }
 
+/// A chunk's `change` in `hudi.write_buffer`.
+fn change_code(change: Change) -> i8 {
+    match change {
+        Change::Upsert => b'u' as i8,
+        Change::Delete => b'd' as i8,
+    }
+}
+
+/// The change a chunk of `hudi.write_buffer` holds, and its rows.
+fn chunk(change: i8, rows: &[u8]) -> (Change, RecordBatch) {
+    let change = if change == change_code(Change::Delete) { Change::Delete } else { Change::Upsert };
+    (change, engine::write::rows::from_bytes(rows).or_report())
+}
+
 /// Writes one chunk of rows to the buffer (with `commits`: the transaction's last).
 fn write_chunk(location: &str, relation: pg_sys::Oid, change: Change, rows: &RecordBatch, commits: bool) {
     check_limit(rows.num_rows());
     let bytes = engine::write::rows::to_bytes(rows).or_report();
-    let change: i8 = match change {
-        Change::Upsert => b'u' as i8,
-        Change::Delete => b'd' as i8,
-    };
     let args: Vec<DatumWithOid> =
-        vec![location.into(), relation.into(), change.into(), (rows.num_rows() as i32).into(), bytes.as_slice().into(), commits.into()];
+        vec![location.into(), relation.into(), change_code(change).into(), (rows.num_rows() as i32).into(), bytes.as_slice().into(), commits.into()];
     as_pg_hudi(|| {
         Spi::connect_mut(|client| {
             // Planned once per backend: a small transaction's commit is this one insert.
@@ -399,13 +409,7 @@ fn buffered_rows(location: &str) -> (i64, Vec<(Change, RecordBatch)>) {
             (flushes, chunks)
         })
     });
-    let chunks = chunks
-        .into_iter()
-        .map(|(change, bytes)| {
-            let change = if change == b'd' as i8 { Change::Delete } else { Change::Upsert };
-            (change, engine::write::rows::from_bytes(&bytes).or_report())
-        })
-        .collect();
+    let chunks = chunks.into_iter().map(|(change, bytes)| chunk(change, &bytes)).collect();
     (flushes, chunks)
 }
 
