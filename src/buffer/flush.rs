@@ -127,12 +127,12 @@ pub fn flush_due(all: bool) -> Option<Duration> {
                     let foreign = ForeignHudiTable::of_relation(table.relation);
                     let wait = if all { Duration::ZERO } else { due_in(&foreign, &table) };
                     if !wait.is_zero() {
-                        return Ok(Some(wait));
+                        return Some(wait);
                     }
-                    flush_table(&table.location, table.relation, &foreign).map(|_| None)
+                    flush_table(&table.location, table.relation, &foreign);
+                    None
                 })
             });
-            let outcome = outcome.and_then(|inner| inner);
             if outcome.is_err() {
                 // What the write wrote before the ERROR goes; the transaction commits nothing.
                 crate::xact::discard_write(table.relation);
@@ -155,8 +155,8 @@ pub fn flush_due(all: bool) -> Option<Duration> {
 }
 
 /// Flushes the committed rows of the table at `location` through its foreign table `relid`
-/// (in the current transaction, as the table's owner): the rows it wrote, or an error message.
-fn flush_table(location: &str, relid: pg_sys::Oid, table: &ForeignHudiTable) -> Result<usize, String> {
+/// (in the current transaction, as the table's owner): how many rows it wrote.
+fn flush_table(location: &str, relid: pg_sys::Oid, table: &ForeignHudiTable) -> usize {
     let args: Vec<DatumWithOid> = vec![location.into(), MAX_TRANSACTIONS.into()];
     // One flusher per table on this server: another worker flushing it now is left to it.
     let chunks = as_pg_hudi(|| {
@@ -186,7 +186,7 @@ fn flush_table(location: &str, relid: pg_sys::Oid, table: &ForeignHudiTable) -> 
         })
     });
     if chunks.is_empty() {
-        return Ok(0);
+        return 0;
     }
     let mut transactions: Vec<String> = chunks.iter().map(|(t, _, _)| t.clone()).collect();
     transactions.dedup();
@@ -222,9 +222,14 @@ fn flush_table(location: &str, relid: pg_sys::Oid, table: &ForeignHudiTable) -> 
         })
     });
     if deleted != chunks.len() {
-        return Err(format!("{} of the {} buffered chunks it wrote were gone (a TRUNCATE); it starts over", chunks.len() - deleted, chunks.len()));
+        // An ERROR, so that the subtransaction takes back the DELETE of the others too.
+        crate::error::raise(
+            pgrx::PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE,
+            format!("{} of the {} buffered chunks it wrote were gone (a TRUNCATE); it starts over", chunks.len() - deleted, chunks.len()),
+            None,
+        );
     }
-    Ok(written)
+    written
 }
 
 /// The body of a database's flush round: flushes its buffered tables as they come due, until
