@@ -269,3 +269,38 @@ def test_a_mirrored_heap_table_reaches_the_lake_with_every_committed_change(lake
     conn.execute("GRANT SELECT ON heap, customers TO stranger")
     with cluster.connect(user="stranger") as other:
         assert refused(other, "SELECT hudi.mirror('heap', 'customers')") == "42501"
+
+
+def test_a_trigger_made_by_hand_cannot_write_or_truncate_another_roles_table(lake, cluster):
+    """The mirror trigger functions are usable by anyone (a trigger needs EXECUTE), but they
+    write only for a pair hudi.mirror made: a role naming another role's buffered Hudi table in
+    a trigger on its own table changes nothing there (42501), neither rows nor by TRUNCATE."""
+    conn, table = lake
+    _buffered(conn)
+    conn.execute("INSERT INTO customers VALUES (1, 'kept', 'nl', 1, '2026-01-01')")
+    target = conn.execute("SELECT 'customers'::regclass::oid").fetchone()[0]
+    conn.execute("CREATE ROLE intruder LOGIN")
+    conn.execute("GRANT CREATE ON SCHEMA public TO intruder")
+    with cluster.connect(user="intruder") as other:
+        other.execute("CREATE TABLE mine (id bigint, name text, country text, balance numeric(12, 2), ts timestamptz)")
+        other.execute(f"CREATE TRIGGER t AFTER INSERT ON mine FOR EACH ROW EXECUTE FUNCTION hudi_internal.mirror_row('{target}')")
+        other.execute(f"CREATE TRIGGER u AFTER TRUNCATE ON mine FOR EACH STATEMENT EXECUTE FUNCTION hudi_internal.mirror_truncate('{target}')")
+        assert refused(other, "INSERT INTO mine VALUES (2, 'forged', 'nl', 1, '2026-01-01')") == "42501"
+        assert refused(other, "TRUNCATE mine") == "42501"
+    assert [(r[0], r[1]) for r in our_rows(conn)] == [(1, "kept")]
+
+
+def test_rows_are_flushed_only_where_they_were_written(lake, cluster):
+    """A buffered foreign table whose path changes before its rows are flushed: the flush
+    refuses to write them to the new location (they wait, as the log says), and flushes them
+    where they were written once the path points back."""
+    conn, table = lake
+    _buffered(conn)
+    conn.execute("INSERT INTO customers VALUES (1, 'here', 'nl', 1, '2026-01-01')")
+    conn.execute("ALTER FOREIGN TABLE customers OPTIONS (SET path 'elsewhere')")
+    serve_databases(conn)
+    wait_for("the refused flush in the log", lambda: "no longer points at" in cluster.log())
+    assert not (table.parent / "elsewhere").exists()
+    assert _buffered_rows(conn) == 1
+    conn.execute("ALTER FOREIGN TABLE customers OPTIONS (SET path 'customers')")
+    wait_for("the rows flushed where they were written", lambda: reference_rows(table) == [(1, "here", "nl", 1)])

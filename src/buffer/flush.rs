@@ -125,6 +125,19 @@ pub fn flush_due(all: bool) -> Option<Duration> {
             let outcome = in_subtransaction(|| {
                 as_role(table.owner, || {
                     let foreign = ForeignHudiTable::of_relation(table.relation);
+                    // Rows go where they were written: a foreign table whose path changed since
+                    // (another role's, sharing the location) must not take them elsewhere.
+                    if foreign.uri.to_string() != table.location {
+                        crate::error::raise(
+                            pgrx::PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+                            format!(
+                                "foreign table {} no longer points at {}, where its buffered rows were written",
+                                crate::fdw::table::relation_name(table.relation),
+                                table.location
+                            ),
+                            Some("Point it back there (ALTER FOREIGN TABLE ... OPTIONS (SET path ...)) so that they are flushed.".into()),
+                        );
+                    }
                     let wait = if all { Duration::ZERO } else { due_in(&foreign, &table) };
                     if !wait.is_zero() {
                         return Some(wait);

@@ -29,6 +29,8 @@ struct Mapping {
 }
 
 thread_local! {
+    /// (heap table, target) pairs found in `hudi.mirror_targets`.
+    static VERIFIED: std::cell::RefCell<std::collections::HashSet<(u32, u32)>> = Default::default();
     static MAPPINGS: std::cell::RefCell<HashMap<(u32, u32), std::rc::Rc<Mapping>>> = Default::default();
 }
 
@@ -178,16 +180,36 @@ fn regclass_text(oid: pg_sys::Oid) -> String {
 }
 
 fn quote(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
+    // SAFETY: quote_identifier on the main thread.
+    unsafe { crate::fdw::import::quote_ident(name) }
 }
 
-/// The target of the trigger that fired: its argument, a foreign table's oid.
+/// The target of the trigger that fired: its argument, a foreign table's oid — only when
+/// `hudi.mirror` made the trigger's table a mirror of that target (checked once per backend).
+/// Anyone may create a trigger with these functions on a table of their own; naming another
+/// role's Hudi table in it must not write (or truncate) that table.
 fn target_of(trigger: &PgTrigger<'_>) -> pg_sys::Oid {
     let args = trigger.extra_args().unwrap_or_default();
-    match args.first().and_then(|a| a.parse::<u32>().ok()) {
-        Some(oid) => pg_sys::Oid::from(oid),
-        None => raise(PgSqlErrorCode::ERRCODE_TRIGGERED_ACTION_EXCEPTION, "hudi_mirror triggers take the target's oid", None),
+    let Some(target) = args.first().and_then(|a| a.parse::<u32>().ok()).map(pg_sys::Oid::from) else {
+        raise(PgSqlErrorCode::ERRCODE_TRIGGERED_ACTION_EXCEPTION, "hudi_mirror triggers take the target's oid", None)
+    };
+    let heap = trigger.relid().unwrap_or(pg_sys::InvalidOid);
+    let pair = (heap.to_u32(), target.to_u32());
+    if !VERIFIED.with(|v| v.borrow().contains(&pair)) {
+        let args: Vec<DatumWithOid> = vec![heap.into(), target.into()];
+        let mirrored = as_pg_hudi(|| {
+            Spi::get_one_with_args::<bool>("SELECT EXISTS (SELECT 1 FROM hudi.mirror_targets WHERE heap = $1 AND target = $2)", &args)
+        });
+        if !mirrored.ok().flatten().unwrap_or(false) {
+            raise(
+                PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+                format!("table {} is not mirrored into {} (hudi.mirror makes its triggers)", regclass_text(heap), regclass_text(target)),
+                None,
+            );
+        }
+        VERIFIED.with(|v| v.borrow_mut().insert(pair));
     }
+    target
 }
 
 /// `hudi_internal.mirror_row`, the row trigger of a mirrored table: the change goes to the

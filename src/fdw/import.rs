@@ -18,7 +18,11 @@ use crate::runtime::block_on;
 /// The remote schema name that means "everything under the base URI".
 pub const ROOT_SCHEMA: &str = "root";
 
-unsafe fn quote_ident(name: &str) -> String {
+/// `name` quoted as an SQL identifier where it needs quotes.
+///
+/// # Safety
+/// Calls PostgreSQL's `quote_identifier`: on the main thread.
+pub(crate) unsafe fn quote_ident(name: &str) -> String {
     let c = CString::new(name).unwrap_or_default();
     CStr::from_ptr(pg_sys::quote_identifier(c.as_ptr())).to_string_lossy().into_owned()
 }
