@@ -31,10 +31,15 @@ listen_addresses = '127.0.0.1'
 unix_socket_directories = '$sockets'
 shared_preload_libraries = 'pg_hudi'
 fsync = off
+wal_level = logical
 full_page_writes = off
 max_connections = ${PG_HUDI_MAX_CONNECTIONS:-50}
 log_line_prefix = '%m [%p] %b '
 CONF
+  # Minor releases from 15.20 on restrict logical decoding to trusted output plugins.
+  if grep -q '^output_plugin_libraries' <<<"$("$(pg_bin postgres)" --describe-config 2>/dev/null)"; then
+    echo "output_plugin_libraries = 'pgoutput, test_decoding, pg_hudi'" >>"$data/postgresql.auto.conf"
+  fi
   if [ -n "${PG_HUDI_WORKER_DATABASES:-}" ]; then
     echo "hudi.worker_databases = '${PG_HUDI_WORKER_DATABASES}'" >>"$data/postgresql.auto.conf"
   fi
@@ -45,7 +50,7 @@ CONF
   ;;
 stop)
   if [ -f "$data/PG_VERSION" ] && as_pg "$(pg_bin pg_ctl)" -D "$data" status >/dev/null 2>&1; then
-    as_pg "$(pg_bin pg_ctl)" -D "$data" -m fast -w stop >/dev/null
+    as_pg "$(pg_bin pg_ctl)" -D "$data" -m "${3:-fast}" -w stop >/dev/null
   fi
   ;;
 *)

@@ -49,6 +49,6 @@ COMMENT ON TABLE hudi.consumer_positions IS
 GRANT USAGE ON SCHEMA hudi_internal TO PUBLIC;
 COMMENT ON SCHEMA hudi_internal IS 'pg_hudi''s helpers for its views and hudi.consume; not an interface';
 COMMENT ON FUNCTION hudi.mirror IS
-  'Mirrors a heap table into a Hudi foreign table with write_mode ''buffered'': copies its rows, then captures every committed change; returns the rows copied';
+  'Mirrors a heap table into a Hudi foreign table with write_mode ''buffered'': copies its rows, then captures every committed change (capture ''wal'', from the WAL, the default with wal_level logical, or ''trigger''); returns the rows copied';
 COMMENT ON FUNCTION hudi.unmirror IS
   'Stops mirroring a heap table (hudi.mirror); what was captured stays in the Hudi table';

@@ -39,22 +39,34 @@ CREATE TABLE hudi.buffer_flushes (
 );
 REVOKE ALL ON hudi.buffer_flushes FROM PUBLIC;
 
--- Heap tables mirrored into Hudi tables (hudi.mirror): each heap table's triggers
--- hudi_mirror and hudi_mirror_truncate feed the target's write buffer. Dumped with the
--- database (the triggers are the heap table's, and dumped with it).
+-- Heap tables mirrored into Hudi tables (hudi.mirror), captured from the WAL (the worker
+-- decodes the mirror's replication slot `slot`; `captured_lsn` is the end of the last
+-- transaction whose changes are in the write buffer, `captured_at` when the worker last caught
+-- up) or by the heap table's triggers hudi_mirror and hudi_mirror_truncate. Dumped with the
+-- database (the triggers are the heap table's, and dumped with it; a slot is not).
 CREATE TABLE hudi.mirror_targets (
     heap regclass PRIMARY KEY,
     target regclass NOT NULL,
-    created_at timestamptz NOT NULL DEFAULT now()
+    created_at timestamptz NOT NULL DEFAULT now(),
+    capture text NOT NULL DEFAULT 'trigger' CHECK (capture IN ('wal', 'trigger')),
+    slot name UNIQUE,
+    captured_lsn pg_lsn,
+    captured_at timestamptz,
+    identity_was text,
+    last_error text
 );
 REVOKE ALL ON hudi.mirror_targets FROM PUBLIC;
 SELECT pg_catalog.pg_extension_config_dump('hudi.mirror_targets', '');
 
--- The mirrors a role may see: how many rows and how many seconds the Hudi table is behind.
+-- The mirrors a role may see: how many rows and how many seconds the Hudi table is behind
+-- (for a WAL capture, also how long ago the worker last decoded all the WAL there was).
 CREATE VIEW hudi.mirrors AS
-SELECT m.heap AS relation, m.target::text AS hudi_table, m.created_at,
+SELECT m.heap AS relation, m.target::text AS hudi_table, m.capture, m.created_at,
        COALESCE(b.rows, 0) AS lag_rows,
-       COALESCE(EXTRACT(epoch FROM pg_catalog.now() OPERATOR(pg_catalog.-) b.oldest_commit), 0)::float8 AS lag_seconds
+       GREATEST(COALESCE(EXTRACT(epoch FROM pg_catalog.now() OPERATOR(pg_catalog.-) b.oldest_commit), 0),
+                CASE WHEN m.capture OPERATOR(pg_catalog.=) 'wal'
+                     THEN COALESCE(EXTRACT(epoch FROM pg_catalog.now() OPERATOR(pg_catalog.-) m.captured_at), 0) ELSE 0 END)::float8 AS lag_seconds,
+       m.last_error
   FROM hudi.mirror_targets m
   LEFT JOIN (SELECT w.relation, pg_catalog.sum(w.row_count) AS rows,
                     pg_catalog.min(w.written_at) FILTER (WHERE w.commits) AS oldest_commit
@@ -64,7 +76,7 @@ COMMENT ON VIEW hudi.mirrors IS
   'Heap tables mirrored into Hudi tables (hudi.mirror), and how far each Hudi table is behind';
 GRANT SELECT ON hudi.mirrors TO PUBLIC;
 
-CREATE FUNCTION hudi.mirror("heap" regclass, "target" regclass) RETURNS bigint
+CREATE FUNCTION hudi.mirror("heap" regclass, "target" regclass, "capture" text DEFAULT NULL) RETURNS bigint
 VOLATILE LANGUAGE c AS 'MODULE_PATHNAME', 'mirror_wrapper';
 CREATE FUNCTION hudi.unmirror("heap" regclass) RETURNS void
 VOLATILE LANGUAGE c AS 'MODULE_PATHNAME', 'unmirror_wrapper';
@@ -73,6 +85,6 @@ LANGUAGE c AS 'MODULE_PATHNAME', 'mirror_row_wrapper';
 CREATE FUNCTION hudi_internal.mirror_truncate() RETURNS trigger
 LANGUAGE c AS 'MODULE_PATHNAME', 'mirror_truncate_wrapper';
 COMMENT ON FUNCTION hudi.mirror IS
-  'Mirrors a heap table into a Hudi foreign table with write_mode ''buffered'': copies its rows, then captures every committed change; returns the rows copied';
+  'Mirrors a heap table into a Hudi foreign table with write_mode ''buffered'': copies its rows, then captures every committed change (capture ''wal'', from the WAL, the default with wal_level logical, or ''trigger''); returns the rows copied';
 COMMENT ON FUNCTION hudi.unmirror IS
   'Stops mirroring a heap table (hudi.mirror); what was captured stays in the Hudi table';

@@ -17,6 +17,7 @@ mod locks;
 mod role;
 mod runtime;
 mod services;
+mod spi;
 mod worker;
 mod writer;
 mod xact;

@@ -187,6 +187,13 @@ def wait_for(what, condition, timeout=30):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def wait_for_value(what, value, timeout=30):
+    """Polls `value()` until it returns something (not None), and returns that."""
+    found = []
+    wait_for(what, lambda: (v := value()) is not None and not found.append(v), timeout)
+    return found[0]
+
+
 def set_heartbeat_expiry(conn, seconds):
     """Sets the server setting hudi.heartbeat_expiry (ALTER SYSTEM: sessions cannot set it)
     and waits until `conn` sees it."""

@@ -30,8 +30,15 @@ class Cluster:
         self.port = int(out.stdout.strip().splitlines()[-1])
         return self
 
-    def stop(self):
-        subprocess.run([CLUSTER_SH, "stop", self.directory], check=True, capture_output=True)
+    def stop(self, mode="fast"):
+        """Stops the server (`mode`: pg_ctl's shutdown mode; "immediate" is a crash)."""
+        subprocess.run([CLUSTER_SH, "stop", self.directory, mode], check=True, capture_output=True)
+
+    def worker_pid(self, what):
+        """The process id of the server's child whose title has `what`, or None."""
+        postmaster = (self.data_dir / "postmaster.pid").read_text().split()[0]
+        out = subprocess.run(["ps", "-o", "pid=,args=", "--ppid", postmaster], capture_output=True, text=True).stdout
+        return next((int(line.split()[0]) for line in out.splitlines() if what in line), None)
 
     @property
     def data_dir(self):

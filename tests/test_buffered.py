@@ -6,7 +6,9 @@ flushed, under reads that race the flushes, and for the buffer's limit and TRUNC
 import random
 import threading
 
-from conftest import our_rows, reference_rows, refused, serve_databases, wait_for
+import pytest
+
+from conftest import our_rows, reference_rows, refused, serve_databases, wait_for, wait_for_value
 
 
 def _buffered(conn, interval="100ms"):
@@ -182,6 +184,73 @@ def test_a_flush_killed_before_its_commit_is_done_again_exactly_once(lake, clust
         assert len(_deltacommits(table)) == 1, "one flush completed: the killed one did not"
 
 
+def _kill_flushing_worker(cluster):
+    """kill -9 of the flush round's worker (found again if it ended before the signal)."""
+    from conftest import kill_backend_and_wait
+    while True:
+        try:
+            return kill_backend_and_wait(cluster, wait_for_value("the flushing worker", lambda: cluster.worker_pid("(write buffer)")))
+        except ProcessLookupError:
+            pass
+
+
+def test_buffered_writers_lose_nothing_committed_to_crashes_during_flushes(lake, cluster):
+    """Two sessions commit one-row transactions into a buffered table while the worker flushes
+    every 50 ms, and the server crashes under them (kill -9 of the flushing worker or of a
+    writer, an immediate shutdown): every transaction whose COMMIT returned is in the lake
+    afterwards, once, and nothing that was never sent to the server is."""
+    import psycopg
+    from conftest import kill_backend_and_wait
+    conn, table = lake
+    conn.execute("ALTER FOREIGN TABLE customers OPTIONS (ADD write_mode 'buffered', ADD flush_interval '50ms')")
+    serve_databases(conn)
+    import itertools
+    import time
+    acknowledged, attempted = set(), set()
+    next_id = itertools.count(1)
+
+    def write(stop):
+        while not stop.is_set():
+            try:
+                with cluster.connect() as session:
+                    while not stop.is_set():
+                        n = next(next_id)
+                        attempted.add(n)
+                        session.execute(f"INSERT INTO customers VALUES ({n}, 'w', 'nl', {n}, '2026-01-01')")
+                        acknowledged.add(n)
+            except (psycopg.Error, OSError):
+                time.sleep(0.05)  # the crash: connect again once the server is back
+
+    writer = "SELECT pid FROM pg_stat_activity WHERE query LIKE 'INSERT INTO customers%' AND state = 'active' LIMIT 1"
+    for crash in ("kill", "immediate", "kill a writer", "kill", "immediate"):
+        stop = threading.Event()
+        writers = [threading.Thread(target=write, args=(stop,)) for _ in range(2)]
+        for w in writers:
+            w.start()
+        target = len(acknowledged) + 300
+        wait_for("rows committed", lambda: len(acknowledged) >= target, timeout=60)
+        if crash == "kill":
+            _kill_flushing_worker(cluster)
+        elif crash == "kill a writer":
+            row = wait_for_value("a writer in its INSERT", lambda: conn.execute(writer).fetchone())
+            kill_backend_and_wait(cluster, row[0])
+        else:
+            cluster.stop("immediate")
+            cluster.start()
+        stop.set()
+        for w in writers:
+            w.join()
+        conn = cluster.connect()
+        serve_databases(conn)  # a start writes the tests' settings again
+    wait_for("the buffer flushed", lambda: _buffered_rows(conn) == 0, timeout=60)
+    rows = reference_rows(table)
+    ids = [r[0] for r in rows]
+    assert len(ids) == len(set(ids))
+    assert acknowledged <= set(ids), sorted(acknowledged - set(ids))[:10]
+    assert set(ids) <= attempted
+    assert [r[0] for r in our_rows(conn)] == sorted(ids)
+
+
 def test_two_servers_flush_into_one_table_at_once(lake, cluster):
     """Two servers with buffered foreign tables of one Hudi table, each written by its own
     sessions and flushed by its own worker at the same time: every row of both is in the lake
@@ -219,17 +288,26 @@ def test_two_servers_flush_into_one_table_at_once(lake, cluster):
         assert sorted(r[0] for r in conn.execute("SELECT id FROM customers")) == expected
 
 
-def test_a_mirrored_heap_table_reaches_the_lake_with_every_committed_change(lake, cluster):
+def _mirror_slots(conn):
+    return [r[0] for r in conn.execute("SELECT slot_name FROM pg_replication_slots WHERE plugin = 'pg_hudi'")]
+
+
+@pytest.mark.parametrize("capture", ["wal", "trigger"])
+def test_a_mirrored_heap_table_reaches_the_lake_with_every_committed_change(lake, cluster, capture):
     """hudi.mirror copies a heap table's rows into a buffered Hudi table, then captures its
-    committed INSERT, UPDATE (also of the key), DELETE and TRUNCATE, in transactions, savepoints
-    and rollbacks: once flushed, the reference reader reads what the heap table holds; a role
-    without ownership cannot mirror, and hudi.unmirror stops the capture."""
+    committed INSERT, UPDATE (also of the key, and of a row with a TOASTed value it leaves
+    unchanged), DELETE and TRUNCATE, in transactions, savepoints, rollbacks and a large
+    transaction — from the WAL or by triggers: the Hudi table then reads what the heap table
+    holds, here and by the reference reader; a role without ownership cannot mirror, and
+    hudi.unmirror stops the capture (dropping the slot, setting the replica identity back)."""
     conn, table = lake
     conn.execute("ALTER FOREIGN TABLE customers OPTIONS (ADD write_mode 'buffered', ADD flush_interval '100ms')")
     conn.execute("CREATE TABLE heap (id bigint, name text, country text, balance numeric(12, 2), ts timestamptz, "
                  "extra text, PRIMARY KEY (id, country))")
     conn.execute("INSERT INTO heap SELECT g, 'n' || g, 'nl', g, '2026-01-01', 'x' FROM generate_series(1, 20) g")
-    assert conn.execute("SELECT hudi.mirror('heap', 'customers')").fetchone()[0] == 20
+    serve_databases(conn)
+    assert conn.execute(f"SELECT hudi.mirror('heap', 'customers', '{capture}')").fetchone()[0] == 20
+    assert conn.execute("SELECT capture FROM hudi.mirrors").fetchone()[0] == capture
     assert refused(conn, "SELECT hudi.mirror('heap', 'customers')") == "42710"
     seed = random.randrange(1 << 30)
     print(f"seed {seed}")
@@ -254,21 +332,83 @@ def test_a_mirrored_heap_table_reaches_the_lake_with_every_committed_change(lake
             if savepoint:
                 conn.execute(rng.choice(["RELEASE SAVEPOINT s", "ROLLBACK TO SAVEPOINT s"]))
         conn.execute("COMMIT" if rng.random() < 0.85 else "ROLLBACK")
+    # A value stored out of line (TOASTed), then an UPDATE that leaves it as it is; and one
+    # transaction of many rows.
+    conn.execute("INSERT INTO heap VALUES (500, (SELECT string_agg(md5(g::text), '') FROM generate_series(1, 400) g), "
+                 "'nl', 1, '2026-01-01', 'x')")
+    conn.execute("UPDATE heap SET balance = 2 WHERE id = 500")
+    conn.execute("INSERT INTO heap SELECT g, 'bulk', 'de', g, '2026-01-01', 'x' FROM generate_series(2000, 6999) g")
     expected = _heap_rows(conn)
-    assert our_rows(conn) == expected
-    serve_databases(conn)
+    if capture == "trigger":
+        assert our_rows(conn) == expected, "in the buffer at commit"
+    wait_for("the mirrored rows", lambda: our_rows(conn) == expected)
     wait_for("the mirrored rows in the lake", lambda: reference_rows(table) == expected)
     assert conn.execute("SELECT relation::text, hudi_table FROM hudi.mirrors").fetchall() == [("heap", "customers")]
     conn.execute("TRUNCATE heap")
     conn.execute("INSERT INTO heap VALUES (1, 'after', 'nl', 1, '2026-01-03', 'z')")
     wait_for("the truncate in the lake", lambda: reference_rows(table) == _heap_rows(conn))
+    identity = "SELECT relreplident FROM pg_class WHERE oid = 'heap'::regclass"
+    assert conn.execute(identity).fetchone()[0] == ("f" if capture == "wal" else "d")
+    assert _mirror_slots(conn) if capture == "wal" else not _mirror_slots(conn)
     conn.execute("SELECT hudi.unmirror('heap')")
+    assert conn.execute(identity).fetchone()[0] == "d"
+    wait_for("the slot dropped", lambda: not _mirror_slots(conn))
     conn.execute("INSERT INTO heap VALUES (2, 'not mirrored', 'nl', 1, '2026-01-03', 'z')")
     assert [r[0] for r in our_rows(conn)] == [1]
     conn.execute("CREATE ROLE stranger LOGIN")
     conn.execute("GRANT SELECT ON heap, customers TO stranger")
     with cluster.connect(user="stranger") as other:
         assert refused(other, "SELECT hudi.mirror('heap', 'customers')") == "42501"
+
+
+def test_wal_mirror_slots_are_pg_hudis(lake, cluster):
+    """A mirror's replication slot is made before the transaction writes (25001 after a
+    write, nothing made), one left by a rolled-back hudi.mirror is dropped by the worker, and
+    pg_hudi's output plugin decodes for nobody else (55000, no crash)."""
+    conn, table = lake
+    _buffered(conn)
+    conn.execute("BEGIN")
+    conn.execute("INSERT INTO heap VALUES (1, 'a', 'nl', 1, '2026-01-01')")
+    assert refused(conn, "SELECT hudi.mirror('heap', 'customers', 'wal')") == "25001"
+    conn.execute("ROLLBACK")
+    assert not _mirror_slots(conn)
+    conn.execute("BEGIN")
+    conn.execute("SELECT hudi.mirror('heap', 'customers')")
+    assert len(_mirror_slots(conn)) == 1
+    conn.execute("ROLLBACK")
+    serve_databases(conn)
+    wait_for("the slot of the rolled-back mirror dropped", lambda: not _mirror_slots(conn))
+    conn.execute("SELECT pg_create_logical_replication_slot('mine', 'pg_hudi')")
+    conn.execute("INSERT INTO heap VALUES (1, 'a', 'nl', 1, '2026-01-01')")
+    assert refused(conn, "SELECT * FROM pg_logical_slot_peek_changes('mine', NULL, NULL)") == "55000"
+    conn.execute("SELECT pg_drop_replication_slot('mine')")
+    assert refused(conn, "SELECT hudi.mirror('heap', 'customers', 'logical')") == "22023"
+
+
+def test_a_wal_mirror_loses_nothing_to_kill_9_and_immediate_shutdown(lake, cluster):
+    """Writers keep changing a heap table captured from the WAL while the capturing worker is
+    killed (-9) and the server shut down immediately: once it runs again, the lake holds what
+    the heap table holds."""
+    conn, table = lake
+    _buffered(conn)
+    serve_databases(conn)
+    conn.execute("SELECT hudi.mirror('heap', 'customers')")
+    rng = random.Random(7)
+    for round_ in range(4):
+        for step in range(10):
+            conn.execute(f"INSERT INTO heap SELECT g, 'r{round_}', 'nl', g, now() FROM generate_series({step * 50}, {step * 50 + 49}) g "
+                         "ON CONFLICT (id, country) DO UPDATE SET name = excluded.name, balance = heap.balance + 1")
+            conn.execute(f"DELETE FROM heap WHERE id % 11 = {rng.randint(0, 10)}")
+        if round_ % 2 == 0:
+            _kill_flushing_worker(cluster)
+        else:
+            cluster.stop("immediate")
+            cluster.start()
+        conn = cluster.connect()
+        serve_databases(conn)  # a start writes the tests' settings again
+    expected = _heap_rows(conn)
+    wait_for("the mirrored rows in the lake", lambda: reference_rows(table) == expected, timeout=60)
+    assert our_rows(conn) == expected
 
 
 def test_a_trigger_made_by_hand_cannot_write_or_truncate_another_roles_table(lake, cluster):

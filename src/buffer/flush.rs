@@ -44,7 +44,7 @@ struct Waiting {
 /// The tables of this database whose buffer holds committed rows.
 fn waiting() -> Vec<Waiting> {
     // A database whose extension is older than the library has no buffer.
-    let exists = Spi::get_one::<bool>("SELECT pg_catalog.to_regclass('hudi.write_buffer') IS NOT NULL").ok().flatten().unwrap_or(false);
+    let exists = crate::spi::read_one::<bool>("SELECT pg_catalog.to_regclass('hudi.write_buffer') IS NOT NULL", &[]).ok().flatten().unwrap_or(false);
     if !exists {
         return Vec::new();
     }
@@ -246,15 +246,18 @@ fn flush_table(location: &str, relid: pg_sys::Oid, table: &ForeignHudiTable) -> 
 }
 
 /// The body of a database's flush round: flushes its buffered tables as they come due, until
-/// the buffer holds no committed row (or the worker is asked to stop).
+/// the buffer holds no committed row (or the worker is asked to stop); while the database has
+/// mirrors captured from the WAL, it decodes them every [`super::capture::POLL`] and does not
+/// end.
 pub fn flush_until_empty() {
     // SAFETY: a read of the worker's database.
     let database = unsafe { pg_sys::MyDatabaseId };
     crate::worker::wake::set_flushing(database, true);
     while !crate::runtime::stopping() {
         let started = Instant::now();
+        let capturing = super::capture::capture_all();
         let mut next = flush_due(false);
-        if next.is_none() {
+        if next.is_none() && !capturing {
             // Commits stop skipping the launcher; one that skipped it committed before this.
             crate::worker::wake::set_flushing(database, false);
             next = flush_due(false);
@@ -263,10 +266,17 @@ pub fn flush_until_empty() {
                 Some(_) => crate::worker::wake::set_flushing(database, true),
             }
         }
-        let wait = next.unwrap_or_default().saturating_sub(started.elapsed()).max(Duration::from_millis(5));
+        let next = match next {
+            Some(next) if capturing => next.min(super::capture::POLL),
+            Some(next) => next,
+            None => super::capture::POLL,
+        };
+        let wait = next.saturating_sub(started.elapsed()).max(Duration::from_millis(5));
         if !crate::worker::signals::wait(wait) {
             break;
         }
+        // A round that captures from the WAL runs for as long as the server does.
+        crate::worker::signals::reload_if_asked();
     }
     crate::worker::wake::set_flushing(database, false);
 }

@@ -9,6 +9,7 @@
 //! last chunk is marked `commits`: rows are ordered by their transaction's commit, then as
 //! written. Its reads of the table merge the rows in memory after the buffer's.
 
+pub mod capture;
 pub mod flush;
 pub mod mirror;
 
@@ -222,6 +223,28 @@ pub fn push(relid: pg_sys::Oid, change: Change, row: &[Option<(pg_sys::Datum, Pg
         write_held(relid);
     }
     Ok(())
+}
+
+/// Adds the rows `rows` of `change` to the buffered write of `relid` (begun by [`begin`]).
+pub fn push_batch(relid: pg_sys::Oid, change: Change, rows: RecordBatch) {
+    let full = WRITES.with(|w| {
+        let mut writes = w.borrow_mut();
+        let write = writes.get_mut(&relid.to_u32()).expect("begun by the capture");
+        write.hold();
+        write.held.push((change, rows, nest_level()));
+        write.held_rows() >= crate::guc::WRITE_BATCH_ROWS.get().max(1) as usize
+    });
+    if full {
+        write_held(relid);
+    }
+}
+
+/// What rows of the foreign table `relation` (of `table`) are written as.
+///
+/// # Safety
+/// `relation` must be an open foreign table of `table`.
+pub unsafe fn table_rows(relation: pg_sys::Relation, table: &ForeignHudiTable) -> Arc<TableRows> {
+    shape_of(relation, table).rows.clone()
 }
 
 /// The data columns of the buffered write of `relid`, when this transaction began one.

@@ -322,9 +322,11 @@ pub extern "C-unwind" fn pg_hudi_database_worker_main(argument: pg_sys::Datum) {
             .unwrap_or(false)
     });
     if !installed {
-        // Without the extension (dropped): no caches either.
+        // Without the extension (dropped): no caches, and no mirrors, either.
         wake::set_has_caches(database, false);
         crate::services::lookup_cache::remove_database_caches();
+        wake::set_capturing(database, false);
+        crate::buffer::capture::drop_database_slots();
         return;
     }
     match round {
@@ -333,8 +335,11 @@ pub extern "C-unwind" fn pg_hudi_database_worker_main(argument: pg_sys::Datum) {
         Round::Full => {}
     }
     finish_pending_commits();
-    // Rows a flush round did not take (one cut short, or the server restarted).
+    // Rows a flush round did not take (one cut short, or the server restarted); mirrors
+    // captured from the WAL have their flush round run all the time.
     crate::buffer::flush::flush_due(true);
+    let capturing = BackgroundWorker::transaction(crate::buffer::capture::has_wal_mirrors);
+    wake::set_capturing(database, capturing);
     services::run_round();
     if !crate::runtime::stopping() {
         refresh_lookup_caches();

@@ -25,6 +25,8 @@ pub struct Wakeups {
     flushes_asked: [u32; 32],
     /// The databases whose flush round is running: their commits need not wake the launcher.
     flushing: [u32; 32],
+    /// The databases with mirrors captured from the WAL: their flush round always runs.
+    capturing: [u32; 32],
 }
 
 /// Adds `oid` to the slots of `set` (false when they are all taken).
@@ -164,14 +166,35 @@ pub fn set_flushing(database: pg_sys::Oid, running: bool) {
     }
 }
 
-/// The databases whose flush round commits asked for since the last call.
+/// Records whether database `database` has mirrors captured from the WAL (its flush round
+/// then runs all the time, decoding them). With more such databases than slots, the others'
+/// mirrors are decoded when their buffered writes are flushed and by their full rounds.
+pub fn set_capturing(database: pg_sys::Oid, capturing: bool) {
+    if !available() {
+        return;
+    }
+    let mut wakeups = WAKEUPS.exclusive();
+    if capturing {
+        insert(&mut wakeups.capturing, database.to_u32());
+    } else {
+        wakeups.capturing.iter_mut().filter(|slot| **slot == database.to_u32()).for_each(|slot| *slot = 0);
+    }
+}
+
+/// The databases whose flush round commits asked for since the last call, and those with
+/// mirrors captured from the WAL.
 pub fn take_flush_requests() -> Vec<pg_sys::Oid> {
     if !available() {
         return Vec::new();
     }
     let mut wakeups = WAKEUPS.exclusive();
-    let asked = members(&wakeups.flushes_asked);
+    let mut asked = members(&wakeups.flushes_asked);
     wakeups.flushes_asked = [0; 32];
+    for database in members(&wakeups.capturing) {
+        if !asked.contains(&database) {
+            asked.push(database);
+        }
+    }
     asked
 }
 
