@@ -108,6 +108,11 @@ pub unsafe extern "C-unwind" fn _PG_output_plugin_init(callbacks: *mut pg_sys::O
     (*callbacks).commit_cb = Some(on_commit);
 }
 
+/// The plugin's start: text output (one row per commit); refuses a decoding that is not the
+/// worker's capture.
+///
+/// # Safety
+/// Called by PostgreSQL's logical decoding with valid pointers (as all the callbacks below).
 #[pg_guard]
 unsafe extern "C-unwind" fn on_startup(_ctx: *mut pg_sys::LogicalDecodingContext, options: *mut pg_sys::OutputPluginOptions, is_init: bool) {
     (*options).output_type = pg_sys::OutputPluginOutputType::OUTPUT_PLUGIN_TEXTUAL_OUTPUT;
@@ -122,6 +127,10 @@ unsafe extern "C-unwind" fn on_startup(_ctx: *mut pg_sys::LogicalDecodingContext
     }
 }
 
+/// A decoded transaction begins: it is skipped when it ended at or before the captured position.
+///
+/// # Safety
+/// See [`on_startup`].
 #[pg_guard]
 unsafe extern "C-unwind" fn on_begin(_ctx: *mut pg_sys::LogicalDecodingContext, txn: *mut pg_sys::ReorderBufferTXN) {
     let end = (*txn).end_lsn;
@@ -130,6 +139,9 @@ unsafe extern "C-unwind" fn on_begin(_ctx: *mut pg_sys::LogicalDecodingContext, 
 
 /// Whether the varlena `datum` is a pointer to a TOASTed value on disk (an UPDATE's unchanged
 /// value, whose chunks the WAL does not carry).
+///
+/// # Safety
+/// `datum` must point to a non-NULL varlena value.
 unsafe fn is_on_disk_toast(datum: pg_sys::Datum) -> bool {
     let bytes = datum.cast_mut_ptr::<u8>();
     // VARATT_IS_EXTERNAL_ONDISK: a 1-byte header of 0x01 (little-endian), tag VARTAG_ONDISK.
@@ -138,12 +150,20 @@ unsafe fn is_on_disk_toast(datum: pg_sys::Datum) -> bool {
 
 /// Whether the relation with `tupdesc` has the columns `columns` (names and types, as
 /// [`super::mirror::columns_of`] lists them).
+///
+/// # Safety
+/// `tupdesc` must be a valid tuple descriptor.
 unsafe fn same_columns(columns: &[(String, pg_sys::Oid)], tupdesc: pg_sys::TupleDesc) -> bool {
     let attributes = (*tupdesc).attrs.as_slice((*tupdesc).natts as usize);
     attributes.len() == columns.len()
         && attributes.iter().zip(columns).all(|(a, (name, type_oid))| a.atttypid == *type_oid && pgrx::name_data_to_str(&a.attname) == name)
 }
 
+/// A change of a committed transaction: one of the heap table's becomes rows of the target (an
+/// UPDATE of the key also a delete of the old key).
+///
+/// # Safety
+/// See [`on_startup`].
 #[pg_guard]
 unsafe extern "C-unwind" fn on_change(
     _ctx: *mut pg_sys::LogicalDecodingContext,
@@ -222,6 +242,10 @@ unsafe extern "C-unwind" fn on_change(
     });
 }
 
+/// A TRUNCATE: of the heap table, the target is truncated before the rows that follow.
+///
+/// # Safety
+/// See [`on_startup`]; `relations` holds `count` relations.
 #[pg_guard]
 unsafe extern "C-unwind" fn on_truncate(
     _ctx: *mut pg_sys::LogicalDecodingContext,
@@ -242,6 +266,10 @@ unsafe extern "C-unwind" fn on_truncate(
     });
 }
 
+/// A transaction's commit: its position is the capture's, and one output row is written.
+///
+/// # Safety
+/// See [`on_startup`].
 #[pg_guard]
 unsafe extern "C-unwind" fn on_commit(ctx: *mut pg_sys::LogicalDecodingContext, txn: *mut pg_sys::ReorderBufferTXN, _commit: pg_sys::XLogRecPtr) {
     let end = (*txn).end_lsn;

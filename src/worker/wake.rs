@@ -167,8 +167,9 @@ pub fn set_flushing(database: pg_sys::Oid, running: bool) {
 }
 
 /// Records whether database `database` has mirrors captured from the WAL (its flush round
-/// then runs all the time, decoding them). With more such databases than slots, the others'
-/// mirrors are decoded when their buffered writes are flushed and by their full rounds.
+/// then runs all the time, decoding them). With more such databases than slots (32), the
+/// others' mirrors wait until a commit to one of their buffered tables starts their flush
+/// round (which then runs all the time too).
 pub fn set_capturing(database: pg_sys::Oid, capturing: bool) {
     if !available() {
         return;
