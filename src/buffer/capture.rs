@@ -148,17 +148,6 @@ unsafe fn is_on_disk_toast(datum: pg_sys::Datum) -> bool {
     *bytes == 0x01 && *bytes.add(1) == pg_sys::vartag_external::VARTAG_ONDISK as u8
 }
 
-/// Whether the relation with `tupdesc` has the columns `columns` (names and types, as
-/// [`super::mirror::columns_of`] lists them).
-///
-/// # Safety
-/// `tupdesc` must be a valid tuple descriptor.
-unsafe fn same_columns(columns: &[(String, pg_sys::Oid)], tupdesc: pg_sys::TupleDesc) -> bool {
-    let attributes = (*tupdesc).attrs.as_slice((*tupdesc).natts as usize);
-    attributes.len() == columns.len()
-        && attributes.iter().zip(columns).all(|(a, (name, type_oid))| a.atttypid == *type_oid && pgrx::name_data_to_str(&a.attname) == name)
-}
-
 /// A change of a committed transaction: one of the heap table's becomes rows of the target (an
 /// UPDATE of the key also a delete of the old key).
 ///
@@ -185,7 +174,7 @@ unsafe extern "C-unwind" fn on_change(
         let d = d.as_mut().expect("checked above");
         match &d.mapping {
             // Compared in place: this runs for every decoded row.
-            Some((cached, mapping)) if same_columns(cached, tupdesc) => mapping.clone(),
+            Some((cached, mapping)) if super::mirror::same_columns(cached, tupdesc) => mapping.clone(),
             _ => {
                 let made = std::rc::Rc::new(super::mirror::mapping(&heap, &d.schema, &[], &d.target_name));
                 d.mapping = Some((super::mirror::columns_of(&heap), made.clone()));

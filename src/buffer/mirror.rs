@@ -45,6 +45,17 @@ pub(super) fn columns_of(relation: &PgRelation) -> Vec<(String, pg_sys::Oid)> {
     attributes(relation).into_iter().map(|(name, type_oid, _)| (name, type_oid)).collect()
 }
 
+/// Whether the relation with `tupdesc` has the columns `columns` (names and types, as
+/// [`columns_of`] lists them).
+///
+/// # Safety
+/// `tupdesc` must be a valid tuple descriptor.
+pub(super) unsafe fn same_columns(columns: &[(String, pg_sys::Oid)], tupdesc: pg_sys::TupleDesc) -> bool {
+    let attributes = (*tupdesc).attrs.as_slice((*tupdesc).natts as usize);
+    attributes.len() == columns.len()
+        && attributes.iter().zip(columns).all(|(a, (name, type_oid))| a.atttypid == *type_oid && pgrx::name_data_to_str(&a.attname) == name)
+}
+
 /// The values and NULL flags of `tuple`, a row of a relation with `tupdesc`.
 ///
 /// # Safety
@@ -394,14 +405,14 @@ pub(crate) fn row_trigger(trigger: &PgTrigger<'_>) {
             }
         };
         let key = (heap.oid().to_u32(), target_oid.to_u32());
-        let columns = columns_of(&heap);
-        let cached = MAPPINGS.with(|m| m.borrow().get(&key).filter(|m| m.heap_columns == columns).cloned());
+        let tupdesc = heap.tuple_desc().as_ptr();
+        // Compared in place: this runs for every row.
+        let cached = MAPPINGS.with(|m| m.borrow().get(&key).filter(|m| same_columns(&m.heap_columns, tupdesc)).cloned());
         let mapping = cached.unwrap_or_else(|| {
             let made = std::rc::Rc::new(mapping(&heap, &schema, &[], &target.name().to_owned()));
             MAPPINGS.with(|m| m.borrow_mut().insert(key, made.clone()));
             made
         });
-        let tupdesc = heap.tuple_desc().as_ptr();
         let row_of = |tuple: *mut pg_sys::HeapTupleData| {
             let (values, nulls) = deform(tuple, tupdesc);
             select(&mapping, &values, &nulls)
