@@ -57,7 +57,7 @@ layer_interop() {
   "$REPO/scripts/install.sh" || return 1
   # Three test files at a time (each file's tests in order, on one worker: module clusters are
   # shared within a file): the tests mostly wait on servers, so two cores run three of them.
-  PG_HUDI_RUN_DIR=$RUN "$BUILD/venv/bin/python" -m pytest -q -p no:cacheprovider -n 3 --dist loadfile tests
+  PG_HUDI_RUN_DIR=$RUN "$BUILD/venv/bin/python" -m pytest -q -p no:cacheprovider -n 3 --dist loadfile --durations=30 tests
 }
 
 passed=0 failed=0 summary=()
