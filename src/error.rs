@@ -40,6 +40,16 @@ pub fn spi_failed(what: &str, error: pgrx::spi::SpiError) -> ! {
     raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, format!("pg_hudi {what}: {error}"), None)
 }
 
+/// The message of an ERROR (or panic) that a `PgTryBuilder` caught.
+pub fn caught_message(error: &pgrx::pg_sys::panic::CaughtError) -> String {
+    use pgrx::pg_sys::panic::CaughtError;
+    match error {
+        CaughtError::PostgresError(report) | CaughtError::ErrorReport(report) | CaughtError::RustPanic { ereport: report, .. } => {
+            report.message().to_owned()
+        }
+    }
+}
+
 /// Raises an ERROR that originates in the extension itself (options, types, privileges).
 pub fn raise(code: PgSqlErrorCode, message: impl Into<String>, hint: Option<String>) -> ! {
     let mut report = ErrorReport::new(code, message.into(), "pg_hudi");

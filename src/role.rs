@@ -127,12 +127,7 @@ pub(crate) fn in_subtransaction<R>(f: impl FnOnce() -> R) -> Result<R, String> {
             pg_sys::RollbackAndReleaseCurrentSubTransaction();
             pg_sys::MemoryContextSwitchTo(context);
             pg_sys::CurrentResourceOwner = owner;
-            Err(match &error {
-                pg_sys::panic::CaughtError::PostgresError(report) | pg_sys::panic::CaughtError::ErrorReport(report) => {
-                    report.message().to_owned()
-                }
-                pg_sys::panic::CaughtError::RustPanic { ereport, .. } => ereport.message().to_owned(),
-            })
+            Err(crate::error::caught_message(&error))
         })
         .execute()
     }

@@ -80,6 +80,9 @@ def test_buffered_writes_read_as_a_heap_table_and_reach_the_lake_once(lake, clus
     # A flush's rows leave the buffer when it commits; its completed instant follows.
     wait_for("the flushed rows in the lake", lambda: reference_rows(table) == expected)
     assert 1 <= len(_deltacommits(table)) < transactions
+    # The flush round vacuums what its flushes deleted (autovacuum comes a minute later).
+    wait_for("the flush round to vacuum the buffer", lambda: conn.execute(
+        "SELECT vacuum_count FROM pg_stat_all_tables WHERE relid = 'hudi.write_buffer'::regclass").fetchone()[0] > 0)
 
 
 def test_reads_racing_flushes_see_each_committed_row_once(lake, cluster):

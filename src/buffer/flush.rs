@@ -51,10 +51,12 @@ fn waiting() -> Vec<Waiting> {
     Spi::connect(|client| {
         let rows = client
             .select(
+                // Every chunk it sees committed; a transaction's last one (`commits`) says when.
                 "SELECT b.location, pg_catalog.min(c.oid::int8), pg_catalog.sum(b.row_count)::int8, \
-                        EXTRACT(epoch FROM pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) pg_catalog.min(b.written_at))::float8 \
+                        EXTRACT(epoch FROM pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) \
+                                           pg_catalog.min(b.written_at) FILTER (WHERE b.commits))::float8 \
                    FROM hudi.write_buffer b JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) b.relation \
-                  WHERE b.commits GROUP BY b.location",
+                  GROUP BY b.location HAVING pg_catalog.bool_or(b.commits)",
                 None,
                 &[],
             )
@@ -93,34 +95,136 @@ unsafe fn owner_of(relid: pg_sys::Oid) -> pg_sys::Oid {
 }
 
 thread_local! {
-    /// How long the last flush of each table took, from its start to its commit.
-    static LAST_FLUSH: std::cell::RefCell<std::collections::HashMap<String, Duration>> = Default::default();
+    /// How long the last flushes of each table took ([`RECENT_FLUSHES`] of them), from start
+    /// to commit.
+    static LAST_FLUSHES: std::cell::RefCell<std::collections::HashMap<String, std::collections::VecDeque<Duration>>> = Default::default();
+    /// Chunks the flushes deleted from the buffer since the round last vacuumed it.
+    static DELETED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    /// The memory context [`vacuum_buffer`] gives vacuum() as its portal's.
+    static VACUUM_CONTEXT: std::cell::OnceCell<pg_sys::MemoryContext> = const { std::cell::OnceCell::new() };
 }
 
-/// When `table`'s buffer is due for a flush: early enough that its oldest commit is in the lake
-/// `flush_interval` after it committed (as far as the table's last flush tells how long one
-/// takes), or at once when `flush_rows` wait.
-fn due_in(table: &ForeignHudiTable, waiting: &Waiting) -> Duration {
+/// How often the round vacuums the buffer while its flushes delete chunks.
+const VACUUM_EVERY: Duration = Duration::from_secs(1);
+
+/// VACUUM of `hudi.write_buffer`, in transactions of its own (as a top-level VACUUM command
+/// runs; not possible inside SPI's). Every buffered row is inserted once and deleted once by
+/// its flush: autovacuum, which visits a database once a minute (`autovacuum_naptime`), leaves
+/// a minute of deleted chunks in the table (585 MB at 10,000 one-row commits a second), and
+/// every scan of the buffer (the flusher's, the writers' limit check) reads them all. Vacuumed
+/// about once a second, the table stays at a few seconds of rows. `shrink`: give empty pages at
+/// the end back to the file system, which takes a moment's ACCESS EXCLUSIVE lock (when no one
+/// holds a lock on the table; writers that come then wait for it) — only when the buffer is
+/// empty. SKIP_LOCKED: a vacuum already running (autovacuum's) is left to finish.
+fn vacuum_buffer(shrink: bool) {
+    let sql = match shrink {
+        true => c"VACUUM (SKIP_LOCKED) hudi.write_buffer",
+        false => c"VACUUM (SKIP_LOCKED, TRUNCATE false) hudi.write_buffer",
+    };
+    // SAFETY: as PostgresMain runs a VACUUM command, outside any transaction (the worker is
+    // between its transactions here); vacuum() commits the transaction started here and starts
+    // one for each relation and one that it returns in. An ERROR aborts them, as PostgresMain's
+    // error recovery does. vacuum() allocates under the portal's context, which a worker has
+    // none of: one of the process's own stands in, emptied after each vacuum.
+    unsafe {
+        let portal = pg_sys::PortalContext;
+        pg_sys::PortalContext = VACUUM_CONTEXT.with(|c| {
+            *c.get_or_init(|| {
+                pg_sys::AllocSetContextCreateExtended(
+                    pg_sys::TopMemoryContext,
+                    c"pg_hudi write buffer vacuum".as_ptr(),
+                    pg_sys::ALLOCSET_DEFAULT_MINSIZE as usize,
+                    pg_sys::ALLOCSET_DEFAULT_INITSIZE as usize,
+                    pg_sys::ALLOCSET_DEFAULT_MAXSIZE as usize,
+                )
+            })
+        });
+        pg_sys::SetCurrentStatementStartTimestamp();
+        pg_sys::StartTransactionCommand();
+        let vacuumed = PgTryBuilder::new(|| {
+            let parsed = pg_sys::raw_parser(sql.as_ptr(), pg_sys::RawParseMode::RAW_PARSE_DEFAULT);
+            let raw = (*(*parsed).elements).ptr_value as *mut pg_sys::RawStmt;
+            let pstate = pg_sys::make_parsestate(std::ptr::null_mut());
+            (*pstate).p_sourcetext = sql.as_ptr();
+            pg_sys::ExecVacuum(pstate, (*raw).stmt as *mut pg_sys::VacuumStmt, true);
+            pg_sys::CommitTransactionCommand();
+            Ok(())
+        })
+        .catch_others(|error| {
+            pg_sys::AbortCurrentTransaction();
+            Err(crate::error::caught_message(&error))
+        })
+        .execute();
+        pg_sys::MemoryContextReset(pg_sys::PortalContext);
+        pg_sys::PortalContext = portal;
+        if let Err(why) = vacuumed {
+            log!("{}: vacuuming the write buffer failed: {why}", crate::worker::WORKER_NAME);
+        }
+    }
+    DELETED.with(|d| d.set(0));
+}
+
+/// How many flushes of a table tell how long its next one may take.
+const RECENT_FLUSHES: usize = 8;
+
+/// How long a flush of the table at `location` may take: the longest of its recent ones.
+fn flush_takes(location: &str) -> Duration {
+    LAST_FLUSHES.with(|l| l.borrow().get(location).and_then(|recent| recent.iter().max().copied())).unwrap_or_default()
+}
+
+fn flush_took(location: &str, took: Duration) {
+    LAST_FLUSHES.with(|l| {
+        let mut last = l.borrow_mut();
+        let recent = last.entry(location.to_owned()).or_default();
+        if recent.len() == RECENT_FLUSHES {
+            recent.pop_front();
+        }
+        recent.push_back(took);
+    });
+}
+
+/// When `table`'s buffer is due for a flush: early enough that its oldest commit, `waited`
+/// old now, is in the lake `flush_interval` after it committed, allowing for the round's
+/// polling and for `pass`: how long a flush of every waiting table may take (as their recent
+/// flushes tell), since those of other tables may come first — or at once when `flush_rows`
+/// wait.
+fn due_in(table: &ForeignHudiTable, waiting: &Waiting, waited: Duration, pass: Duration) -> Duration {
     let interval = table.options.get("flush_interval").and_then(|v| crate::fdw::options::parse_duration(v)).unwrap_or(DEFAULT_INTERVAL);
     let rows = table.count_option("flush_rows", DEFAULT_ROWS);
-    let takes = LAST_FLUSH.with(|l| l.borrow().get(&waiting.location).copied()).unwrap_or_default();
-    if waiting.rows as usize >= rows { Duration::ZERO } else { interval.saturating_sub(waiting.oldest + takes) }
+    if waiting.rows as usize >= rows { Duration::ZERO } else { interval.saturating_sub(waited + pass + POLL) }
+}
+
+/// Flushes every table of this database with committed rows in the buffer, then vacuums what
+/// the flushes deleted: for a database's full round (rows a flush round did not take).
+pub fn flush_all() {
+    flush_due(true);
+    if DELETED.with(|d| d.get()) > 0 {
+        vacuum_buffer(false);
+    }
 }
 
 /// Flushes every table of this database whose buffer is due (all with committed rows when
 /// `all`), each in a transaction of its own. Returns how long until the next is due, or
 /// `None` when the buffer holds no committed row.
-pub fn flush_due(all: bool) -> Option<Duration> {
-    let tables = BackgroundWorker::transaction(waiting);
+fn flush_due(all: bool) -> Option<Duration> {
+    let counted = Instant::now();
+    let mut tables = BackgroundWorker::transaction(waiting);
+    super::limit::counted(tables.iter().map(|t| t.rows).sum());
     if tables.is_empty() {
         return None;
     }
+    // The longest waiting first; each table's flush is planned to end in time even after
+    // those of all the others (a one-row table flushed late because a large one went first
+    // was most of the flush lag).
+    tables.sort_by(|a, b| b.oldest.cmp(&a.oldest));
+    let pass: Duration = tables.iter().map(|t| flush_takes(&t.location)).sum();
     let mut next = POLL * 20;
     for table in tables {
         if crate::runtime::stopping() {
             break;
         }
         let started = Instant::now();
+        let waited = table.oldest + counted.elapsed();
         let flushed = BackgroundWorker::transaction(std::panic::AssertUnwindSafe(|| {
             let outcome = in_subtransaction(|| {
                 as_role(table.owner, || {
@@ -138,7 +242,7 @@ pub fn flush_due(all: bool) -> Option<Duration> {
                             Some("Point it back there (ALTER FOREIGN TABLE ... OPTIONS (SET path ...)) so that they are flushed.".into()),
                         );
                     }
-                    let wait = if all { Duration::ZERO } else { due_in(&foreign, &table) };
+                    let wait = if all { Duration::ZERO } else { due_in(&foreign, &table, waited, pass) };
                     if !wait.is_zero() {
                         return Some(wait);
                     }
@@ -155,7 +259,7 @@ pub fn flush_due(all: bool) -> Option<Duration> {
         match flushed {
             Ok(Some(wait)) => next = next.min(wait),
             Ok(None) => {
-                LAST_FLUSH.with(|l| l.borrow_mut().insert(table.location.clone(), started.elapsed()));
+                flush_took(&table.location, started.elapsed());
                 next = Duration::ZERO;
             }
             Err(why) => {
@@ -185,12 +289,20 @@ fn flush_table(location: &str, relid: pg_sys::Oid, table: &ForeignHudiTable) -> 
             if !mine {
                 return Vec::new();
             }
+            // The chunks of the first transactions by commit, in order: windows, not a join of
+            // the buffer with itself, which the planner may make a nested loop of index scans —
+            // quadratic in the chunks (a flush of 13,000 commits ran for minutes), most likely
+            // just after a vacuum counted the buffer nearly empty.
             let rows = client
                 .select(
-                    "SELECT b.transaction::text, b.change, b.rows FROM hudi.write_buffer b \
-                       JOIN (SELECT transaction, position FROM hudi.write_buffer WHERE location OPERATOR(pg_catalog.=) $1 AND commits \
-                              ORDER BY position LIMIT $2) c USING (transaction) \
-                      WHERE b.location OPERATOR(pg_catalog.=) $1 ORDER BY c.position, b.position",
+                    "SELECT transaction::text, change, rows FROM ( \
+                        SELECT transaction, change, rows, position, committed, \
+                               pg_catalog.dense_rank() OVER (ORDER BY committed) AS nth \
+                          FROM (SELECT transaction, change, rows, position, \
+                                       pg_catalog.max(position) FILTER (WHERE commits) OVER (PARTITION BY transaction) AS committed \
+                                  FROM hudi.write_buffer WHERE location OPERATOR(pg_catalog.=) $1) chunks \
+                         WHERE committed IS NOT NULL) ranked \
+                      WHERE nth OPERATOR(pg_catalog.<=) $2 ORDER BY committed, position",
                     None,
                     &args,
                 )
@@ -223,6 +335,7 @@ fn flush_table(location: &str, relid: pg_sys::Oid, table: &ForeignHudiTable) -> 
                 )
                 .unwrap_or_else(|e| spi_error(e))
                 .len();
+            DELETED.with(|d| d.set(d.get() + deleted));
             client
                 .update(
                     "INSERT INTO hudi.buffer_flushes AS f (location, flushes) VALUES ($1, 1) \
@@ -253,16 +366,26 @@ pub fn flush_until_empty() {
     // SAFETY: a read of the worker's database.
     let database = unsafe { pg_sys::MyDatabaseId };
     crate::worker::wake::set_flushing(database, true);
+    let mut vacuumed = Instant::now();
     while !crate::runtime::stopping() {
         let started = Instant::now();
         let capturing = super::capture::capture_all();
         let mut next = flush_due(false);
+        if DELETED.with(|d| d.get()) > 0 && vacuumed.elapsed() >= VACUUM_EVERY {
+            vacuum_buffer(next.is_none());
+            vacuumed = Instant::now();
+        }
         if next.is_none() && !capturing {
             // Commits stop skipping the launcher; one that skipped it committed before this.
             crate::worker::wake::set_flushing(database, false);
             next = flush_due(false);
             match next {
-                None => return,
+                None => {
+                    if DELETED.with(|d| d.get()) > 0 {
+                        vacuum_buffer(true);
+                    }
+                    return;
+                }
                 Some(_) => crate::worker::wake::set_flushing(database, true),
             }
         }

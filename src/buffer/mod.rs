@@ -11,6 +11,7 @@
 
 pub mod capture;
 pub mod flush;
+pub mod limit;
 pub mod mirror;
 
 use std::cell::RefCell;
@@ -133,12 +134,6 @@ thread_local! {
     static SHAPES: RefCell<HashMap<u32, Arc<Shape>>> = RefCell::new(HashMap::new());
     static SUBTRANSACTIONS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     static WRITES: RefCell<BTreeMap<u32, BufferedWrite>> = const { RefCell::new(BTreeMap::new()) };
-    /// The buffer's row count as last counted, and when: checked against
-    /// `hudi.write_buffer_max_rows` at most once a second per backend.
-    static COUNTED: std::cell::Cell<Option<(std::time::Instant, i64)>> = const { std::cell::Cell::new(None) };
-    /// The chunk insert, planned once (and never freed: at the backend's exit, when thread
-    /// locals are dropped, SPI is gone).
-    static INSERT_CHUNK: RefCell<Option<std::mem::ManuallyDrop<pgrx::spi::OwnedPreparedStatement>>> = const { RefCell::new(None) };
     /// The readers with buffered rows the current statement opened, by location.
     static STATEMENT_READERS: RefCell<Vec<((crate::fdw::table_state::Statement, pg_sys::CommandId), String, TableReader)>> = const { RefCell::new(Vec::new()) };
 }
@@ -279,51 +274,76 @@ fn chunk(change: i8, rows: &[u8]) -> (Change, RecordBatch) {
 
 /// Writes one chunk of rows to the buffer (with `commits`: the transaction's last).
 fn write_chunk(location: &str, relation: pg_sys::Oid, change: Change, rows: &RecordBatch, commits: bool) {
-    check_limit(rows.num_rows());
+    limit::check(rows.num_rows());
     let bytes = engine::write::rows::to_bytes(rows).or_report();
-    let args: Vec<DatumWithOid> =
-        vec![location.into(), relation.into(), change_code(change).into(), (rows.num_rows() as i32).into(), bytes.as_slice().into(), commits.into()];
-    as_pg_hudi(|| {
-        Spi::connect_mut(|client| {
-            // Planned once per backend: a small transaction's commit is this one insert.
-            INSERT_CHUNK.with(|plan| {
-                let mut plan = plan.borrow_mut();
-                let insert = plan.get_or_insert_with(|| {
-                    let types = [pg_sys::TEXTOID, pg_sys::OIDOID, pg_sys::CHAROID, pg_sys::INT4OID, pg_sys::BYTEAOID, pg_sys::BOOLOID];
-                    let types: Vec<pgrx::PgOid> = types.into_iter().map(pgrx::PgOid::from).collect();
-                    let sql = "INSERT INTO hudi.write_buffer (location, relation, change, row_count, rows, commits) VALUES ($1, $2, $3, $4, $5, $6)";
-                    let prepared = client.prepare_mut(sql, &types).unwrap_or_else(|e| crate::error::spi_failed("the write buffer", e));
-                    std::mem::ManuallyDrop::new(prepared.keep())
-                });
-                client.update(&**insert, None, &args).unwrap_or_else(|e| crate::error::spi_failed("the write buffer", e));
-            });
-        })
-    });
-    COUNTED.with(|c| c.set(c.get().map(|(at, n)| (at, n + rows.num_rows() as i64))));
+    // SAFETY: inside the transaction, on the main thread.
+    unsafe { insert_chunk(location, relation, change_code(change), rows.num_rows() as i32, &bytes, commits) };
 }
 
-/// Refuses `adding` rows more when the buffer holds `hudi.write_buffer_max_rows` already
-/// (counted at most once a second per backend): flushing has fallen behind.
-fn check_limit(adding: usize) {
-    let limit = crate::guc::WRITE_BUFFER_MAX_ROWS.get() as i64;
-    let counted = COUNTED.with(|c| c.get()).filter(|(at, _)| at.elapsed() < std::time::Duration::from_secs(1));
-    let rows = match counted {
-        Some((_, rows)) => rows,
-        None => {
-            let rows = as_pg_hudi(|| Spi::get_one::<i64>("SELECT COALESCE(pg_catalog.sum(row_count), 0)::int8 FROM hudi.write_buffer"))
-                .unwrap_or_else(|e| crate::error::spi_failed("the write buffer", e))
-                .unwrap_or(0);
-            COUNTED.with(|c| c.set(Some((std::time::Instant::now(), rows))));
-            rows
-        }
-    };
-    if adding > 0 && rows + adding as i64 > limit {
-        raise(
-            PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
-            format!("the write buffer holds {rows} rows, and hudi.write_buffer_max_rows is {limit}"),
-            Some("Flushing into Hudi has fallen behind (see hudi.buffered_writes and the server log); retry later.".into()),
-        );
+unsafe extern "C-unwind" {
+    /// `nextval()` of sequence `relid` (commands/sequence.h; pgrx binds only the SQL function).
+    #[link_name = "nextval_internal"]
+    fn postgres_nextval_internal(relid: pg_sys::Oid, check_permissions: bool) -> i64;
+}
+
+/// The next value of sequence `relid`, without a permission check.
+///
+/// # Safety
+/// Inside a transaction, on the main thread.
+unsafe fn nextval_internal(relid: pg_sys::Oid) -> i64 {
+    // An ERROR inside comes back as a Rust panic, as from pgrx's own bindings.
+    pg_sys::submodules::ffi::pg_guard_ffi_boundary(|| postgres_nextval_internal(relid, false))
+}
+
+/// Inserts a row into `hudi.write_buffer` as PostgreSQL inserts a catalog row: the heap tuple
+/// (TOASTed as need be) and its index entries, with the columns' defaults computed here — no
+/// SQL statement, no executor, and no switch to pg_hudi's role (whose table it is). A one-row
+/// transaction's COMMIT is this insert: through SPI it was a third of what the buffered write
+/// added to the transaction. Columns are found by name; one this does not know gets NULL (a
+/// version that adds a column must set it here). The CHECK of `change` is this code's.
+///
+/// # Safety
+/// Inside a transaction, on the main thread.
+unsafe fn insert_chunk(location: &str, relation: pg_sys::Oid, change: i8, row_count: i32, bytes: &[u8], commits: bool) {
+    let schema = pg_sys::get_namespace_oid(c"hudi".as_ptr(), false);
+    let table = pg_sys::get_relname_relid(c"write_buffer".as_ptr(), schema);
+    let sequence = pg_sys::get_relname_relid(c"write_buffer_position".as_ptr(), schema);
+    if table == pg_sys::InvalidOid || sequence == pg_sys::InvalidOid {
+        raise(PgSqlErrorCode::ERRCODE_UNDEFINED_TABLE, "pg_hudi's write buffer does not exist", Some("ALTER EXTENSION pg_hudi UPDATE".into()));
     }
+    let rel = pg_sys::table_open(table, pg_sys::RowExclusiveLock as pg_sys::LOCKMODE);
+    let tupdesc = (*rel).rd_att;
+    let natts = (*tupdesc).natts as usize;
+    let mut values = vec![pg_sys::Datum::from(0usize); natts];
+    let mut nulls = vec![true; natts];
+    for (i, attribute) in (*tupdesc).attrs.as_slice(natts).iter().enumerate() {
+        if attribute.attisdropped {
+            continue;
+        }
+        let value = match pgrx::name_data_to_str(&attribute.attname) {
+            "location" => location.into_datum(),
+            "relation" => Some(pg_sys::Datum::from(relation)),
+            "transaction" => Some(pg_sys::Datum::from(pg_sys::GetTopFullTransactionId().value)),
+            "position" => Some(pg_sys::Datum::from(nextval_internal(sequence))),
+            "change" => Some(pg_sys::Datum::from(change)),
+            "row_count" => Some(pg_sys::Datum::from(row_count)),
+            "rows" => bytes.into_datum(),
+            "commits" => Some(pg_sys::Datum::from(commits)),
+            "written_at" => Some(pg_sys::Datum::from(pg_sys::GetCurrentTimestamp())),
+            _ => None,
+        };
+        if let Some(value) = value {
+            values[i] = value;
+            nulls[i] = false;
+        }
+    }
+    let tuple = pg_sys::heap_form_tuple(tupdesc, values.as_mut_ptr(), nulls.as_mut_ptr());
+    pg_sys::CatalogTupleInsert(rel, tuple);
+    pg_sys::heap_freetuple(tuple);
+    // The lock is kept to the end of the transaction, as a statement's is.
+    pg_sys::table_close(rel, pg_sys::NoLock as pg_sys::LOCKMODE);
+    // Seen by the transaction's later reads of the buffer, as after an INSERT statement.
+    pg_sys::CommandCounterIncrement();
 }
 
 /// Writes the rows this transaction holds in memory for the foreign table `relid` to the

@@ -38,6 +38,7 @@ pub const WORKER_NAME: &str = "pg_hudi worker";
 /// during `shared_preload_libraries`).
 pub fn register() {
     wake::init();
+    crate::buffer::limit::init();
     BackgroundWorkerBuilder::new(LAUNCHER_NAME)
         .set_type(LAUNCHER_NAME)
         .set_library("pg_hudi")
@@ -337,7 +338,7 @@ pub extern "C-unwind" fn pg_hudi_database_worker_main(argument: pg_sys::Datum) {
     finish_pending_commits();
     // Rows a flush round did not take (one cut short, or the server restarted); mirrors
     // captured from the WAL have their flush round run all the time.
-    crate::buffer::flush::flush_due(true);
+    crate::buffer::flush::flush_all();
     let capturing = BackgroundWorker::transaction(crate::buffer::capture::has_wal_mirrors);
     wake::set_capturing(database, capturing);
     services::run_round();
