@@ -366,13 +366,18 @@ pub fn flush_until_empty() {
     // SAFETY: a read of the worker's database.
     let database = unsafe { pg_sys::MyDatabaseId };
     crate::worker::wake::set_flushing(database, true);
-    let mut vacuumed = Instant::now();
+    let (mut vacuumed, mut vacuum_takes) = (Instant::now(), Duration::ZERO);
     while !crate::runtime::stopping() {
         let started = Instant::now();
         let capturing = super::capture::capture_all();
         let mut next = flush_due(false);
-        if DELETED.with(|d| d.get()) > 0 && vacuumed.elapsed() >= VACUUM_EVERY {
+        // Between flushes: a vacuum that would hold up the next due flush waits for a gap
+        // (up to VACUUM_EVERY more).
+        let gap = next.is_none_or(|next| next > vacuum_takes) || vacuumed.elapsed() >= VACUUM_EVERY * 2;
+        if DELETED.with(|d| d.get()) > 0 && vacuumed.elapsed() >= VACUUM_EVERY && gap {
+            let began = Instant::now();
             vacuum_buffer(next.is_none());
+            vacuum_takes = began.elapsed();
             vacuumed = Instant::now();
         }
         if next.is_none() && !capturing {
