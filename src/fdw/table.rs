@@ -99,7 +99,7 @@ const RESOLVED_FOR: std::time::Duration = std::time::Duration::from_secs(1);
 thread_local! {
     /// Locations resolved in the last [`RESOLVED_FOR`], by the server's `base_uri` and the
     /// table's `path`: resolving a `file://` location asks the file system where its symlinks
-    /// lead (so that none leads out of the base), a quarter of what a statement of a one-row
+    /// lead (so that none leads out of the base), about a fifth of what a statement of a one-row
     /// buffered INSERT cost besides PostgreSQL's own work; a symlink changed since is seen a
     /// second later at most.
     static RESOLVED: std::cell::RefCell<std::collections::HashMap<(String, String), (std::time::Instant, StorageUri)>> =
