@@ -394,7 +394,14 @@ def test_a_wal_mirror_loses_nothing_to_kill_9_and_immediate_shutdown(lake, clust
     the heap table holds."""
     conn, table = lake
     _buffered(conn)
-    serve_databases(conn)
+
+    def serve(conn):
+        # A worker killed while it held the table lock holds it for the lease (60 s by
+        # default, longer than the waits here): a short one, set before any worker runs.
+        conn.execute("ALTER SYSTEM SET hudi.lock_lease = 3")
+        serve_databases(conn)
+
+    serve(conn)
     conn.execute("SELECT hudi.mirror('heap', 'customers')")
     rng = random.Random(7)
     for round_ in range(4):
@@ -408,7 +415,7 @@ def test_a_wal_mirror_loses_nothing_to_kill_9_and_immediate_shutdown(lake, clust
             cluster.stop("immediate")
             cluster.start()
         conn = cluster.connect()
-        serve_databases(conn)  # a start writes the tests' settings again
+        serve(conn)  # a start writes the tests' settings again
     expected = _heap_rows(conn)
     wait_for("the mirrored rows in the lake", lambda: reference_rows(table) == expected, timeout=60)
     assert our_rows(conn) == expected
