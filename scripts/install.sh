@@ -2,7 +2,7 @@
 # Builds pg_hudi and installs it into the system PostgreSQL 15 (library, control file, SQL).
 #   install.sh                 a debug build (what the tests use)
 #   install.sh --release       an optimised build (benchmarks)
-#   install.sh --profile NAME  a build of Cargo profile NAME (`make run`: `make-run`)
+#   install.sh --profile NAME  a build of Cargo profile NAME (bench/common.sh's BENCH_PROFILE)
 # Each file is written beside its destination and renamed over it, never overwritten in
 # place: a running server keeps the library it mapped (overwriting a mapped pg_hudi.so made a
 # running launcher die by SIGSEGV), and its new processes load the new one.

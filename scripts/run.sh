@@ -14,9 +14,10 @@ if [ "${1:-}" = stop ]; then
 fi
 
 "$REPO/scripts/deps.sh" system
-# An optimised build without link-time optimisation (Cargo profile `make-run`): a newcomer's first
-# queries run as the benchmarks' do, and a fresh machine builds it in minutes.
-"$REPO/scripts/install.sh" --profile make-run
+# The release build: a newcomer's first queries run as the benchmarks' do; built cold it took
+# no longer than an optimised build without link-time optimisation (bench/README.md, "make
+# run's build").
+"$REPO/scripts/install.sh" --release
 
 # Restart so that a freshly installed library is the one loaded.
 "$REPO/scripts/cluster.sh" stop "$CLUSTER"

@@ -30,6 +30,8 @@ COMMENT ON FUNCTION hudi.archive IS
   'Moves the table''s old completed instants from the active timeline to its history';
 COMMENT ON FUNCTION hudi.reset_consumer IS
   'Sets the caller''s position of a hudi.consume consumer (''''; a completion time), or removes the consumer (NULL)';
+COMMENT ON FUNCTION hudi.stream_watches IS
+  'The tables sessions of this server wait on for their next commit (hudi.consume with wait): sessions waiting, timeline listings made, last check';
 COMMENT ON FUNCTION hudi.create_lookup_cache IS
   'Creates a lookup cache index on the table''s columns (the record key: unique; others: secondary), loaded and kept fresh by the background worker';
 COMMENT ON FUNCTION hudi.drop_lookup_cache IS

@@ -88,3 +88,75 @@ COMMENT ON FUNCTION hudi.mirror IS
   'Mirrors a heap table into a Hudi foreign table with write_mode ''buffered'': copies its rows, then captures every committed change (capture ''wal'', from the WAL, the default with wal_level logical, or ''trigger''); returns the rows copied';
 COMMENT ON FUNCTION hudi.unmirror IS
   'Stops mirroring a heap table (hudi.mirror); what was captured stays in the Hudi table';
+
+-- hudi.consume(..., wait => interval): waiting consumers (src/stream.rs).
+CREATE FUNCTION hudi_internal.consumer_position("changes" regclass, "consumer" TEXT, "start_from" TEXT DEFAULT 'earliest') RETURNS TEXT
+VOLATILE LANGUAGE c AS 'MODULE_PATHNAME', 'consumer_position_wrapper';
+CREATE FUNCTION hudi_internal.wait_for_commit("changes" regclass, "after" TEXT, "until" timestamp with time zone) RETURNS bool
+VOLATILE LANGUAGE c AS 'MODULE_PATHNAME', 'wait_for_commit_wrapper';
+CREATE FUNCTION hudi.stream_watches() RETURNS TABLE ("location" TEXT, "waiting" INT, "listings" bigint, "checked_at" timestamp with time zone)
+STRICT
+VOLATILE LANGUAGE c AS 'MODULE_PATHNAME', 'stream_watches_wrapper';
+COMMENT ON FUNCTION hudi.stream_watches IS
+  'The tables sessions of this server wait on for their next commit (hudi.consume with wait): sessions waiting, timeline listings made, last check';
+DROP FUNCTION hudi.consume(anyelement, text, text);
+CREATE FUNCTION hudi.consume(changes anyelement, consumer text, start_from text DEFAULT 'earliest', wait interval DEFAULT NULL)
+RETURNS SETOF anyelement
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    rel regclass := pg_typeof(changes)::text::regclass;
+    query_type text;
+    last_position text;
+    seen text;
+    stop text;
+    returned bigint;
+    deadline timestamptz;
+    saved_start text := current_setting('hudi.start_instant', true);
+    saved_end text := current_setting('hudi.end_instant', true);
+BEGIN
+    SELECT option_value INTO query_type
+      FROM pg_options_to_table((SELECT ftoptions FROM pg_foreign_table WHERE ftrelid = rel))
+     WHERE option_name = 'query_type';
+    IF query_type IS DISTINCT FROM 'incremental' THEN
+        RAISE EXCEPTION 'hudi.consume needs a hudi_fdw foreign table with query_type ''incremental'', and % is not one', rel
+            USING ERRCODE = 'wrong_object_type';
+    END IF;
+    IF NOT has_table_privilege(rel, 'SELECT') THEN
+        RAISE EXCEPTION 'permission denied for foreign table %', rel
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF wait IS NOT NULL THEN
+        IF wait < interval '0' THEN
+            RAISE EXCEPTION 'wait must not be negative' USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        deadline := clock_timestamp() + wait;
+    END IF;
+    LOOP
+        IF deadline IS NOT NULL THEN
+            -- Waited for before the position is claimed (no transaction id, no row lock while
+            -- waiting); a new consumer then starts where it was when the wait began.
+            seen := hudi_internal.consumer_position(rel, consumer, start_from);
+            PERFORM hudi_internal.wait_for_commit(rel, seen, deadline);
+            start_from := CASE WHEN seen = '' THEN 'earliest' ELSE seen END;
+        END IF;
+        last_position := hudi_internal.claim_consumer_position(rel, consumer, start_from);
+        SELECT l.completion_time INTO stop FROM hudi.latest_commit(rel) l;
+        IF stop IS NOT NULL AND stop > last_position THEN
+            PERFORM set_config('hudi.start_instant', last_position, true);
+            PERFORM set_config('hudi.end_instant', stop, true);
+            RETURN QUERY EXECUTE format('SELECT * FROM %s', rel);
+            GET DIAGNOSTICS returned = ROW_COUNT;
+            PERFORM set_config('hudi.start_instant', coalesce(saved_start, ''), true);
+            PERFORM set_config('hudi.end_instant', coalesce(saved_end, ''), true);
+            PERFORM hudi_internal.advance_consumer_position(rel, consumer, stop);
+            -- Commits without changes (a compaction) move the position and do not end a wait.
+            EXIT WHEN returned > 0;
+        END IF;
+        EXIT WHEN deadline IS NULL OR clock_timestamp() >= deadline;
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION hudi.consume(anyelement, text, text, interval) IS
+  'Changes of an incremental hudi_fdw table since the consumer''s position (a new one starts from start_from: earliest, latest, an instant or a timestamp); the position moves in the same transaction; with wait, waits up to that long for changes';

@@ -21,6 +21,13 @@ pub static WORKER_DATABASE: GucSetting<Option<CString>> =
 /// allow connections when empty).
 pub static WORKER_DATABASES: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
 
+/// Whether the workers serve the database `name`, as `hudi.worker_databases` says now.
+pub fn serves_database(name: &str) -> bool {
+    let wanted = string_value(&WORKER_DATABASES);
+    let mut wanted = wanted.split(',').map(str::trim).filter(|d| !d.is_empty()).peekable();
+    wanted.peek().is_none() || wanted.any(|d| d == name)
+}
+
 /// `hudi.max_database_workers`: how many databases the workers serve at once.
 pub static MAX_DATABASE_WORKERS: GucSetting<i32> = GucSetting::<i32>::new(2);
 
@@ -39,6 +46,15 @@ pub static LOOKUP_REFRESH_INTERVAL: GucSetting<i32> = GucSetting::<i32>::new(100
 /// `hudi.lookup_refresh_interval` as a duration.
 pub fn lookup_refresh_interval() -> std::time::Duration {
     std::time::Duration::from_millis(LOOKUP_REFRESH_INTERVAL.get().max(100) as u64)
+}
+
+/// `hudi.stream_check_interval`: how often waiting consumers look for commits of other
+/// servers and engines (one timeline listing per table and interval for the whole server).
+pub static STREAM_CHECK_INTERVAL: GucSetting<i32> = GucSetting::<i32>::new(1000);
+
+/// `hudi.stream_check_interval` as a duration.
+pub fn stream_check_interval() -> std::time::Duration {
+    std::time::Duration::from_millis(STREAM_CHECK_INTERVAL.get().max(10) as u64)
 }
 
 /// `hudi.as_of_instant`: time travel for every Hudi table read in the session (overrides the
@@ -388,6 +404,16 @@ pub fn register() {
         c"Each refresh applies the commits since the caches' instants; a commit on this server starts one at once.",
         &LOOKUP_REFRESH_INTERVAL,
         100,
+        3_600_000,
+        GucContext::Sighup,
+        GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_int_guc(
+        c"hudi.stream_check_interval",
+        c"How often sessions waiting for a Hudi table's next commit look for commits of other servers and engines.",
+        c"One listing of the table's timeline per interval for all waiting sessions of the server; commits made on this server wake them at once.",
+        &STREAM_CHECK_INTERVAL,
+        10,
         3_600_000,
         GucContext::Sighup,
         GucFlags::UNIT_MS,

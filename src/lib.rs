@@ -18,6 +18,7 @@ mod role;
 mod runtime;
 mod services;
 mod spi;
+mod stream;
 mod worker;
 mod writer;
 mod xact;
@@ -51,7 +52,14 @@ extension_sql_file!("../sql/fdw.sql", name = "fdw", requires = [fdw::options::hu
 extension_sql_file!(
     "../sql/consume.sql",
     name = "consume",
-    requires = ["fdw", api::tables::latest_commit, api::consumers::claim_consumer_position, api::consumers::advance_consumer_position]
+    requires = [
+        "fdw",
+        api::tables::latest_commit,
+        api::consumers::claim_consumer_position,
+        api::consumers::advance_consumer_position,
+        api::consumers::consumer_position,
+        api::consumers::wait_for_commit
+    ]
 );
 extension_sql_file!("../sql/commit_intents.sql", name = "commit_intents", requires = ["fdw"]);
 extension_sql_file!("../sql/buffer.sql", name = "buffer", requires = ["fdw"]);

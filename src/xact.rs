@@ -470,9 +470,12 @@ unsafe extern "C-unwind" fn on_transaction_event(event: pg_sys::XactEvent::Type,
             let refresh_caches = crate::services::lookup_cache::database_has_caches();
             for write in prepared {
                 let instant = write.intent.commit.instant.clone();
+                let location = write.intent.location.clone();
                 if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| write.complete())).is_err() {
                     pgrx::warning!("pg_hudi: completing the committed write {instant} failed; it stays pending");
                 }
+                // Sessions waiting for the table's next commit look at once.
+                crate::stream::committed(&location);
             }
             pg_sys::InterruptHoldoffCount = holdoff;
             if BUFFERED.with(|b| b.replace(false)) {

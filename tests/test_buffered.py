@@ -187,6 +187,15 @@ def test_a_flush_killed_before_its_commit_is_done_again_exactly_once(lake, clust
         assert len(_deltacommits(table)) == 1, "one flush completed: the killed one did not"
 
 
+def _serve_with_a_short_lease(conn):
+    """serve_databases, for tests that kill workers: a worker killed while it held a table
+    lock holds it for the lease (60 s by default, as long as the tests' waits), so a short one
+    is set before any worker runs (and again after each start, which writes the tests'
+    settings anew)."""
+    conn.execute("ALTER SYSTEM SET hudi.lock_lease = 3")
+    serve_databases(conn)
+
+
 def _kill_flushing_worker(cluster):
     """kill -9 of the flush round's worker (found again if it ended before the signal)."""
     from conftest import kill_backend_and_wait
@@ -206,7 +215,7 @@ def test_buffered_writers_lose_nothing_committed_to_crashes_during_flushes(lake,
     from conftest import kill_backend_and_wait
     conn, table = lake
     conn.execute("ALTER FOREIGN TABLE customers OPTIONS (ADD write_mode 'buffered', ADD flush_interval '50ms')")
-    serve_databases(conn)
+    _serve_with_a_short_lease(conn)
     import itertools
     import time
     acknowledged, attempted = set(), set()
@@ -244,10 +253,13 @@ def test_buffered_writers_lose_nothing_committed_to_crashes_during_flushes(lake,
         for w in writers:
             w.join()
         conn = cluster.connect()
-        serve_databases(conn)  # a start writes the tests' settings again
+        _serve_with_a_short_lease(conn)
     wait_for("the buffer flushed", lambda: _buffered_rows(conn) == 0, timeout=60)
-    rows = reference_rows(table)
-    ids = [r[0] for r in rows]
+    # An empty buffer is not yet a complete lake: a flush whose transaction committed may still
+    # be completing its instant (or, after a crash, wait for the full round to complete it).
+    lake_ids = lambda: [r[0] for r in reference_rows(table)]  # noqa: E731
+    wait_for("every acknowledged row in the lake", lambda: acknowledged <= set(lake_ids()), timeout=60)
+    ids = lake_ids()
     assert len(ids) == len(set(ids))
     assert acknowledged <= set(ids), sorted(acknowledged - set(ids))[:10]
     assert set(ids) <= attempted
@@ -395,13 +407,7 @@ def test_a_wal_mirror_loses_nothing_to_kill_9_and_immediate_shutdown(lake, clust
     conn, table = lake
     _buffered(conn)
 
-    def serve(conn):
-        # A worker killed while it held the table lock holds it for the lease (60 s by
-        # default, longer than the waits here): a short one, set before any worker runs.
-        conn.execute("ALTER SYSTEM SET hudi.lock_lease = 3")
-        serve_databases(conn)
-
-    serve(conn)
+    _serve_with_a_short_lease(conn)
     conn.execute("SELECT hudi.mirror('heap', 'customers')")
     rng = random.Random(7)
     for round_ in range(4):
@@ -415,7 +421,7 @@ def test_a_wal_mirror_loses_nothing_to_kill_9_and_immediate_shutdown(lake, clust
             cluster.stop("immediate")
             cluster.start()
         conn = cluster.connect()
-        serve(conn)  # a start writes the tests' settings again
+        _serve_with_a_short_lease(conn)
     expected = _heap_rows(conn)
     wait_for("the mirrored rows in the lake", lambda: reference_rows(table) == expected, timeout=60)
     assert our_rows(conn) == expected
@@ -454,3 +460,49 @@ def test_rows_are_flushed_only_where_they_were_written(lake, cluster):
     assert _buffered_rows(conn) == 1
     conn.execute("ALTER FOREIGN TABLE customers OPTIONS (SET path 'customers')")
     wait_for("the rows flushed where they were written", lambda: reference_rows(table) == [(1, "here", "nl", 1)])
+
+
+def test_a_failing_truncate_of_a_wal_mirror_is_recorded_and_tried_again(lake, cluster):
+    """A TRUNCATE of a heap table mirrored from the WAL whose Hudi table cannot take it (its
+    timeline is read-only): hudi.mirrors shows the error, the capturing worker keeps running
+    (its round used to end by the ERROR, recording nothing), and once the timeline is writable
+    again the truncate and the rows after it reach the lake."""
+    conn, table = lake
+    _buffered(conn)
+    conn.execute("INSERT INTO heap SELECT g, 'n', 'nl', g, '2026-01-01' FROM generate_series(1, 10) g")
+    serve_databases(conn)
+    conn.execute("SELECT hudi.mirror('heap', 'customers')")
+    wait_for("the mirrored rows in the lake", lambda: reference_rows(table) == _heap_rows(conn))
+    pid = wait_for_value("the capturing worker", lambda: cluster.worker_pid("(write buffer)"))
+    timeline = table / ".hoodie/timeline"
+    timeline.chmod(0o555)
+    try:
+        conn.execute("TRUNCATE heap")
+        conn.execute("INSERT INTO heap VALUES (1, 'after', 'nl', 1, '2026-01-02')")
+        error = wait_for_value("the error in hudi.mirrors", lambda: conn.execute("SELECT last_error FROM hudi.mirrors").fetchone()[0])
+        assert "Permission denied" in error, error
+        assert cluster.worker_pid("(write buffer)") == pid, "the capturing worker kept running"
+        assert len(reference_rows(table)) == 10, "nothing truncated yet"
+    finally:
+        timeline.chmod(0o755)
+    wait_for("the truncate in the lake", lambda: reference_rows(table) == _heap_rows(conn) == [(1, "after", "nl", 1)])
+    wait_for("the error cleared", lambda: conn.execute("SELECT last_error FROM hudi.mirrors").fetchone()[0] is None)
+    assert cluster.worker_pid("(write buffer)") == pid
+
+
+def test_a_capturing_flush_round_ends_when_its_database_is_no_longer_served(lake, cluster):
+    """The flush round of a database with a WAL mirror runs for as long as the server does —
+    but no longer than hudi.worker_databases names its database (it used to ignore the
+    change and keep decoding); served again, the mirror catches up."""
+    conn, table = lake
+    _buffered(conn)
+    serve_databases(conn)
+    conn.execute("SELECT hudi.mirror('heap', 'customers')")
+    wait_for_value("the capturing worker", lambda: cluster.worker_pid("(write buffer)"))
+    conn.execute("ALTER SYSTEM SET hudi.worker_databases = 'another'")
+    conn.execute("SELECT pg_reload_conf()")
+    wait_for("the round ended", lambda: cluster.worker_pid("(write buffer)") is None)
+    assert "no longer serving database" in cluster.log()
+    conn.execute("INSERT INTO heap VALUES (1, 'while not served', 'nl', 1, '2026-01-02')")
+    serve_databases(conn)
+    wait_for("the mirrored row in the lake", lambda: reference_rows(table) == _heap_rows(conn) == [(1, "while not served", "nl", 1)])

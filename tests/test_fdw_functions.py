@@ -147,7 +147,7 @@ def test_as_of_instant_takes_a_timestamp(conn):
 
 INTERNAL_HELPERS = {"claim_consumer_position", "advance_consumer_position", "lookup_cache_bytes",
                     "lookup_cache_progress", "lookup_cache_position", "lookup_cache_lag", "may_see_services",
-                    "mirror_row", "mirror_truncate"}
+                    "mirror_row", "mirror_truncate", "consumer_position", "wait_for_commit"}
 
 
 def test_the_sql_surface_is_named_and_commented(conn):

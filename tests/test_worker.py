@@ -498,3 +498,22 @@ def test_a_compaction_called_from_sql_shows_its_progress(lake, cluster):
     assert conn.execute("SELECT pid FROM hudi.table_services WHERE relation = 'customers'::regclass "
                         "AND service = 'compaction'").fetchone()[0] != caller_pid
     caller.close()
+
+
+def test_a_table_locked_by_a_session_is_left_to_the_next_round_without_a_crash(lake, cluster):
+    """A session holding ACCESS EXCLUSIVE on a table with services 'auto' makes the worker
+    leave it to the next round, which it logs at DEBUG1 with the table's name — a name once
+    looked up outside the round's transaction, which crashed the worker and so the server."""
+    conn, _ = lake
+    conn.execute("INSERT INTO customers VALUES (1, 'a', 'nl', 1, now())")
+    conn.execute("ALTER SYSTEM SET log_min_messages = debug1")
+    postmaster = (cluster.data_dir / "postmaster.pid").read_text().split()[0]
+    with cluster.connect() as locker:
+        locker.execute("BEGIN")
+        locker.execute("ALTER FOREIGN TABLE customers OWNER TO postgres")  # ACCESS EXCLUSIVE until COMMIT
+        serve_databases(conn)
+        assert wait_for(lambda: "table customers is locked; its services wait for the next round" in cluster.log())
+        locker.execute("COMMIT")
+    assert "terminated by signal" not in cluster.log()
+    assert conn.execute("SELECT 1").fetchone() == (1,)
+    assert (cluster.data_dir / "postmaster.pid").read_text().split()[0] == postmaster

@@ -10,7 +10,7 @@ use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
 
 use crate::api::args::{hudi_table, name, required, RegClass};
-use crate::error::raise;
+use crate::error::{raise, OrReport};
 use crate::fdw::table::ForeignHudiTable;
 use crate::role::as_pg_hudi;
 
@@ -72,6 +72,50 @@ fn claim_consumer_position(
                 .unwrap_or_default()
         })
     })
+}
+
+/// The current role's position of `consumer` on `changes`, or where a new one would start from
+/// `start_from` now (`'latest'`: the latest commit's completion time), without claiming it:
+/// what `hudi.consume` waits to see passed before it claims the position.
+#[pg_extern(volatile, schema = "hudi_internal")]
+fn consumer_position(changes: Option<RegClass>, consumer: Option<&str>, start_from: default!(Option<&str>, "'earliest'")) -> String {
+    let (relid, consumer) = consumer_of(changes, consumer);
+    // SAFETY: a plain read of the backend's current user.
+    let role = unsafe { pg_sys::GetUserId() };
+    let args: Vec<DatumWithOid> = vec![relid.into(), role.into(), consumer.as_str().into()];
+    let current = as_pg_hudi(|| {
+        crate::spi::read_one::<String>(
+            "SELECT (SELECT position FROM hudi.consumer_positions WHERE relation OPERATOR(pg_catalog.=) $1 \
+             AND role OPERATOR(pg_catalog.=) $2 AND consumer OPERATOR(pg_catalog.=) $3)",
+            &args,
+        )
+    })
+    .unwrap_or_else(|e| spi_error(e));
+    current.unwrap_or_else(|| start_position(relid, name(start_from, "start_from").trim()))
+}
+
+/// Waits until the Hudi table of `changes` has a commit completed after `after` (a position),
+/// or until `until`: whether it has one ([`crate::stream`]). Commits on this server end the
+/// wait at once; those of other servers and engines are seen within
+/// `hudi.stream_check_interval`.
+#[pg_extern(volatile, schema = "hudi_internal")]
+fn wait_for_commit(changes: Option<RegClass>, after: Option<&str>, until: Option<pgrx::datum::TimestampWithTimeZone>) -> bool {
+    let table = ForeignHudiTable::for_function(hudi_table(changes).oid());
+    let after = required(after, "after");
+    let until = required(until, "until");
+    let location = table.uri.to_string();
+    let storage = table.storage();
+    let config = crate::runtime::block_on(engine::table::load_config(&storage)).or_report();
+    let latest = || {
+        let timeline = crate::runtime::block_on(engine::timeline::Timeline::load(&storage, &config)).or_report();
+        timeline.completed_writes().filter_map(|i| timeline.completion_time(&i.timestamp)).max().map(str::to_owned)
+    };
+    let found = crate::stream::wait_for_commit(&location, after, until.into_inner(), latest);
+    if found {
+        // The rest of the statement reads the table as it is now.
+        crate::fdw::table_state::recheck(&location);
+    }
+    found
 }
 
 /// Where a new consumer of `relid` starts ([`claim_consumer_position`]'s `start_from`).
@@ -156,4 +200,23 @@ fn set_position(relid: pg_sys::Oid, consumer: &str, position: Option<&str>) {
 fn reset_consumer(changes: Option<RegClass>, consumer: Option<&str>, position: default!(Option<&str>, "NULL")) {
     let (relid, consumer) = consumer_of(changes, consumer);
     set_position(relid, &consumer, position);
+}
+
+/// `hudi.stream_watches()`: the tables sessions of this server wait on for their next commit
+/// (`hudi.consume(..., wait => ...)`): each one's location, how many sessions wait now, how
+/// many timeline listings the checks for other servers' commits made, and when the last
+/// finished. Tables nobody waits on any more stay listed until their slot is reused.
+#[pg_extern(volatile)]
+fn stream_watches() -> TableIterator<
+    'static,
+    (
+        name!(location, String),
+        name!(waiting, i32),
+        name!(listings, i64),
+        name!(checked_at, Option<pgrx::datum::TimestampWithTimeZone>),
+    ),
+> {
+    TableIterator::new(crate::stream::watched().into_iter().map(|(location, waiting, listings, checked_at)| {
+        (location, waiting, listings, checked_at.map(|t| pgrx::datum::TimestampWithTimeZone::try_from(t).expect("a finite time")))
+    }))
 }

@@ -466,15 +466,12 @@ pub fn capture_all() -> bool {
         if crate::runtime::stopping() {
             break;
         }
-        // Decoded in a subtransaction (a failure is recorded, and tried again); applied at the
-        // top level, where a TRUNCATE of the target may run.
+        // Decoded and applied in subtransactions: a failure (of a TRUNCATE of the target too)
+        // is recorded, and tried again.
         let captured = BackgroundWorker::transaction(std::panic::AssertUnwindSafe(|| {
             let decoded = in_subtransaction(|| decode(&mirror));
             DECODING.with(|d| d.borrow_mut().take());
             let applied = match decoded {
-                // A TRUNCATE of the target runs at the top level only (an ERROR then ends
-                // the round, which the launcher starts again).
-                Ok(Some(decoded)) if decoded.truncate => Ok(apply(&mirror, decoded)),
                 Ok(Some(decoded)) => in_subtransaction(|| apply(&mirror, decoded)).inspect_err(|_| {
                     crate::xact::discard_write(mirror.target);
                     super::forget();
@@ -489,6 +486,13 @@ pub fn capture_all() -> bool {
                     let _ = as_pg_hudi(|| {
                         Spi::run_with_args("UPDATE hudi.mirror_targets SET last_error = $2 WHERE heap OPERATOR(pg_catalog.=) $1", &args)
                     });
+                    // Named here, in the transaction: a catalog lookup outside one crashed the
+                    // worker (and with it the server).
+                    log!(
+                        "{}: capturing the changes of {} failed, tried again later: {why}",
+                        crate::worker::WORKER_NAME,
+                        crate::fdw::table::relation_name(mirror.heap)
+                    );
                     Err(why)
                 }
             }
@@ -508,12 +512,7 @@ pub fn capture_all() -> bool {
                     log!("{}: advancing the replication slot {} failed: {e}", crate::worker::WORKER_NAME, mirror.slot);
                 }
             }),
-            Ok(None) => {}
-            Err(why) => log!(
-                "{}: capturing the changes of {} failed, tried again later: {why}",
-                crate::worker::WORKER_NAME,
-                crate::fdw::table::relation_name(mirror.heap)
-            ),
+            Ok(None) | Err(_) => {}
         }
     }
     true
@@ -579,8 +578,20 @@ fn apply(mirror: &WalMirror, decoded: Decoded) -> Option<u64> {
         return Some(decoded.position);
     }
     if decoded.truncate {
-        let name = super::mirror::regclass_text(mirror.target);
-        as_role(mirror.owner, || Spi::run(&format!("TRUNCATE {name}"))).unwrap_or_else(|e| crate::error::spi_failed("mirroring a TRUNCATE", e));
+        // What TRUNCATE of the target as its owner does, callable in a subtransaction (the
+        // statement is refused in one, for a user's savepoint could not take it back; a
+        // failure here is taken back by `discard_write`).
+        as_role(mirror.owner, || {
+            // SAFETY: the target is a foreign table of this database; the lock is TRUNCATE's.
+            unsafe {
+                pg_sys::LockRelationOid(mirror.target, pg_sys::AccessExclusiveLock as pg_sys::LOCKMODE);
+                let allowed = pg_sys::pg_class_aclcheck(mirror.target, pg_sys::GetUserId(), pg_sys::ACL_TRUNCATE as pg_sys::AclMode);
+                if allowed != pg_sys::AclResult::ACLCHECK_OK {
+                    pg_sys::aclcheck_error(allowed, pg_sys::ObjectType::OBJECT_FOREIGN_TABLE, pg_sys::get_rel_name(mirror.target));
+                }
+            }
+            crate::fdw::modify::truncate(mirror.target);
+        });
     }
     if !decoded.batches.is_empty() {
         // SAFETY: the target is a foreign table of this database, opened to write its buffer.

@@ -361,10 +361,14 @@ fn flush_table(location: &str, relid: pg_sys::Oid, table: &ForeignHudiTable) -> 
 /// The body of a database's flush round: flushes its buffered tables as they come due, until
 /// the buffer holds no committed row (or the worker is asked to stop); while the database has
 /// mirrors captured from the WAL, it decodes them every [`super::capture::POLL`] and does not
-/// end.
+/// end — unless `hudi.worker_databases` stops naming the database.
 pub fn flush_until_empty() {
     // SAFETY: a read of the worker's database.
     let database = unsafe { pg_sys::MyDatabaseId };
+    let name = BackgroundWorker::transaction(|| crate::spi::read_one::<String>("SELECT pg_catalog.current_database()::text", &[]))
+        .ok()
+        .flatten()
+        .unwrap_or_default();
     crate::worker::wake::set_flushing(database, true);
     let (mut vacuumed, mut vacuum_takes) = (Instant::now(), Duration::ZERO);
     while !crate::runtime::stopping() {
@@ -403,8 +407,13 @@ pub fn flush_until_empty() {
         if !crate::worker::signals::wait(wait) {
             break;
         }
-        // A round that captures from the WAL runs for as long as the server does.
+        // A round that captures from the WAL runs for as long as the server does, and serves
+        // its database for as long as the settings say so (the launcher starts no new one).
         crate::worker::signals::reload_if_asked();
+        if !crate::guc::serves_database(&name) {
+            log!("{}: no longer serving database \"{name}\" (hudi.worker_databases); its flush round ends", crate::worker::WORKER_NAME);
+            break;
+        }
     }
     crate::worker::wake::set_flushing(database, false);
 }

@@ -300,23 +300,31 @@ pub unsafe extern "C-unwind" fn exec_foreign_truncate(rels: *mut pg_sys::List, _
     refuse_in_subtransaction();
     let rels = pgrx::PgList::<pg_sys::RelationData>::from_pg(rels);
     for relation in rels.iter_ptr() {
-        let relid = (*relation).rd_id;
-        let table = ForeignHudiTable::of_relation(relid);
-        if let Some((option, value)) = table.read_only_option() {
-            raise(
-                PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-                format!("foreign table \"{}\" cannot be truncated: it reads its Hudi table with {option} \"{value}\"", crate::fdw::table::relation_name(relid)),
-                Some("Truncate a foreign table of the same Hudi table declared without query_type and as_of_instant.".into()),
-            );
-        }
-        if crate::buffer::is_buffered(&table) {
-            // The rows its buffer holds go first: a flush that took them fails to delete them
-            // and starts over, and a flush already committed completes before the truncate
-            // begins (it waits for writes that are committing).
-            crate::buffer::truncate(&table.uri.to_string());
-        }
-        xact::truncate(relid, &table.uri.to_string(), || new_write(&table, relid, true));
+        truncate((*relation).rd_id);
     }
+}
+
+/// Truncates the foreign table `relid` in the current transaction: its buffered rows are
+/// deleted and its Hudi table gets a truncate write, completed with the transaction. The caller
+/// holds an ACCESS EXCLUSIVE lock on it and checked the privilege; inside a subtransaction only
+/// for the worker, which takes the write back if the subtransaction fails
+/// ([`xact::discard_write`]).
+pub(crate) fn truncate(relid: pg_sys::Oid) {
+    let table = ForeignHudiTable::of_relation(relid);
+    if let Some((option, value)) = table.read_only_option() {
+        raise(
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!("foreign table \"{}\" cannot be truncated: it reads its Hudi table with {option} \"{value}\"", crate::fdw::table::relation_name(relid)),
+            Some("Truncate a foreign table of the same Hudi table declared without query_type and as_of_instant.".into()),
+        );
+    }
+    if crate::buffer::is_buffered(&table) {
+        // The rows its buffer holds go first: a flush that took them fails to delete them
+        // and starts over, and a flush already committed completes before the truncate
+        // begins (it waits for writes that are committing).
+        crate::buffer::truncate(&table.uri.to_string());
+    }
+    xact::truncate(relid, &table.uri.to_string(), || new_write(&table, relid, true));
 }
 
 #[pg_guard]

@@ -39,6 +39,7 @@ pub const WORKER_NAME: &str = "pg_hudi worker";
 pub fn register() {
     wake::init();
     crate::buffer::limit::init();
+    crate::stream::init();
     BackgroundWorkerBuilder::new(LAUNCHER_NAME)
         .set_type(LAUNCHER_NAME)
         .set_library("pg_hudi")
@@ -136,8 +137,6 @@ fn all_databases() -> Vec<pg_sys::Oid> {
 
 /// The databases that allow connections, by oid, restricted to `hudi.worker_databases`.
 fn databases_to_serve() -> Vec<(pg_sys::Oid, String)> {
-    let wanted: Vec<String> =
-        guc::string_value(&guc::WORKER_DATABASES).split(',').map(|d| d.trim().to_owned()).filter(|d| !d.is_empty()).collect();
     let all: Vec<(pg_sys::Oid, String)> = Spi::connect(|client| {
         let rows = client
             .select(
@@ -148,7 +147,7 @@ fn databases_to_serve() -> Vec<(pg_sys::Oid, String)> {
             .unwrap_or_else(|e| crate::error::spi_failed("listing databases", e));
         rows.filter_map(|row| Some((row.get::<pg_sys::Oid>(1).ok()??, row.get::<String>(2).ok()??))).collect()
     });
-    all.into_iter().filter(|(_, name)| wanted.is_empty() || wanted.contains(name)).collect()
+    all.into_iter().filter(|(_, name)| guc::serves_database(name)).collect()
 }
 
 /// What a database worker does.

@@ -232,8 +232,9 @@ enum Step {
     /// Another process holds the table's service lease: the table waits for the next round.
     Leased,
     /// A session holds a lock on the foreign table that excludes readers (an open ALTER
-    /// FOREIGN TABLE): the table waits for the next round, the others do not wait for it.
-    Busy,
+    /// FOREIGN TABLE): the table waits for the next round, the others do not wait for it. With
+    /// its name, looked up inside the transaction (a catalog lookup outside one crashes).
+    Busy(String),
     /// Ran: what it did, or its error, and then the wait before the next attempt.
     Ran(String, Result<Option<String>, String>, Option<std::time::Duration>),
     /// The lease could not be taken (the store is unreachable, or the table is not there):
@@ -279,7 +280,7 @@ pub fn run_round() {
                 // lock is kept until the end of this service's transaction.
                 // SAFETY: the lock manager, on the main thread inside a transaction.
                 if !unsafe { pg_sys::ConditionalLockRelationOid(relid, pg_sys::AccessShareLock as pg_sys::LOCKMODE) } {
-                    return Step::Busy;
+                    return Step::Busy(crate::fdw::table::relation_name(relid));
                 }
                 let started = Spi::get_one::<pgrx::datum::TimestampWithTimeZone>("SELECT pg_catalog.clock_timestamp()")
                     .unwrap_or_else(|e| spi_error(e))
@@ -327,8 +328,8 @@ pub fn run_round() {
                     wait.unwrap_or_default().as_secs()
                 ),
                 Step::Leased => break,
-                Step::Busy => {
-                    debug1!("{}: table {} is locked; its services wait for the next round", super::WORKER_NAME, crate::fdw::table::relation_name(relid));
+                Step::Busy(name) => {
+                    debug1!("{}: table {name} is locked; its services wait for the next round", super::WORKER_NAME);
                     break;
                 }
                 Step::Ran(..) | Step::Unreachable(..) | Step::Skipped => {}
