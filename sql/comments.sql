@@ -30,6 +30,12 @@ COMMENT ON FUNCTION hudi.archive IS
   'Moves the table''s old completed instants from the active timeline to its history';
 COMMENT ON FUNCTION hudi.reset_consumer IS
   'Sets the caller''s position of a hudi.consume consumer (''''; a completion time), or removes the consumer (NULL)';
+COMMENT ON FUNCTION hudi.subscribe IS
+  'Keeps a heap table (primary key: the record key) equal to a Hudi table: copies its snapshot now, then the worker applies every later commit; returns the rows copied';
+COMMENT ON FUNCTION hudi.unsubscribe IS
+  'Stops applying a Hudi table''s commits to a subscribed heap table (hudi.subscribe), which keeps its rows';
+COMMENT ON VIEW hudi.subscriptions IS
+  'Heap tables kept equal to Hudi tables (hudi.subscribe): position, lag in commits and seconds, copies, last error';
 COMMENT ON FUNCTION hudi.stream_watches IS
   'The tables sessions of this server wait on for their next commit (hudi.consume with wait): sessions waiting, timeline listings made, last check';
 COMMENT ON FUNCTION hudi.create_lookup_cache IS

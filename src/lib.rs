@@ -19,6 +19,7 @@ mod runtime;
 mod services;
 mod spi;
 mod stream;
+mod subscription;
 mod worker;
 mod writer;
 mod xact;
@@ -63,6 +64,7 @@ extension_sql_file!(
 );
 extension_sql_file!("../sql/commit_intents.sql", name = "commit_intents", requires = ["fdw"]);
 extension_sql_file!("../sql/buffer.sql", name = "buffer", requires = ["fdw"]);
+extension_sql_file!("../sql/subscriptions.sql", name = "subscriptions", requires = ["fdw", api::lookup::lookup_cache_lag]);
 extension_sql_file!("../sql/services.sql", name = "services", requires = ["fdw", hudi_internal]);
 extension_sql_file!("../sql/lookup.sql", name = "lookup", requires = ["services", api::lookup::lookup_cache_bytes, api::lookup::lookup_cache_progress, api::lookup::lookup_cache_position, api::lookup::lookup_cache_lag]);
 extension_sql_file!("../sql/comments.sql", name = "comments", finalize);

@@ -42,11 +42,13 @@ struct Watched {
     changed: bool,
     /// How many timeline listings the checks made.
     listings: u64,
+    /// How many commits on this server completed since the table was watched.
+    commits: u64,
 }
 
 impl Watched {
     const FREE: Watched =
-        Watched { key: 0, location: [0; LOCATION_BYTES], latest: 0, checked_at: 0, checking_since: 0, changed: false, listings: 0 };
+        Watched { key: 0, location: [0; LOCATION_BYTES], latest: 0, checked_at: 0, checking_since: 0, changed: false, listings: 0, commits: 0 };
 
     fn new(key: u64, location: &str) -> Watched {
         let mut watched = Watched { key, ..Watched::FREE };
@@ -135,12 +137,59 @@ pub fn committed(location: &str) {
         let mut streams = STREAMS.exclusive();
         let Some(table) = streams.tables.iter_mut().find(|t| t.key == key) else { return };
         table.changed = true;
+        table.commits += 1;
         streams.waiters.iter().filter(|w| w.key == key).map(|w| w.latch).collect()
     };
     for latch in latches {
         // SAFETY: a process latch in shared memory (one of a session that stopped waiting is
         // set once more, which only wakes its process).
         unsafe { pg_sys::SetLatch(latch as *mut pg_sys::Latch) };
+    }
+}
+
+/// Has commits on this server to the table at `location` wake this process from now on (until
+/// [`unfollow_all`]), as a waiting session is: for a worker that applies them. Returns how
+/// many there were since the table was watched, to tell whether there are new ones (0 without
+/// shared memory or a free slot: then only the worker's own checks find them).
+pub fn follow(location: &str) -> u64 {
+    if !available() {
+        return 0;
+    }
+    let key = key_of(location);
+    let mut streams = STREAMS.exclusive();
+    let streams = &mut *streams;
+    let table = match streams.tables.iter().position(|t| t.key == key) {
+        Some(i) => i,
+        None => match free_table(streams, now()) {
+            Some(i) => {
+                streams.tables[i] = Watched::new(key, location);
+                i
+            }
+            None => return 0,
+        },
+    };
+    // SAFETY: a read of this backend's latch.
+    let latch = unsafe { pg_sys::MyLatch } as usize;
+    // A slot of the same latch and table is this process's (or a process's that had its
+    // PGPROC before it and did not free it).
+    if !streams.waiters.iter().any(|w| w.key == key && w.latch == latch) {
+        if let Some(slot) = streams.waiters.iter_mut().find(|w| w.key == 0) {
+            *slot = Waiter { key, latch };
+        }
+    }
+    streams.tables[table].commits
+}
+
+/// Stops [`follow`]ing: frees this process's waiter slots.
+pub fn unfollow_all() {
+    if !available() {
+        return;
+    }
+    // SAFETY: a read of this backend's latch.
+    let latch = unsafe { pg_sys::MyLatch } as usize;
+    let mut streams = STREAMS.exclusive();
+    for waiter in streams.waiters.iter_mut().filter(|w| w.latch == latch) {
+        *waiter = Waiter::default();
     }
 }
 

@@ -167,7 +167,8 @@ def test_the_sql_surface_is_named_and_commented(conn):
         "WHERE c.relnamespace = 'hudi'::regnamespace AND c.relkind = 'v' AND a.attnum > 0 "
         "AND (a.attname IN ('table', 'relation') OR a.atttypid IN ('oid'::regtype, 'regclass'::regtype))").fetchall()
     assert sorted(columns) == [(v, "relation", "regclass") for v in
-                               ("buffered_writes", "lookup_caches", "mirrors", "pending_commits", "service_history", "table_services")]
+                               ("buffered_writes", "lookup_caches", "mirrors", "pending_commits", "service_history", "subscriptions",
+                                "table_services")]
     assert "relation regclass" in conn.execute(
         "SELECT pg_get_function_result('hudi.finish_pending_commits'::regproc)").fetchone()[0]
 

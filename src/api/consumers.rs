@@ -108,7 +108,7 @@ fn wait_for_commit(changes: Option<RegClass>, after: Option<&str>, until: Option
     let config = crate::runtime::block_on(engine::table::load_config(&storage)).or_report();
     let latest = || {
         let timeline = crate::runtime::block_on(engine::timeline::Timeline::load(&storage, &config)).or_report();
-        timeline.completed_writes().filter_map(|i| timeline.completion_time(&i.timestamp)).max().map(str::to_owned)
+        timeline.latest_completion().map(str::to_owned)
     };
     let found = crate::stream::wait_for_commit(&location, after, until.into_inner(), latest);
     if found {

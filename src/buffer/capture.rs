@@ -452,8 +452,6 @@ pub fn has_wal_mirrors() -> bool {
 /// buffers, each mirror in a transaction of its own. Returns whether there are WAL mirrors.
 pub fn capture_all() -> bool {
     let mirrors = BackgroundWorker::transaction(wal_mirrors);
-    // SAFETY: a read of the worker's database.
-    crate::worker::wake::set_capturing(unsafe { pg_sys::MyDatabaseId }, !mirrors.is_empty());
     if mirrors.is_empty() {
         return false;
     }

@@ -360,8 +360,9 @@ fn flush_table(location: &str, relid: pg_sys::Oid, table: &ForeignHudiTable) -> 
 
 /// The body of a database's flush round: flushes its buffered tables as they come due, until
 /// the buffer holds no committed row (or the worker is asked to stop); while the database has
-/// mirrors captured from the WAL, it decodes them every [`super::capture::POLL`] and does not
-/// end — unless `hudi.worker_databases` stops naming the database.
+/// mirrors captured from the WAL or subscriptions, it decodes the mirrors every
+/// [`super::capture::POLL`], applies the subscriptions' commits ([`crate::subscription`]) and
+/// does not end — unless `hudi.worker_databases` stops naming the database.
 pub fn flush_until_empty() {
     // SAFETY: a read of the worker's database.
     let database = unsafe { pg_sys::MyDatabaseId };
@@ -370,10 +371,20 @@ pub fn flush_until_empty() {
         .flatten()
         .unwrap_or_default();
     crate::worker::wake::set_flushing(database, true);
+    // The commits on this server that subscriptions follow stop waking this process with it.
+    struct Following;
+    impl Drop for Following {
+        fn drop(&mut self) {
+            crate::stream::unfollow_all();
+        }
+    }
+    let _following = Following;
     let (mut vacuumed, mut vacuum_takes) = (Instant::now(), Duration::ZERO);
     while !crate::runtime::stopping() {
         let started = Instant::now();
-        let capturing = super::capture::capture_all();
+        // Both, each time: WAL mirrors and subscriptions keep the round running.
+        let capturing = super::capture::capture_all() | crate::subscription::apply_all();
+        crate::worker::wake::set_capturing(database, capturing);
         let mut next = flush_due(false);
         // Between flushes: a vacuum that would hold up the next due flush waits for a gap
         // (up to VACUUM_EVERY more).

@@ -339,7 +339,7 @@ fn unmirror(heap: Option<RegClass>) {
 }
 
 /// The name of relation `oid`, qualified where the search path would not find it.
-pub(super) fn regclass_text(oid: pg_sys::Oid) -> String {
+pub(crate) fn regclass_text(oid: pg_sys::Oid) -> String {
     let args: Vec<DatumWithOid> = vec![oid.into()];
     crate::role::pinned_search_path(|| Spi::get_one_with_args::<String>("SELECT $1::pg_catalog.regclass::pg_catalog.text", &args))
         .ok()

@@ -76,21 +76,33 @@ fn local_positions(location: &StorageUri) -> Vec<ConsumerPosition> {
     // Row-level security shows each role its own positions only; the cleaner needs them all.
     // A lookup cache reads changes from its cached instant on, as a consumer does. No time
     // is taken as later than now.
+    // A subscription applies changes from its position on, too (not in a database whose
+    // extension is older than the library).
+    let subscriptions = crate::spi::read_one::<bool>("SELECT pg_catalog.to_regclass('hudi.subscription_targets') IS NOT NULL", &[])
+        .ok()
+        .flatten()
+        .unwrap_or(false)
+        .then_some(
+            " UNION ALL \
+             SELECT source, position, pg_catalog.format('subscription of %s', target), 1, \
+                    (pg_catalog.date_part('epoch', LEAST(applied_at, pg_catalog.now())) * 1000)::bigint \
+             FROM hudi.subscription_targets",
+        )
+        .unwrap_or_default();
     let rows: Vec<(pg_sys::Oid, String, String, i64, i64)> = crate::role::as_pg_hudi(|| {
         Spi::connect(|client| {
+            let query = format!(
+                "SELECT relation::pg_catalog.oid, position, pg_catalog.min(pg_catalog.format('%s/%s', role, consumer)), \
+                        pg_catalog.count(*), \
+                        (pg_catalog.date_part('epoch', LEAST(pg_catalog.max(updated_at), pg_catalog.now())) * 1000)::bigint \
+                 FROM hudi.consumer_positions GROUP BY 1, 2 \
+                 UNION ALL \
+                 SELECT relation, position, pg_catalog.format('lookup cache of %s', relation::pg_catalog.regclass), 1, \
+                        (pg_catalog.date_part('epoch', LEAST(refreshed_at, pg_catalog.now())) * 1000)::bigint \
+                 FROM hudi.lookup_cache_state WHERE position IS NOT NULL AND refreshed_at IS NOT NULL{subscriptions}"
+            );
             let rows = client
-                .select(
-                    "SELECT relation::pg_catalog.oid, position, pg_catalog.min(pg_catalog.format('%s/%s', role, consumer)), \
-                            pg_catalog.count(*), \
-                            (pg_catalog.date_part('epoch', LEAST(pg_catalog.max(updated_at), pg_catalog.now())) * 1000)::bigint \
-                     FROM hudi.consumer_positions GROUP BY 1, 2 \
-                     UNION ALL \
-                     SELECT relation, position, pg_catalog.format('lookup cache of %s', relation::pg_catalog.regclass), 1, \
-                            (pg_catalog.date_part('epoch', LEAST(refreshed_at, pg_catalog.now())) * 1000)::bigint \
-                     FROM hudi.lookup_cache_state WHERE position IS NOT NULL AND refreshed_at IS NOT NULL",
-                    None,
-                    &[],
-                )
+                .select(query.as_str(), None, &[])
                 .unwrap_or_else(|e| crate::error::spi_failed("consumer positions", e));
             rows.filter_map(|row| Some((row.get(1).ok()??, row.get(2).ok()??, row.get(3).ok()??, row.get(4).ok()??, row.get(5).ok()??)))
                 .collect()

@@ -336,9 +336,9 @@ pub extern "C-unwind" fn pg_hudi_database_worker_main(argument: pg_sys::Datum) {
     }
     finish_pending_commits();
     // Rows a flush round did not take (one cut short, or the server restarted); mirrors
-    // captured from the WAL have their flush round run all the time.
+    // captured from the WAL and subscriptions have their flush round run all the time.
     crate::buffer::flush::flush_all();
-    let capturing = BackgroundWorker::transaction(crate::buffer::capture::has_wal_mirrors);
+    let capturing = BackgroundWorker::transaction(|| crate::buffer::capture::has_wal_mirrors() || crate::subscription::exist());
     wake::set_capturing(database, capturing);
     services::run_round();
     if !crate::runtime::stopping() {

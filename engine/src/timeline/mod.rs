@@ -255,6 +255,13 @@ impl Timeline {
         self.instants.iter().filter(|i| i.is_completed_write())
     }
 
+    /// The completion time (layout 2; the instant in layout 1) of the write that completed
+    /// last: the end of an incremental range that catches up completely, and what consumer
+    /// positions hold.
+    pub fn latest_completion(&self) -> Option<&str> {
+        self.completed_writes().filter_map(|i| self.completion_time(&i.timestamp)).max()
+    }
+
     /// The latest completed write: what a snapshot read sees by default.
     pub fn latest_completed_write(&self) -> Option<&Instant> {
         self.completed_writes().next_back()
