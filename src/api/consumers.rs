@@ -203,7 +203,8 @@ fn reset_consumer(changes: Option<RegClass>, consumer: Option<&str>, position: d
 }
 
 /// `hudi.stream_watches()`: the tables sessions of this server wait on for their next commit
-/// (`hudi.consume(..., wait => ...)`): each one's location, how many sessions wait now, how
+/// (`hudi.consume(..., wait => ...)`), and the Hudi tables of subscriptions: each one's
+/// location, how many sessions wait now (a flush round applying subscriptions counts as one), how
 /// many timeline listings the checks for other servers' commits made, and when the last
 /// finished. Tables nobody waits on any more stay listed until their slot is reused.
 #[pg_extern(volatile)]
