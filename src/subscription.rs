@@ -358,6 +358,16 @@ fn apply_changes(target: pg_sys::Oid, columns: &[(String, pg_sys::Oid)], changes
     Spi::connect_mut(|client| {
         let upsert = client.prepare_mut(upsert.as_str(), &types).unwrap_or_else(|e| spi_error(e));
         let delete = client.prepare_mut(delete.as_str(), &key_types).unwrap_or_else(|e| spi_error(e));
+        // SAFETY: a memory context of the SPI procedure's, for one row's values at a time.
+        let row_memory = unsafe {
+            pg_sys::AllocSetContextCreateExtended(
+                pg_sys::CurrentMemoryContext,
+                c"pg_hudi subscription row".as_ptr(),
+                pg_sys::ALLOCSET_DEFAULT_MINSIZE as usize,
+                pg_sys::ALLOCSET_DEFAULT_INITSIZE as usize,
+                pg_sys::ALLOCSET_DEFAULT_MAXSIZE as usize,
+            )
+        };
         for rows in changes {
             let schema = rows.schema();
             let operations = rows
@@ -386,6 +396,9 @@ fn apply_changes(target: pg_sys::Oid, columns: &[(String, pg_sys::Oid)], changes
                 })
                 .collect();
             for row in 0..rows.num_rows() {
+                // SAFETY: the row's values live in the row context, emptied after it (a child
+                // of the SPI procedure's, so an ERROR frees it with that).
+                let previous = unsafe { pg_sys::MemoryContextSwitchTo(row_memory) };
                 let deleted = operations.value(row) == "D";
                 let mut datums = Vec::with_capacity(columns.len());
                 for (i, (reader, (column, type_oid))) in readers.iter_mut().zip(columns).enumerate() {
@@ -408,6 +421,12 @@ fn apply_changes(target: pg_sys::Oid, columns: &[(String, pg_sys::Oid)], changes
                 }
                 let statement = if deleted { &delete } else { &upsert };
                 client.update(statement, None, &datums).unwrap_or_else(|e| spi_error(e));
+                drop(datums);
+                // SAFETY: as above.
+                unsafe {
+                    pg_sys::MemoryContextSwitchTo(previous);
+                    pg_sys::MemoryContextReset(row_memory);
+                }
             }
         }
     });
