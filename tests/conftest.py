@@ -308,3 +308,15 @@ def reference_rows_at(uri, storage_options=None, columns=("id", "name", "country
     return sorted(tuple(r[c] for c in columns) for r in rows)
 
 
+
+
+def dump_and_restore(cluster, into):
+    """pg_dump of the database postgres restored with psql into a new database `into`."""
+    bin_dir = "/usr/lib/postgresql/15/bin"
+    dump = cluster.directory / f"dump-{into}.sql"
+    with cluster.connect() as conn:
+        conn.execute(f"CREATE DATABASE {into}")
+    subprocess.run([f"{bin_dir}/pg_dump", "-h", "127.0.0.1", "-p", str(cluster.port), "-U", "postgres", "-f", dump, "postgres"],
+                   check=True, capture_output=True)
+    subprocess.run([f"{bin_dir}/psql", "-X", "-v", "ON_ERROR_STOP=1", "-q", "-h", "127.0.0.1", "-p", str(cluster.port),
+                    "-U", "postgres", "-d", into, "-f", dump], check=True, capture_output=True)

@@ -506,3 +506,32 @@ def test_a_capturing_flush_round_ends_when_its_database_is_no_longer_served(lake
     conn.execute("INSERT INTO heap VALUES (1, 'while not served', 'nl', 1, '2026-01-02')")
     serve_databases(conn)
     wait_for("the mirrored row in the lake", lambda: reference_rows(table) == _heap_rows(conn) == [(1, "while not served", "nl", 1)])
+
+
+def test_a_wal_mirror_restored_from_a_dump_starts_over_from_a_new_slot(lake, cluster):
+    """A dump restored into another database keeps the mirror (hudi.mirror_targets is dumped)
+    but not its replication slot: the worker sees the slot is not there, truncates the Hudi
+    table and copies the heap table into it anew, and captures from a new slot of its own —
+    the lake then holds the restored heap table's rows, with its later changes."""
+    from conftest import dump_and_restore
+    conn, table = lake
+    _buffered(conn)
+    conn.execute("INSERT INTO heap SELECT g, 'n', 'nl', g, '2026-01-01' FROM generate_series(1, 10) g")
+    serve_databases(conn)
+    conn.execute("SELECT hudi.mirror('heap', 'customers')")
+    wait_for("the mirrored rows in the lake", lambda: reference_rows(table) == _heap_rows(conn))
+    dump_and_restore(cluster, "restored")
+    # The original stops mirroring (its slot goes); its later rows stay out of the lake.
+    conn.execute("SELECT hudi.unmirror('heap')")
+    wait_for("the original's slot dropped", lambda: not _mirror_slots(conn))
+    conn.execute("INSERT INTO heap VALUES (50, 'not mirrored', 'nl', 1, '2026-01-02')")
+    with cluster.connect("restored") as restored:
+        restored.execute("DELETE FROM heap WHERE id <= 3")
+        restored.execute("INSERT INTO heap VALUES (11, 'after the restore', 'de', 1, '2026-01-02')")
+        wait_for("the restored mirror in the lake", lambda: reference_rows(table) == _heap_rows(restored))
+        assert "is gone (a restore?): copied its" in cluster.log()
+        slots = "SELECT count(*) FROM pg_replication_slots WHERE plugin = 'pg_hudi' AND database = 'restored'"
+        assert restored.execute(slots).fetchone() == (1,)
+        assert restored.execute("SELECT last_error FROM hudi.mirrors").fetchone() == (None,)
+        restored.execute("UPDATE heap SET name = 'changed' WHERE id = 11")
+        wait_for("a later change in the lake", lambda: reference_rows(table) == _heap_rows(restored))

@@ -153,3 +153,25 @@ def test_a_truncate_or_cleaned_changes_make_a_fresh_copy(lake, cluster):
     _in_step(conn)
     copies, reason = conn.execute("SELECT copies, last_copy_reason FROM hudi.subscriptions").fetchone()
     assert copies == 3 and "were cleaned" in reason, (copies, reason)
+
+
+def test_a_subscription_restored_from_a_dump_goes_on_from_its_position(lake, cluster):
+    """hudi.subscription_targets is dumped with the heap table it names, in one snapshot: the
+    restored database's subscription applies the commits after its position, from the lake
+    (and holds cleaning back there too)."""
+    from conftest import dump_and_restore
+    conn, _ = lake
+    conn.execute("INSERT INTO customers SELECT g, 'n', 'nl', g, now() FROM generate_series(1, 10) g")
+    conn.execute(HEAP)
+    conn.execute("SELECT hudi.subscribe('customers', 'subscribed')")
+    serve_databases(conn)
+    conn.execute("UPDATE customers SET name = 'u' WHERE id <= 5")
+    _in_step(conn)
+    dump_and_restore(cluster, "restored")
+    conn.execute("SELECT hudi.unsubscribe('subscribed')")
+    conn.execute("DELETE FROM customers WHERE id = 1")
+    conn.execute("INSERT INTO customers VALUES (20, 'new', 'de', 1, now())")
+    with cluster.connect("restored") as restored:
+        assert restored.execute("SELECT relation::text, hudi_table FROM hudi.subscriptions").fetchall() == [("subscribed", "customers")]
+        _in_step(restored)
+        assert restored.execute("SELECT copies FROM hudi.subscriptions").fetchone() == (1,)

@@ -357,6 +357,8 @@ struct WalMirror {
     target: pg_sys::Oid,
     owner: pg_sys::Oid,
     slot: String,
+    /// Whether the slot exists in this database (not after a dump and restore).
+    slot_here: bool,
     captured: u64,
     captured_at: Option<Duration>,
 }
@@ -411,7 +413,9 @@ fn wal_mirrors() -> Vec<WalMirror> {
             client
                 .select(
                     "SELECT m.heap::pg_catalog.oid, m.target::pg_catalog.oid, c.relowner, m.slot::text, m.captured_lsn::text, \
-                            EXTRACT(epoch FROM pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) m.captured_at)::float8 \
+                            EXTRACT(epoch FROM pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) m.captured_at)::float8, \
+                            EXISTS (SELECT FROM pg_catalog.pg_replication_slots s WHERE s.slot_name OPERATOR(pg_catalog.=) m.slot \
+                                       AND s.database OPERATOR(pg_catalog.=) pg_catalog.current_database()) \
                        FROM hudi.mirror_targets m JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) m.target::pg_catalog.oid \
                       WHERE m.capture OPERATOR(pg_catalog.=) 'wal'",
                     None,
@@ -426,6 +430,7 @@ fn wal_mirrors() -> Vec<WalMirror> {
                         slot: row.get::<String>(4).ok()??,
                         captured: parse_lsn(&row.get::<String>(5).ok()??)?,
                         captured_at: row.get::<f64>(6).ok().flatten().map(|s| Duration::from_secs_f64(s.max(0.0))),
+                        slot_here: row.get::<bool>(7).ok()??,
                     })
                 })
                 .collect()
@@ -463,6 +468,15 @@ pub fn capture_all() -> bool {
     for mirror in mirrors {
         if crate::runtime::stopping() {
             break;
+        }
+        if !mirror.slot_here {
+            // Not more often than every RESYNC_RETRY: each attempt makes a slot.
+            let due = RESYNCS.with(|r| r.borrow().get(&mirror.heap.to_u32()).is_none_or(|at| at.elapsed() >= RESYNC_RETRY));
+            if due {
+                RESYNCS.with(|r| r.borrow_mut().insert(mirror.heap.to_u32(), std::time::Instant::now()));
+                resync(&mirror);
+            }
+            continue;
         }
         // Decoded and applied in subtransactions: a failure (of a TRUNCATE of the target too)
         // is recorded, and tried again.
@@ -514,6 +528,82 @@ pub fn capture_all() -> bool {
         }
     }
     true
+}
+
+/// How long after a failed start from a new slot ([`resync`]) the next is tried.
+const RESYNC_RETRY: Duration = Duration::from_secs(10);
+
+thread_local! {
+    /// When each mirror (heap table) was last started over from a new slot.
+    static RESYNCS: RefCell<std::collections::HashMap<u32, std::time::Instant>> = Default::default();
+}
+
+/// Starts `mirror` over from a new slot, its old one gone (the database was dumped and
+/// restored, or the slot dropped by hand): the Hudi table is truncated and gets the heap
+/// table's rows, as `hudi.mirror` copies them, and changes are captured from the new slot's
+/// position on. A failure is recorded in the mirror and tried again (the new slot, unused,
+/// is dropped with the other leftovers).
+fn resync(mirror: &WalMirror) {
+    BackgroundWorker::transaction(std::panic::AssertUnwindSafe(|| {
+        // The slot first: PostgreSQL makes one only before the transaction writes.
+        let slot = new_slot_name(mirror.heap);
+        let copied = in_subtransaction(|| {
+            create_slot(&slot);
+            as_role(mirror.owner, || {
+                // SAFETY: a table of this database; the lock is hudi.mirror's: writers wait,
+                // so every transaction that wrote the heap table ended before the position.
+                let heap = unsafe { PgRelation::with_lock(mirror.heap, pg_sys::ShareRowExclusiveLock as pg_sys::LOCKMODE) };
+                let position = current_position();
+                truncate_target(mirror);
+                let foreign = crate::fdw::table::ForeignHudiTable::of_relation(mirror.target);
+                let copy = super::mirror::copy_statement(&heap, &foreign, mirror.target, &super::mirror::regclass_text(mirror.target));
+                let copied = Spi::connect_mut(|client| client.update(&copy, None, &[]).map(|t| t.len()))
+                    .unwrap_or_else(|e| crate::error::spi_failed("copying the mirrored table", e));
+                let args: Vec<DatumWithOid> = vec![mirror.heap.into(), slot.as_str().into(), position.into()];
+                as_pg_hudi(|| {
+                    Spi::run_with_args(
+                        "UPDATE hudi.mirror_targets SET slot = $2, captured_lsn = $3::pg_catalog.pg_lsn, captured_at = NULL, last_error = NULL \
+                          WHERE heap OPERATOR(pg_catalog.=) $1",
+                        &args,
+                    )
+                })
+                .unwrap_or_else(|e| crate::error::spi_failed("the mirrors", e));
+                copied
+            })
+        });
+        let heap = crate::fdw::table::relation_name(mirror.heap);
+        match copied {
+            Ok(copied) => log!(
+                "{}: the replication slot {} of the mirror of {heap} is gone (a restore?): copied its {copied} rows anew, capturing from slot {slot}",
+                crate::worker::WORKER_NAME,
+                mirror.slot
+            ),
+            Err(why) => {
+                crate::xact::discard_write(mirror.target);
+                super::forget();
+                let args: Vec<DatumWithOid> = vec![mirror.heap.into(), why.as_str().into()];
+                let _ = as_pg_hudi(|| {
+                    Spi::run_with_args("UPDATE hudi.mirror_targets SET last_error = $2 WHERE heap OPERATOR(pg_catalog.=) $1", &args)
+                });
+                log!("{}: starting the mirror of {heap} over from a new slot failed, tried again later: {why}", crate::worker::WORKER_NAME);
+            }
+        }
+    }));
+}
+
+/// TRUNCATE of `mirror`'s Hudi table as its owner (the current role), callable in a
+/// subtransaction: the statement is refused in one (a user's savepoint could not take it
+/// back); here a failure is taken back by `discard_write`.
+fn truncate_target(mirror: &WalMirror) {
+    // SAFETY: the target is a foreign table of this database; the lock is TRUNCATE's.
+    unsafe {
+        pg_sys::LockRelationOid(mirror.target, pg_sys::AccessExclusiveLock as pg_sys::LOCKMODE);
+        let allowed = pg_sys::pg_class_aclcheck(mirror.target, pg_sys::GetUserId(), pg_sys::ACL_TRUNCATE as pg_sys::AclMode);
+        if allowed != pg_sys::AclResult::ACLCHECK_OK {
+            pg_sys::aclcheck_error(allowed, pg_sys::ObjectType::OBJECT_FOREIGN_TABLE, pg_sys::get_rel_name(mirror.target));
+        }
+    }
+    crate::fdw::modify::truncate(mirror.target);
 }
 
 /// What one decoding of a mirror's slot found to apply.
@@ -576,20 +666,7 @@ fn apply(mirror: &WalMirror, decoded: Decoded) -> Option<u64> {
         return Some(decoded.position);
     }
     if decoded.truncate {
-        // What TRUNCATE of the target as its owner does, callable in a subtransaction (the
-        // statement is refused in one, for a user's savepoint could not take it back; a
-        // failure here is taken back by `discard_write`).
-        as_role(mirror.owner, || {
-            // SAFETY: the target is a foreign table of this database; the lock is TRUNCATE's.
-            unsafe {
-                pg_sys::LockRelationOid(mirror.target, pg_sys::AccessExclusiveLock as pg_sys::LOCKMODE);
-                let allowed = pg_sys::pg_class_aclcheck(mirror.target, pg_sys::GetUserId(), pg_sys::ACL_TRUNCATE as pg_sys::AclMode);
-                if allowed != pg_sys::AclResult::ACLCHECK_OK {
-                    pg_sys::aclcheck_error(allowed, pg_sys::ObjectType::OBJECT_FOREIGN_TABLE, pg_sys::get_rel_name(mirror.target));
-                }
-            }
-            crate::fdw::modify::truncate(mirror.target);
-        });
+        as_role(mirror.owner, || truncate_target(mirror));
     }
     if !decoded.batches.is_empty() {
         // SAFETY: the target is a foreign table of this database, opened to write its buffer.

@@ -209,26 +209,8 @@ fn mirror(heap: Option<RegClass>, target: Option<RegClass>, capture: default!(Op
             Some(format!("ALTER FOREIGN TABLE {} OPTIONS (ADD write_mode 'buffered')", target.name())),
         );
     }
-    let storage = foreign.storage();
-    let (config, avro) = foreign.config_and_schema(&storage);
-    let rows = engine::write::rows::TableRows::new(&config, &avro).unwrap_or_else(|e| crate::error::report(e));
-    let mapping = mapping(&heap, rows.data_schema(), &required_fields(&config), target.name());
-    let (heap_name, target_name) = (regclass_text(heap_oid), regclass_text(target.oid()));
-    // The columns both have, for the first copy.
-    let shared: Vec<String> = mapping
-        .columns
-        .iter()
-        .flatten()
-        .map(|(index, _)| quote(&mapping.heap_columns[*index].0))
-        .collect();
-    let target_columns: Vec<String> = rows
-        .data_schema()
-        .fields()
-        .iter()
-        .zip(&mapping.columns)
-        .filter(|(_, c)| c.is_some())
-        .map(|(f, _)| quote(f.name()))
-        .collect();
+    let copy = copy_statement(&heap, &foreign, target.oid(), target.name());
+    let heap_name = regclass_text(heap_oid);
     fn spi_failed<T>(e: pgrx::spi::SpiError) -> T {
         crate::error::spi_failed("mirroring", e)
     }
@@ -278,12 +260,26 @@ fn mirror(heap: Option<RegClass>, target: Option<RegClass>, capture: default!(Op
         )
     })
     .unwrap_or_else(spi_failed);
-    let copied = Spi::connect_mut(|client| {
-        client
-            .update(&format!("INSERT INTO {target_name} ({}) SELECT {} FROM {heap_name}", target_columns.join(", "), shared.join(", ")), None, &[])
-            .map(|t| t.len() as i64)
-    });
-    copied.unwrap_or_else(spi_failed)
+    Spi::connect_mut(|client| client.update(&copy, None, &[]).map(|t| t.len() as i64)).unwrap_or_else(spi_failed)
+}
+
+/// The statement that copies the rows of the heap table `heap` into the Hudi foreign table
+/// `target` (`foreign`, named `name`): the columns both have, by name.
+pub(super) fn copy_statement(heap: &PgRelation, foreign: &ForeignHudiTable, target: pg_sys::Oid, name: &str) -> String {
+    let storage = foreign.storage();
+    let (config, avro) = foreign.config_and_schema(&storage);
+    let rows = engine::write::rows::TableRows::new(&config, &avro).unwrap_or_else(|e| crate::error::report(e));
+    let mapping = mapping(heap, rows.data_schema(), &required_fields(&config), name);
+    let shared: Vec<String> = mapping.columns.iter().flatten().map(|(index, _)| quote(&mapping.heap_columns[*index].0)).collect();
+    let target_columns: Vec<String> =
+        rows.data_schema().fields().iter().zip(&mapping.columns).filter(|(_, c)| c.is_some()).map(|(f, _)| quote(f.name())).collect();
+    format!(
+        "INSERT INTO {} ({}) SELECT {} FROM {}",
+        regclass_text(target),
+        target_columns.join(", "),
+        shared.join(", "),
+        regclass_text(heap.oid())
+    )
 }
 
 /// The `REPLICA IDENTITY` clause that gives `heap` its identity `identity` again.
