@@ -173,11 +173,30 @@ pub fn follow(location: &str) -> u64 {
     // A slot of the same latch and table is this process's (or a process's that had its
     // PGPROC before it and did not free it).
     if !streams.waiters.iter().any(|w| w.key == key && w.latch == latch) {
+        free_slots_at_exit();
         if let Some(slot) = streams.waiters.iter_mut().find(|w| w.key == 0) {
             *slot = Waiter { key, latch };
         }
     }
     streams.tables[table].commits
+}
+
+thread_local! {
+    static EXIT_CALLBACK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Has this process's waiter slots freed when it exits: a FATAL (pg_terminate_backend during
+/// a wait) exits without unwinding the wait, which would leave its slot taken.
+fn free_slots_at_exit() {
+    if EXIT_CALLBACK.with(|c| c.replace(true)) {
+        return;
+    }
+    #[pg_guard]
+    unsafe extern "C-unwind" fn free_slots(_code: std::ffi::c_int, _arg: pg_sys::Datum) {
+        unfollow_all();
+    }
+    // SAFETY: a callback for the rest of the process's life.
+    unsafe { pg_sys::before_shmem_exit(Some(free_slots), pg_sys::Datum::from(0)) };
 }
 
 /// Stops [`follow`]ing: frees this process's waiter slots.
@@ -286,6 +305,7 @@ pub fn wait_for_commit(location: &str, after: &str, deadline: i64, latest: impl 
                         // A check under way is looked at again shortly.
                         let next_check = if due { micros(Duration::from_millis(50)) } else { table.checked_at + micros(interval) - at };
                         if registered.slot.is_none() {
+                            free_slots_at_exit();
                             // SAFETY: a read of this backend's latch.
                             let me = Waiter { key, latch: unsafe { pg_sys::MyLatch } as usize };
                             registered.slot = streams.waiters.iter().position(|w| w.key == 0);

@@ -101,8 +101,8 @@ def test_a_commit_of_another_server_is_seen_within_the_check_interval(lake, clus
 
 def test_a_wait_ends_empty_at_its_end_and_is_cancellable(lake, cluster):
     """Without changes a wait returns no rows when it ends (and the position stays); a
-    statement timeout and pg_cancel_backend end it with 57014, and free its slot; a negative
-    wait is refused."""
+    statement timeout and pg_cancel_backend end it with 57014, and free its slot, as
+    pg_terminate_backend does; a negative wait is refused."""
     conn, _ = lake
     conn.execute(CHANGES)
     conn.execute("INSERT INTO customers VALUES (1, 'old', 'nl', 1, '2026-01-01')")
@@ -122,6 +122,13 @@ def test_a_wait_ends_empty_at_its_end_and_is_cancellable(lake, cluster):
     cancelled.join(30)
     assert cancelled.error == "57014", cancelled.error
     assert _waiters(conn) == (0, 0)
+    # Terminated: a FATAL exits without unwinding the wait; the slot is freed at exit.
+    terminated = Waiter(cluster)
+    _start_waiting(conn, [terminated])
+    conn.execute(f"SELECT pg_terminate_backend({terminated.pid})")
+    terminated.join(30)
+    assert terminated.error is not None
+    wait_for("the terminated session's slot freed", lambda: _waiters(conn) == (0, 0))
     assert refused(conn, "SELECT * FROM hudi.consume(NULL::customer_changes, 'etl', wait => '-1 s')") == "22023"
 
 
