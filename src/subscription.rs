@@ -115,6 +115,15 @@ fn subscribe(hudi_table: Option<RegClass>, heap_table: Option<RegClass>) -> i64 
             Some("hudi.unsubscribe it first.".into()),
         );
     }
+    // Its applied changes would be mirrored into a Hudi table, and could come round again.
+    let mirrored = as_pg_hudi(|| crate::spi::read_one::<bool>("SELECT EXISTS (SELECT 1 FROM hudi.mirror_targets WHERE heap = $1)", &args));
+    if mirrored.ok().flatten().unwrap_or(false) {
+        raise(
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!("table {target_name} is mirrored into a Hudi table (hudi.mirror), so it cannot be subscribed"),
+            Some("A table either feeds a Hudi table or follows one: hudi.unmirror it first.".into()),
+        );
+    }
     let reader = table.load_reader();
     let key = &reader.config().record_key_fields;
     let mut pk = primary_key(target);

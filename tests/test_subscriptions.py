@@ -89,7 +89,8 @@ def test_a_subscribed_heap_table_stays_equal_to_the_hudi_table(lake, cluster):
 def test_subscribe_checks_its_tables_and_unsubscribe_stops(lake, cluster):
     """The heap table's primary key must be the record key (42P16), its columns columns of the
     foreign table (42703); only its owner subscribes (42501), once (42710), to a snapshot
-    declaration (55000). hudi.unsubscribe stops the applying: a later commit reaches another
+    declaration (55000), a table that is not mirrored (55000; nor is a subscribed one mirrored:
+    applied changes could go round). hudi.unsubscribe stops the applying: a later commit reaches another
     subscribed table and not the unsubscribed one."""
     conn, _ = lake
     conn.execute("INSERT INTO customers VALUES (1, 'a', 'nl', 1, now())")
@@ -108,6 +109,15 @@ def test_subscribe_checks_its_tables_and_unsubscribe_stops(lake, cluster):
         assert stranger.execute("SELECT count(*) FROM hudi.subscriptions").fetchone() == (0,)
     assert conn.execute("SELECT hudi.subscribe('customers', 'subscribed')").fetchone()[0] == 1
     assert refused(conn, "SELECT hudi.subscribe('customers', 'subscribed')") == "42710"
+    # A table feeds a Hudi table or follows one, not both (its changes could go round).
+    conn.execute("CREATE FOREIGN TABLE buffered (id bigint, name text, country text, balance numeric(12, 2), ts timestamptz) "
+                 "SERVER lake OPTIONS (path 'buffered', primary_key 'id,country', ordering_field 'ts', write_mode 'buffered')")
+    conn.execute("SELECT hudi.create_table('buffered')")
+    assert refused(conn, "SELECT hudi.mirror('subscribed', 'buffered')") == "55000"
+    conn.execute("CREATE TABLE fed (LIKE subscribed INCLUDING ALL)")
+    conn.execute("SELECT hudi.mirror('fed', 'buffered')")
+    assert refused(conn, "SELECT hudi.subscribe('customers', 'fed')") == "55000"
+    conn.execute("SELECT hudi.unmirror('fed')")
     with cluster.connect(user="stranger") as stranger:
         assert stranger.execute("SELECT relation::text, hudi_table FROM hudi.subscriptions").fetchall() == [("subscribed", "customers")]
     serve_databases(conn)

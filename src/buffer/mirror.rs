@@ -191,6 +191,17 @@ fn mirror(heap: Option<RegClass>, target: Option<RegClass>, capture: default!(Op
     if mirrored.ok().flatten().unwrap_or(false) {
         raise(PgSqlErrorCode::ERRCODE_DUPLICATE_OBJECT, format!("table {} is mirrored already", regclass_text(heap_oid)), Some("hudi.unmirror it first.".into()));
     }
+    // A subscribed table's changes come from a Hudi table: mirrored, they could come round.
+    let subscribed = as_pg_hudi(|| {
+        crate::spi::read_one::<bool>("SELECT EXISTS (SELECT 1 FROM hudi.subscription_targets WHERE target = $1)", &args)
+    });
+    if subscribed.ok().flatten().unwrap_or(false) {
+        raise(
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!("table {} follows a Hudi table (hudi.subscribe), so it cannot be mirrored", regclass_text(heap_oid)),
+            Some("A table either feeds a Hudi table or follows one: hudi.unsubscribe it first.".into()),
+        );
+    }
     // The slot first: PostgreSQL makes one only before the transaction writes (or locks the
     // heap table against the writers the slot's consistent point waits for).
     let slot = (capture == Capture::Wal).then(|| {
