@@ -38,6 +38,9 @@ COMMENT ON VIEW hudi.subscriptions IS
   'Heap tables kept equal to Hudi tables (hudi.subscribe): position, lag in commits and seconds, copies, last error';
 COMMENT ON FUNCTION hudi.stream_watches IS
   'The tables sessions of this server wait on for their next commit (hudi.consume with wait): sessions waiting, timeline listings made, last check';
+-- Server-wide, so it names tables of every database: for monitoring roles only.
+REVOKE EXECUTE ON FUNCTION hudi.stream_watches() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION hudi.stream_watches() TO pg_monitor;
 COMMENT ON FUNCTION hudi.create_lookup_cache IS
   'Creates a lookup cache index on the table''s columns (the record key: unique; others: secondary), loaded and kept fresh by the background worker';
 COMMENT ON FUNCTION hudi.drop_lookup_cache IS

@@ -99,6 +99,9 @@ STRICT
 VOLATILE LANGUAGE c AS 'MODULE_PATHNAME', 'stream_watches_wrapper';
 COMMENT ON FUNCTION hudi.stream_watches IS
   'The tables sessions of this server wait on for their next commit (hudi.consume with wait): sessions waiting, timeline listings made, last check';
+-- Server-wide, so it names tables of every database: for monitoring roles only.
+REVOKE EXECUTE ON FUNCTION hudi.stream_watches() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION hudi.stream_watches() TO pg_monitor;
 DROP FUNCTION hudi.consume(anyelement, text, text);
 CREATE FUNCTION hudi.consume(changes anyelement, consumer text, start_from text DEFAULT 'earliest', wait interval DEFAULT NULL)
 RETURNS SETOF anyelement

@@ -243,7 +243,7 @@ fn subscriptions() -> Vec<Subscription> {
 
 thread_local! {
     /// Per subscription (target): when the round last looked at its Hudi table, and the
-    /// commit count of this server's commits to it then ([`crate::stream::commits`]).
+    /// count of this server's commits to it then ([`crate::stream::follow`]).
     static LOOKED: std::cell::RefCell<HashMap<u32, (Instant, u64)>> = Default::default();
 }
 

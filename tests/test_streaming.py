@@ -130,6 +130,13 @@ def test_a_wait_ends_empty_at_its_end_and_is_cancellable(lake, cluster):
     assert terminated.error is not None
     wait_for("the terminated session's slot freed", lambda: _waiters(conn) == (0, 0))
     assert refused(conn, "SELECT * FROM hudi.consume(NULL::customer_changes, 'etl', wait => '-1 s')") == "22023"
+    # Server-wide (tables of every database): for monitoring roles.
+    conn.execute("CREATE ROLE nobody LOGIN")
+    with cluster.connect(user="nobody") as nobody:
+        assert refused(nobody, "SELECT * FROM hudi.stream_watches()") == "42501"
+    conn.execute("GRANT pg_monitor TO nobody")
+    with cluster.connect(user="nobody") as nobody:
+        assert nobody.execute("SELECT count(*) FROM hudi.stream_watches()").fetchone()[0] == 1
 
 
 def test_a_compaction_does_not_end_a_wait(lake, cluster):
