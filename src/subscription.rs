@@ -307,12 +307,13 @@ fn apply(subscription: &Subscription) {
         return;
     }
     let start = (!subscription.position.is_empty()).then(|| subscription.position.clone());
-    let truncated = reader.timeline().completed_writes().any(|i| {
-        i.action == "replacecommit" && i.completion.as_deref().is_some_and(|c| start.as_deref().is_none_or(|s| c > s) && c <= latest.as_str())
-    });
     let timeline = reader.timeline();
-    let in_range = |c: &str| start.as_deref().is_none_or(|s| c > s) && c <= latest.as_str();
-    let commits = timeline.completed_writes().filter(|i| timeline.completion_time(&i.timestamp).is_some_and(in_range)).count() as i64;
+    let in_range = |i: &&engine::timeline::Instant| {
+        timeline.completion_time(&i.timestamp).is_some_and(|c| start.as_deref().is_none_or(|s| c > s) && c <= latest.as_str())
+    };
+    // A truncate (a replacecommit) removed rows that no change lists.
+    let truncated = timeline.completed_writes().filter(in_range).any(|i| i.action == "replacecommit");
+    let commits = timeline.completed_writes().filter(in_range).count() as i64;
     let range = ChangeRange { start: start.clone(), end: Some(latest.clone()) };
     let columns = target_columns(subscription.target);
     let recopy = if truncated {
