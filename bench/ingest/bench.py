@@ -181,6 +181,10 @@ def main():
             conn.execute(f"ALTER FOREIGN TABLE {table} OPTIONS (SET flush_interval '{SHORT_INTERVAL}')")
         short_run, short_lags = lags_during(args.port, args.lake, "markers", "markers",
                                             lambda: pgbench(args.port, "buffered", CLIENTS, LAG_SECONDS, rate=lag_rate))
+        # And at half the buffered rate, where the cores are not saturated.
+        half_rate = int(results["buffered"][0] * 0.5)
+        half_run, half_lags = lags_during(args.port, args.lake, "markers", "markers",
+                                          lambda: pgbench(args.port, "buffered", CLIENTS, LAG_SECONDS, rate=half_rate))
         for table in ("buffered", "markers"):
             conn.execute(f"ALTER FOREIGN TABLE {table} OPTIONS (SET flush_interval '1s')")
         # Latency at one rate that both sustain (closed-loop latency follows throughput).
@@ -222,6 +226,8 @@ def main():
           f"{lag_run[0]:,.0f} tps, pgbench --rate {lag_rate}; flush_interval 1s): {percentiles(lags)}")
     print(f"the same with flush_interval {SHORT_INTERVAL} ({len(short_lags)} marker rows, {short_run[0]:,.0f} tps): "
           f"{percentiles(short_lags)}")
+    print(f"flush_interval {SHORT_INTERVAL} at half the buffered rate ({len(half_lags)} marker rows, {half_run[0]:,.0f} tps): "
+          f"{percentiles(half_lags)}")
     print(f"mirror lag from the WAL at {steady[0]:,.0f} rows/s (pgbench --rate {MIRROR_RATE}; flush_interval {SHORT_INTERVAL}; "
           f"{len(mirror_lags)} marker rows into a second mirrored table): {percentiles(mirror_lags)}; "
           f"{lake_rows:,} of {heap_rows:,} rows in the lake at the end")
