@@ -307,13 +307,10 @@ fn apply(subscription: &Subscription) {
         return;
     }
     let start = (!subscription.position.is_empty()).then(|| subscription.position.clone());
-    let timeline = reader.timeline();
-    let in_range = |i: &&engine::timeline::Instant| {
-        timeline.completion_time(&i.timestamp).is_some_and(|c| start.as_deref().is_none_or(|s| c > s) && c <= latest.as_str())
-    };
+    let in_range = || reader.timeline().completed_writes_between(start.as_deref(), &latest);
     // A truncate (a replacecommit) removed rows that no change lists.
-    let truncated = timeline.completed_writes().filter(in_range).any(|i| i.action == "replacecommit");
-    let commits = timeline.completed_writes().filter(in_range).count() as i64;
+    let truncated = in_range().any(|i| i.action == "replacecommit");
+    let commits = in_range().count() as i64;
     let range = ChangeRange { start: start.clone(), end: Some(latest.clone()) };
     let columns = target_columns(subscription.target);
     let recopy = if truncated {

@@ -484,9 +484,8 @@ impl LookupCache {
         }
         // A truncate (a replacecommit) removed rows that no change lists: the cache is loaded
         // anew.
-        let truncated = reader.timeline().completed_writes().any(|i| {
-            i.action == "replacecommit" && i.completion.as_deref().is_some_and(|c| c > from.as_str() && target.as_deref().is_none_or(|t| c <= t))
-        });
+        let end = target.as_deref().unwrap_or(from.as_str());
+        let truncated = reader.timeline().completed_writes_between(Some(from.as_str()), end).any(|i| i.action == "replacecommit");
         if truncated {
             return Ok(None);
         }
@@ -912,7 +911,7 @@ fn cached_columns(definition: &CacheDefinition, table_schema: &Schema) -> Result
 
 /// The completion time of the latest completed commit `reader` sees (`None`: none).
 fn latest_completion(reader: &TableReader) -> Option<String> {
-    reader.timeline().completed_writes().filter_map(|i| i.completion.clone()).max()
+    reader.timeline().latest_completion().map(str::to_owned)
 }
 
 /// How far a cache at `position` (a completion time) is behind the table a reader shows.

@@ -262,6 +262,13 @@ impl Timeline {
         self.completed_writes().filter_map(|i| self.completion_time(&i.timestamp)).max()
     }
 
+    /// The completed writes whose completion time (layout 2; the instant in layout 1) lies in
+    /// `(start, end]` (`None`: from the first).
+    pub fn completed_writes_between<'a>(&'a self, start: Option<&'a str>, end: &'a str) -> impl Iterator<Item = &'a Instant> + 'a {
+        self.completed_writes()
+            .filter(move |i| self.completion_time(&i.timestamp).is_some_and(|c| start.is_none_or(|s| c > s) && c <= end))
+    }
+
     /// The latest completed write: what a snapshot read sees by default.
     pub fn latest_completed_write(&self) -> Option<&Instant> {
         self.completed_writes().next_back()
