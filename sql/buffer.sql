@@ -13,12 +13,19 @@ CREATE TABLE hudi.write_buffer (
     position bigint NOT NULL DEFAULT pg_catalog.nextval('hudi.write_buffer_position'),
     change "char" NOT NULL CHECK (change IN ('u', 'd')),   -- upserts or deletes
     row_count integer NOT NULL,
-    rows bytea NOT NULL,
+    rows bytea NOT NULL,             -- Avro records naming a schema of hudi.buffer_schemas
     commits boolean NOT NULL DEFAULT false,
     written_at timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp()
 );
 CREATE INDEX write_buffer_location ON hudi.write_buffer (location, position);
 REVOKE ALL ON hudi.write_buffer, hudi.write_buffer_position FROM PUBLIC;
+-- The schemas of the chunks' rows, by the id each chunk names (a chunk holds Avro records
+-- without their schema: about 100 bytes for a one-row transaction, not 1.4 KB).
+CREATE TABLE hudi.buffer_schemas (
+    id bigint PRIMARY KEY,
+    schema bytea NOT NULL            -- an Arrow IPC stream of no rows
+);
+REVOKE ALL ON hudi.buffer_schemas FROM PUBLIC;
 
 -- What the buffer holds per table, for the roles that may read it.
 CREATE VIEW hudi.buffered_writes AS

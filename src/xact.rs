@@ -321,6 +321,12 @@ pub fn writes_to(location: &str) -> bool {
     OPEN.with(|open| open.borrow().values().any(|w| w.location == location))
 }
 
+/// The schema of the table at `location` as an ALTER of this transaction changed it, if one
+/// did: its commit, and so the schema, is not in storage before the transaction commits.
+pub fn changed_schema_of(location: &str) -> Option<String> {
+    OPEN.with(|open| open.borrow().values().filter(|w| w.location == location).find_map(|w| w.transaction.changed_schema().map(str::to_owned)))
+}
+
 /// Prepares a read of the table at `location` in this transaction: writes out the rows its
 /// open writes buffered, and returns what they wrote, which the read must see (a transaction
 /// reads its own writes).
@@ -457,6 +463,7 @@ unsafe extern "C-unwind" fn on_transaction_event(event: pg_sys::XactEvent::Type,
         }
         pg_sys::XactEvent::XACT_EVENT_COMMIT | pg_sys::XactEvent::XACT_EVENT_PARALLEL_COMMIT => {
             crate::fdw::positions::forget_all();
+            crate::buffer::chunks::committed();
             // PostgreSQL committed: the completions must happen, and must not be interrupted
             // (a cancel would leave the table lock to its lease). Interrupts that arrive
             // meanwhile are served afterwards; failures are warnings and stay in the intents.

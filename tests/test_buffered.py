@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from conftest import our_rows, reference_rows, refused, serve_databases, wait_for, wait_for_value
+from conftest import our_rows, reference_rows, reference_rows_at, refused, serve_databases, wait_for, wait_for_value
 
 
 def _buffered(conn, interval="100ms"):
@@ -148,6 +148,44 @@ def test_a_full_buffer_refuses_writes_and_truncate_empties_it(lake):
     conn.execute("INSERT INTO customers VALUES (9, 'after', 'nl', 1, '2026-01-01')")
     assert [r[0] for r in our_rows(conn)] == [9]
     assert reference_rows(table) == []
+
+
+def test_rows_buffered_in_each_schema_of_a_table_reach_the_lake_in_it(lake, cluster):
+    """Chunks name their schema (hudi.buffer_schemas) rather than carry it: rows buffered before
+    an ALTER, by a session that had the old columns, within the ALTER's transaction, and by a
+    transaction whose registration of a schema was rolled back are all flushed, each row in
+    the columns it was written in (a column added later is NULL), as the reference reader and
+    pg_hudi read them."""
+    conn, table = lake
+    conn.execute("ALTER FOREIGN TABLE customers OPTIONS (ADD write_mode 'buffered', ADD flush_interval '100ms')")
+    with cluster.connect() as other:
+        # The first rows of a schema on this server: the registration rolls back with them,
+        # and the same session's next transaction registers it again.
+        other.execute("BEGIN")
+        other.execute("SET LOCAL hudi.write_batch_rows = 1")  # the chunk written by the INSERT
+        other.execute("INSERT INTO customers VALUES (1, 'rolled back', 'nl', 1, '2026-01-01')")
+        assert other.execute("SELECT count(*) FROM hudi.buffer_schemas").fetchone()[0] == 1
+        other.execute("ROLLBACK")
+        assert conn.execute("SELECT count(*) FROM hudi.buffer_schemas").fetchone()[0] == 0
+        other.execute("INSERT INTO customers VALUES (1, 'before', 'nl', 1, '2026-01-01')")
+        assert conn.execute("SELECT count(*) FROM hudi.buffer_schemas").fetchone()[0] == 1
+        conn.execute("BEGIN")
+        conn.execute("INSERT INTO customers VALUES (2, 'in the alter', 'nl', 2, '2026-01-01')")
+        conn.execute("ALTER FOREIGN TABLE customers ADD COLUMN email text")
+        conn.execute("INSERT INTO customers VALUES (3, 'after, same', 'de', 3, '2026-01-01', 'c@example.com')")
+        conn.execute("COMMIT")
+        # This session still has the old columns' shape in memory: it writes in the new ones.
+        other.execute("INSERT INTO customers VALUES (4, 'after', 'fr', 4, '2026-01-01', 'd@example.com')")
+        other.execute("UPDATE customers SET email = 'a@example.com' WHERE id = 1")
+    assert conn.execute("SELECT count(*) FROM hudi.buffer_schemas").fetchone()[0] == 2
+    expected = [(1, "before", "a@example.com"), (2, "in the alter", None), (3, "after, same", "c@example.com"),
+                (4, "after", "d@example.com")]
+    read = "SELECT id, name, email FROM customers ORDER BY id"
+    assert conn.execute(read).fetchall() == expected
+    serve_databases(conn)
+    wait_for("the buffer to be flushed", lambda: _buffered_rows(conn) == 0)
+    assert conn.execute(read).fetchall() == expected
+    assert reference_rows_at(str(table), columns=("id", "name", "email")) == [tuple(r) for r in expected]
 
 
 def test_a_flush_killed_before_its_commit_is_done_again_exactly_once(lake, cluster):

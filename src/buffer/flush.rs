@@ -295,10 +295,10 @@ fn flush_table(location: &str, relid: pg_sys::Oid, table: &ForeignHudiTable) -> 
             // just after a vacuum counted the buffer nearly empty.
             let rows = client
                 .select(
-                    "SELECT transaction::text, change, rows FROM ( \
-                        SELECT transaction, change, rows, position, committed, \
+                    "SELECT transaction::text, change, row_count, rows FROM ( \
+                        SELECT transaction, change, row_count, rows, position, committed, \
                                pg_catalog.dense_rank() OVER (ORDER BY committed) AS nth \
-                          FROM (SELECT transaction, change, rows, position, \
+                          FROM (SELECT transaction, change, row_count, rows, position, \
                                        pg_catalog.max(position) FILTER (WHERE commits) OVER (PARTITION BY transaction) AS committed \
                                   FROM hudi.write_buffer WHERE location OPERATOR(pg_catalog.=) $1) chunks \
                          WHERE committed IS NOT NULL) ranked \
@@ -307,16 +307,16 @@ fn flush_table(location: &str, relid: pg_sys::Oid, table: &ForeignHudiTable) -> 
                     &args,
                 )
                 .unwrap_or_else(|e| spi_error(e));
-            rows.filter_map(|row| Some((row.get::<String>(1).ok()??, row.get::<i8>(2).ok()??, row.get::<Vec<u8>>(3).ok()??))).collect::<Vec<_>>()
+            rows.filter_map(|row| Some((row.get::<String>(1).ok()??, (row.get::<i8>(2).ok()??, row.get::<i32>(3).ok()??, row.get::<Vec<u8>>(4).ok()??))))
+                .collect::<Vec<_>>()
         })
     });
     if chunks.is_empty() {
         return 0;
     }
-    let mut transactions: Vec<String> = chunks.iter().map(|(t, _, _)| t.clone()).collect();
+    let (mut transactions, chunks): (Vec<String>, Vec<_>) = chunks.into_iter().unzip();
     transactions.dedup();
-    let changes = chunks.iter().map(|(_, change, bytes)| super::chunk(*change, bytes)).collect();
-    let changes = engine::write::rows::coalesce(changes).or_report();
+    let changes = engine::write::rows::coalesce(super::decode_chunks(&chunks)).or_report();
     let written = changes.iter().map(|(_, rows)| rows.num_rows()).sum();
     crate::xact::with_open_write(relid, || crate::fdw::modify::new_write(table, relid, false), |write| {
         for (change, rows) in changes {

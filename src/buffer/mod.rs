@@ -4,12 +4,13 @@
 //! into one deltacommit per flush ([`flush`]); readers on this server merge the rows not yet
 //! flushed ([`reader_with_buffer`]).
 //!
-//! A transaction's rows wait in memory and are written as chunks (one Arrow IPC stream of
-//! upserts or deletes each) when they reach `hudi.write_batch_rows`, and at PRE_COMMIT, whose
+//! A transaction's rows wait in memory and are written as chunks (Avro records of upserts or
+//! deletes each, [`chunks`]) when they reach `hudi.write_batch_rows`, and at PRE_COMMIT, whose
 //! last chunk is marked `commits`: rows are ordered by their transaction's commit, then as
 //! written. Its reads of the table merge the rows in memory after the buffer's.
 
 pub mod capture;
+pub(crate) mod chunks;
 pub mod flush;
 pub mod limit;
 pub mod mirror;
@@ -156,6 +157,8 @@ unsafe fn shape_of(relation: pg_sys::Relation, table: &ForeignHudiTable) -> Arc<
     }
     let storage = table.storage();
     let (config, avro) = table.config_and_schema(&storage);
+    // Rows written after an ALTER of this transaction are in its schema.
+    let avro = crate::xact::changed_schema_of(&location).unwrap_or(avro);
     let rows = TableRows::new(&config, &avro).or_report();
     let shape = Arc::new(Shape { columns, location, rows: Arc::new(rows), config: Arc::new(config) });
     SHAPES.with(|s| s.borrow_mut().insert(relid, shape.clone()));
@@ -266,16 +269,23 @@ fn change_code(change: Change) -> i8 {
     }
 }
 
-/// The change a chunk of `hudi.write_buffer` holds, and its rows.
-fn chunk(change: i8, rows: &[u8]) -> (Change, RecordBatch) {
-    let change = if change == change_code(Change::Delete) { Change::Delete } else { Change::Upsert };
-    (change, engine::write::rows::from_bytes(rows).or_report())
+/// The rows of chunks of `hudi.write_buffer` read in order (change, row count, bytes): each
+/// run of one change and schema one batch.
+fn decode_chunks(chunks: &[(i8, i32, Vec<u8>)]) -> Vec<(Change, RecordBatch)> {
+    let chunks: Vec<engine::write::rows::Chunk> = chunks
+        .iter()
+        .map(|(change, rows, bytes)| {
+            let change = if *change == change_code(Change::Delete) { Change::Delete } else { Change::Upsert };
+            (change, (*rows).max(0) as usize, bytes.as_slice())
+        })
+        .collect();
+    chunks::decode(&chunks)
 }
 
 /// Writes one chunk of rows to the buffer (with `commits`: the transaction's last).
 fn write_chunk(location: &str, relation: pg_sys::Oid, change: Change, rows: &RecordBatch, commits: bool) {
     limit::check(rows.num_rows());
-    let bytes = engine::write::rows::to_bytes(rows).or_report();
+    let bytes = chunks::encode(rows);
     // SAFETY: inside the transaction, on the main thread.
     unsafe { insert_chunk(location, relation, change_code(change), rows.num_rows() as i32, &bytes, commits) };
 }
@@ -431,6 +441,7 @@ pub(crate) fn writes() -> bool {
 /// ABORT: the rows in memory are dropped (those written to the buffer go with the transaction).
 pub(crate) fn forget() {
     WRITES.with(|w| w.borrow_mut().clear());
+    chunks::forget();
 }
 
 /// How many flushes of `location` committed, and the buffered rows of it this transaction sees
@@ -442,18 +453,18 @@ fn buffered_rows(location: &str) -> (i64, Vec<(Change, RecordBatch)>) {
             let flushes = flush_count(client, &args);
             let rows = client
                 .select(
-                    "SELECT change, rows FROM hudi.write_buffer WHERE location = $1 \
+                    "SELECT change, row_count, rows FROM hudi.write_buffer WHERE location = $1 \
                      ORDER BY pg_catalog.max(position) FILTER (WHERE commits) OVER (PARTITION BY transaction) NULLS LAST, position",
                     None,
                     &args,
                 )
                 .unwrap_or_else(|e| crate::error::spi_failed("the write buffer", e));
-            let chunks: Vec<(i8, Vec<u8>)> = rows.filter_map(|row| Some((row.get::<i8>(1).ok()??, row.get::<Vec<u8>>(2).ok()??))).collect();
+            let chunks: Vec<(i8, i32, Vec<u8>)> =
+                rows.filter_map(|row| Some((row.get::<i8>(1).ok()??, row.get::<i32>(2).ok()??, row.get::<Vec<u8>>(3).ok()??))).collect();
             (flushes, chunks)
         })
     });
-    let chunks = chunks.into_iter().map(|(change, bytes)| chunk(change, &bytes)).collect();
-    (flushes, chunks)
+    (flushes, decode_chunks(&chunks))
 }
 
 fn flush_count(client: &pgrx::spi::SpiClient<'_>, args: &[DatumWithOid]) -> i64 {
