@@ -876,7 +876,9 @@ pub struct RowBuffer {
 
 impl RowBuffer {
     pub fn new(schema: arrow::datatypes::SchemaRef) -> RowBuffer {
-        let builders = schema.fields().iter().map(|f| arrow::array::make_builder(f.data_type(), 1024)).collect();
+        // Small: most buffers hold a statement's rows, often one (a buffered write's is made per
+        // transaction); a builder grows by doubling, and [`Self::take`] sizes the next ones.
+        let builders = schema.fields().iter().map(|f| arrow::array::make_builder(f.data_type(), 16)).collect();
         RowBuffer { schema, builders, rows: 0 }
     }
 
@@ -998,7 +1000,10 @@ impl RowBuffer {
                     None => arrow::array::make_builder(f.data_type(), rows),
                 };
                 // Builders drop timezones; put the column's type back.
-                arrow::compute::cast(&array, f.data_type()).unwrap_or(array)
+                match array.data_type() == f.data_type() {
+                    true => array,
+                    false => arrow::compute::cast(&array, f.data_type()).unwrap_or(array),
+                }
             })
             .collect();
         self.rows = 0;
