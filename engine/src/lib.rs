@@ -5,6 +5,7 @@ mod avro;
 pub mod error;
 pub mod log;
 pub mod lookup;
+pub mod mdt;
 pub mod ordering;
 pub mod read;
 pub mod services;

@@ -901,6 +901,8 @@ pub(crate) unsafe fn explain_read(relid: pg_sys::Oid, es: *mut pg_sys::ExplainSt
     };
     explain_text("Hudi Query", &query, es);
     explain_text("Hudi Table", table.uri.as_str(), es);
+    // Where the table's data files were listed: its metadata table, or storage.
+    explain_text("Hudi Files Listed From", &table.open_reader().listed_from().to_string(), es);
 }
 
 /// EXPLAIN of a lookup scan: `Lookup: table (keys) = values`; with VERBOSE the cached instant

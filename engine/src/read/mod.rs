@@ -190,6 +190,8 @@ pub struct TableReader {
     decided: Vec<String>,
     /// Shared by the clones of one load: a large table's listing is not copied per query.
     view: Arc<FileSystemView>,
+    /// Where the data files of the view were listed.
+    listed_from: ListedFrom,
     /// The latest writer schema (Avro JSON, without meta fields).
     avro_schema: String,
     schema: SchemaRef,
@@ -206,6 +208,43 @@ pub struct TableReader {
     /// Log files that exist only in memory, by path: rows buffered outside the lake
     /// ([`Self::with_buffered`]).
     buffered: Arc<std::collections::HashMap<String, bytes::Bytes>>,
+}
+
+/// Where a reader's data files were listed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ListedFrom {
+    /// Storage, directory by directory: a table without a metadata table listing its files.
+    Storage,
+    /// The `files` partition of the table's metadata table, as of its instant `as_of`.
+    MetadataTable { as_of: String },
+    /// A listing handed over (a parallel scan's worker reads its leader's).
+    Given,
+}
+
+impl std::fmt::Display for ListedFrom {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ListedFrom::Storage => f.write_str("storage"),
+            ListedFrom::MetadataTable { as_of } if as_of.is_empty() => f.write_str("metadata table (no completed instant)"),
+            ListedFrom::MetadataTable { as_of } => write!(f, "metadata table as of {as_of}"),
+            ListedFrom::Given => f.write_str("the leader's listing"),
+        }
+    }
+}
+
+/// The data files of the table at `storage`: through its metadata table where the table says
+/// its files are listed there ([`TableConfig::lists_files_in_metadata_table`]), as Hudi 1.x
+/// readers list them — one read of the `files` partition's few files instead of one LIST per
+/// partition, and only the files its writers recorded; by listing storage otherwise, or when
+/// the metadata table it names does not exist (hudi-rs falls back the same way).
+async fn list_files(storage: &Storage, config: &TableConfig, timeline: &Timeline) -> Result<(FileSystemView, ListedFrom)> {
+    if config.lists_files_in_metadata_table() {
+        let listed = crate::mdt::files::listing(storage, timeline).await.map_err(|e| e.context("reading the table's metadata table"))?;
+        if let Some(listed) = listed {
+            return Ok((FileSystemView::from_listing(listed.files), ListedFrom::MetadataTable { as_of: listed.as_of }));
+        }
+    }
+    Ok((FileSystemView::load(storage).await?, ListedFrom::Storage))
 }
 
 /// An error reading the Parquet file at `location`: what storage said when the bytes could not
@@ -298,9 +337,9 @@ impl TableReader {
             };
             timeline = timeline.with_archived(archived);
         }
-        let view = match files {
-            Some(files) => FileSystemView::from_listing(files),
-            None => FileSystemView::load(&storage).await?,
+        let (view, listed_from) = match files {
+            Some(files) => (FileSystemView::from_listing(files), ListedFrom::Given),
+            None => list_files(&storage, &config, &timeline).await?,
         };
         let timeline_subdirs = Arc::new(subdirs);
         let avro = metadata::table_schema(&storage, &config, &timeline).await?;
@@ -313,6 +352,7 @@ impl TableReader {
             timeline_subdirs,
             decided: Vec::new(),
             view: Arc::new(view),
+            listed_from,
             avro_schema: avro,
             schema,
             changes_schema,
@@ -367,6 +407,11 @@ impl TableReader {
 
     pub fn config(&self) -> &TableConfig {
         &self.config
+    }
+
+    /// Where the data files this reader reads were listed.
+    pub fn listed_from(&self) -> &ListedFrom {
+        &self.listed_from
     }
 
     pub fn timeline(&self) -> &Timeline {

@@ -224,7 +224,7 @@ pub async fn archive(storage: &Storage, writer: &WriterId, lock_options: &LockOp
             format!("archival is implemented for table version 8 and later; {} is version {}", storage.uri(), config.version),
         ));
     }
-    if config.metadata_partitions.iter().any(|p| p == "files") {
+    if config.lists_files_in_metadata_table() {
         return Err(Error::new(
             ErrorKind::Unsupported,
             format!("{} has a metadata table, whose compactions bound archival and which archival does not read yet", storage.uri()),

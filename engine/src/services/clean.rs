@@ -340,7 +340,7 @@ async fn execute(storage: &Storage, config: &TableConfig, owner: &str, lock_opti
 /// nothing may be deleted (no clean instant is written then, as in Hudi).
 pub async fn clean(storage: &Storage, writer: &WriterId, lock_options: &LockOptions, options: &CleanOptions) -> Result<Option<Cleaned>> {
     let config = crate::table::load_config(storage).await?;
-    if config.metadata_partitions.iter().any(|p| p == "files") {
+    if config.lists_files_in_metadata_table() {
         return Err(Error::new(
             ErrorKind::Unsupported,
             format!("{} has a metadata table listing its files, which cleaning does not update yet", storage.uri()),

@@ -196,6 +196,7 @@ pub async fn schedule_due_compaction(storage: &Storage, writer: &WriterId, lock_
         // Listed after taking the instant: every write that completed before it is visible now.
         let reader = TableReader::open(storage.clone()).await?;
         let config = reader.config();
+        config.refuse_metadata_table("a compaction")?;
         // A truncate in flight starts new slices at an earlier instant than this one: a base
         // written here would be newer and hold the rows it removes. It is planned after.
         if reader.timeline().pending_writes().any(|i| i.requested_action == "replacecommit") {

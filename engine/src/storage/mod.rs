@@ -350,6 +350,13 @@ impl Storage {
         Storage { store: layer(self.store.clone()), prefix: self.prefix.clone(), uri: self.uri.clone(), ..*self }
     }
 
+    /// The location `relative` below this one, through the same store (a table's metadata
+    /// table).
+    pub fn child(&self, relative: &str) -> Storage {
+        let uri = self.uri.resolve(relative).unwrap_or_else(|_| self.uri.clone());
+        Storage { uri, store: self.store.clone(), prefix: self.path(relative), ..*self }
+    }
+
     /// The full object path of `relative` (slash-separated, relative to this location). Names
     /// are taken as they are, as listings return them (`city=São Paulo`, `50%`), so that what
     /// is listed can be read and what is written is named as Spark names it; only `.`, `..` and

@@ -303,7 +303,7 @@ mod tests {
                 ("tm".into(), value(Avro::TimestampMillis(1_700_000_000_000 + r))),
                 ("tu".into(), value(Avro::TimestampMicros(1_700_000_000_000_000 + r))),
                 ("lt".into(), value(Avro::LocalTimestampMicros(-r))),
-                ("dec".into(), value(Avro::Decimal(apache_avro::Decimal::from(((r * 12345 - 99) as i64).to_be_bytes().to_vec())))),
+                ("dec".into(), value(Avro::Decimal(apache_avro::Decimal::from((r * 12345 - 99).to_be_bytes().to_vec())))),
                 ("fx".into(), value(Avro::Fixed(4, vec![1, 2, 3, r as u8]))),
                 ("dfx".into(), value(Avro::Decimal(apache_avro::Decimal::from(((r as i128) << 70).to_be_bytes().to_vec())))),
                 ("list".into(), value(Avro::Array(vec![some(Avro::Long(r)), Avro::Union(0, Box::new(Avro::Null))]))),

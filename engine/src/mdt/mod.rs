@@ -1,0 +1,6 @@
+//! A table's metadata table (`.hoodie/metadata`, Hudi 1.x): itself a merge-on-read table whose
+//! partitions index the data table — `files` lists its data files ([`files`]), stored as HFiles
+//! ([`hfile`]).
+
+pub mod files;
+pub mod hfile;
