@@ -433,6 +433,31 @@ def test_a_storm_of_signals_crashes_nothing_and_loses_nothing(shared, cluster):
     assert conn.execute("SELECT count(*) FROM pg_database WHERE datname = 'doomed'").fetchone() == (0,)
 
 
+def test_a_google_key_names_no_endpoint_that_is_not_allowed(cluster):
+    """object_store sends a gs:// store's requests to the `gcs_base_url` of the service account
+    key's JSON (an emulator's address, with `disable_oauth`): a role other than a superuser put
+    an internal address there and bypassed hudi.allowed_endpoints. That endpoint is checked as
+    aws_endpoint is."""
+    conn = cluster.connect()
+    conn.execute("CREATE EXTENSION pg_hudi")
+    conn.execute("CREATE SERVER gcs FOREIGN DATA WRAPPER hudi_fdw OPTIONS (base_uri 'gs://bucket/lake')")
+    conn.execute("CREATE ROLE gina LOGIN")
+    conn.execute("GRANT USAGE ON FOREIGN SERVER gcs TO gina")
+    internal = {"gcs_base_url": "http://169.254.169.254", "disable_oauth": True, "client_email": "", "private_key": ""}
+    with connect(cluster, "gina") as gina:
+        mapping = "CREATE USER MAPPING FOR gina SERVER gcs OPTIONS (google_service_account_key '{}')"
+        assert refused(gina, mapping.format(json.dumps(internal))) == "42501"
+        assert refused(gina, mapping.format(json.dumps(internal)[:-1])) == "42501"  # not JSON, yet naming one
+        conn.execute("ALTER SYSTEM SET hudi.allowed_endpoints = 'http://127.0.0.1:4443'")
+        conn.execute("SELECT pg_reload_conf()")
+        wait_for("the allowed endpoints", lambda: gina.execute("SHOW hudi.allowed_endpoints").fetchone()[0] != "")
+        gina.execute(mapping.format(json.dumps({**internal, "gcs_base_url": "http://127.0.0.1:4443"})))
+        assert refused(gina, "ALTER USER MAPPING FOR gina SERVER gcs OPTIONS (SET google_service_account_key '{}')".format(
+            json.dumps(internal))) == "42501"
+    conn.execute("ALTER SYSTEM RESET hudi.allowed_endpoints")
+    conn.execute("SELECT pg_reload_conf()")
+
+
 def test_endpoints_are_for_a_superuser_to_allow(cluster):
     """A role with USAGE on an s3:// server pointed its own user mapping's aws_endpoint at an
     internal address, and the address's answer came back in the error. Roles other than

@@ -50,6 +50,15 @@ pub fn endpoints_named(options: &BTreeMap<String, String>) -> Vec<(String, Strin
             } else if matches!(AzureConfigKey::from_str(&lower), Ok(AzureConfigKey::UseEmulator)) && yes(value) {
                 // Azurite's address, which the emulator option sends every request to.
                 Some((name.clone(), "http://127.0.0.1:10000".to_owned()))
+            } else if matches!(GoogleConfigKey::from_str(&lower), Ok(GoogleConfigKey::ServiceAccountKey)) {
+                // object_store sends every request to the key's `gcs_base_url` (an emulator's
+                // address, with `disable_oauth`); a key it cannot read names none it would use,
+                // unless it looks as if it might (then no endpoint is allowed).
+                match serde_json::from_str::<serde_json::Value>(value) {
+                    Ok(key) => key.get("gcs_base_url").map(|url| (name.clone(), url.as_str().unwrap_or_default().to_owned())),
+                    Err(_) if value.contains("gcs_base_url") => Some((name.clone(), String::new())),
+                    Err(_) => None,
+                }
             } else {
                 None
             }
@@ -300,6 +309,19 @@ mod tests {
         assert!(!refused.to_string().contains("10.0.0.1"), "{refused}");
         let fine = options(&[("aws_endpoint", "http://127.0.0.1:9000")]);
         assert!(check_endpoints(&fine, Some(&allowed)).is_ok());
+        // A GCS service account key names its endpoint inside its JSON.
+        let key = |json: &str| options(&[("google_service_account_key", json)]);
+        let emulator = key(r#"{"gcs_base_url": "http://127.0.0.1:9000", "disable_oauth": true, "client_email": "", "private_key": ""}"#);
+        assert!(check_endpoints(&emulator, Some(&allowed)).is_ok());
+        for elsewhere in [
+            r#"{"gcs_base_url": "http://169.254.169.254", "disable_oauth": true}"#,
+            r#"{"gcs_base_url": 7}"#,
+            r#"{"gcs_base_url": "http://169.254.169.254", "#,
+        ] {
+            assert_eq!(check_endpoints(&key(elsewhere), Some(&allowed)).unwrap_err().kind(), ErrorKind::PermissionDenied, "{elsewhere}");
+        }
+        assert!(check_endpoints(&key(r#"{"private_key": "-----BEGIN", "client_email": "a@b"}"#), Some(&allowed)).is_ok());
+        assert!(check_endpoints(&key("not json"), Some(&allowed)).is_ok());
     }
 
     fn settings(options: &[(&str, &str)]) -> StoreSettings {
