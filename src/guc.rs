@@ -92,6 +92,22 @@ pub enum FileMode {
 
 pub static FILE_MODE: GucSetting<FileMode> = GucSetting::<FileMode>::new(FileMode::Default);
 
+/// `hudi.storage_lock`: whether writers also take Hudi's storage-based lock
+/// (`StorageBasedLockProvider`, `.hoodie/.locks/table_lock.json`), which Spark and Flink
+/// writers configured with it take: where a writer took it before (`auto`), always (`on`,
+/// creating it), or never (`off`).
+#[derive(pgrx::PostgresGucEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StorageLock {
+    #[name = c"auto"]
+    Auto,
+    #[name = c"on"]
+    On,
+    #[name = c"off"]
+    Off,
+}
+
+pub static STORAGE_LOCK: GucSetting<StorageLock> = GucSetting::<StorageLock>::new(StorageLock::Auto);
+
 /// [`FILE_MODE`] as permission bits (`None`: the umask's).
 pub fn file_mode() -> Option<u32> {
     match FILE_MODE.get() {
@@ -173,12 +189,25 @@ pub fn heartbeat_expiry() -> std::time::Duration {
     std::time::Duration::from_secs(HEARTBEAT_EXPIRY.get().max(1) as u64)
 }
 
+/// The lease of Hudi's storage-based lock: `hudi.lock_lease` (at least ten seconds, Hudi's
+/// least), renewed ten times in it, as Hudi requires.
+fn storage_lock_settings() -> engine::write::storage_lock::StorageLockSettings {
+    let validity = std::time::Duration::from_secs(LOCK_LEASE.get().max(10) as u64);
+    engine::write::storage_lock::StorageLockSettings { validity, renew: (validity / 10).max(std::time::Duration::from_secs(1)) }
+}
+
 /// The table-lock settings writers use.
 pub fn lock_options() -> engine::write::time::LockOptions {
+    use engine::write::time::StorageLockUse;
     engine::write::time::LockOptions {
         lease: std::time::Duration::from_secs(LOCK_LEASE.get().max(1) as u64),
         max_clock_skew: std::time::Duration::from_millis(MAX_CLOCK_SKEW.get().max(0) as u64),
         pause_before_completing: std::time::Duration::from_millis(DEBUG_PAUSE_BEFORE_COMPLETE.get().max(0) as u64),
+        storage_lock: match STORAGE_LOCK.get() {
+            StorageLock::Auto => StorageLockUse::IfInUse(storage_lock_settings()),
+            StorageLock::On => StorageLockUse::Always(storage_lock_settings()),
+            StorageLock::Off => StorageLockUse::Off,
+        },
         ..Default::default()
     }
 }
@@ -295,6 +324,14 @@ pub fn register() {
         600_000,
         GucContext::Suset,
         GucFlags::UNIT_MS | GucFlags::NO_SHOW_ALL,
+    );
+    GucRegistry::define_enum_guc(
+        c"hudi.storage_lock",
+        c"Whether writers of Hudi tables also take Hudi's storage-based lock (.hoodie/.locks/table_lock.json).",
+        c"auto: where a writer took it before (Spark or Flink writers configured with StorageBasedLockProvider); on: always, creating it; off: never. It works on s3:// and gs:// (and memory://), as Hudi's does. A superuser setting: writers that skip it could commit alongside Spark's.",
+        &STORAGE_LOCK,
+        GucContext::Suset,
+        GucFlags::default(),
     );
     GucRegistry::define_enum_guc(
         c"hudi.file_mode",

@@ -450,3 +450,76 @@ def test_requests_a_query_and_its_repetition_make(cluster, s3_server):
                 assert lists(requests, recursive=True) == [] and len(lists(requests, recursive=False)) == 1, requests
             assert result.fetchall() == [("mine again",), ("mine again",)]
         assert measured("SELECT v FROM t WHERE id IN (42, 43) ORDER BY id")[0] == [("changed",), ("v43",)]
+
+
+def test_hudis_storage_lock_excludes_a_contender_following_javas_rules(cluster, s3_server):
+    """Where a writer took Hudi's storage-based lock before (its lock object exists), pg_hudi's
+    writers take it too (hudi.storage_lock 'auto'): contenders following the Java provider's
+    rules (tests/hudi_storage_lock.py, written from the Java source, not from pg_hudi) take and
+    release it in a loop while two sessions insert. While a contender holds it no instant of
+    the table completes (pg_hudi completes instants only under it), no two contenders hold it at
+    once, and every insert commits; the last holder, pg_hudi, left it released.
+    PG_HUDI_LOCK_CONTENDERS and PG_HUDI_LOCK_ROUNDS make the run longer."""
+    import re
+    import threading
+    import time
+    from hudi_storage_lock import JavaRulesLock
+    contenders, rounds = int(os.environ.get("PG_HUDI_LOCK_CONTENDERS", "3")), int(os.environ.get("PG_HUDI_LOCK_ROUNDS", "40"))
+    s3 = s3_server
+    with cluster.connect() as conn:
+        create_lake_on(conn, s3)
+        conn.execute(CUSTOMERS)
+        conn.execute("SELECT hudi.create_table('customers')")
+    # A Java writer took it once: from now on the table's writers use it.
+    first = JavaRulesLock(s3.client(), s3.bucket, "customers")
+    assert first.try_lock()
+    first.unlock()
+
+    def completed():
+        return {k for k in s3.keys("customers/.hoodie/timeline/") if re.search(r"/\d+_\d+\.\w+$", k)}
+
+    violations, owners, holding, written = [], set(), [], []
+    stop = threading.Event()
+
+    def contender(n):
+        lock = JavaRulesLock(s3.client(), s3.bucket, "customers")
+        for _ in range(rounds):
+            while not lock.try_lock():
+                time.sleep(0.02)
+            holding.append(n)
+            if len(holding) > 1:
+                violations.append(f"contenders {holding} hold it at once")
+            owners.add(lock.owner)
+            before = completed()
+            time.sleep(0.01)
+            new = completed() - before
+            if new:
+                violations.append(f"{sorted(new)} completed while contender {n} held the lock")
+            holding.remove(n)
+            lock.unlock()
+            time.sleep(0.05)
+
+    def writer(n):
+        with cluster.connect() as c:
+            i = 0
+            while not stop.is_set() or i < 3:
+                c.execute("INSERT INTO customers VALUES (%s, 'w', 'nl', 1, now())", (n * 100_000 + i,))
+                i += 1
+            written.append(i)
+
+    writers = [threading.Thread(target=writer, args=(n,)) for n in range(2)]
+    for t in writers:
+        t.start()
+    errors = run_in_threads(contender, contenders)
+    stop.set()
+    for t in writers:
+        t.join()
+    assert not errors, errors[:3]
+    assert not violations, violations[:5]
+    assert len(written) == 2
+    with cluster.connect() as c:
+        assert c.execute("SELECT count(*) FROM customers").fetchone()[0] == sum(written)
+        c.execute("INSERT INTO customers VALUES (-1, 'last', 'nl', 1, now())")
+    import json
+    final = json.loads(s3.client().get_object(Bucket=s3.bucket, Key="customers/.hoodie/.locks/table_lock.json")["Body"].read())
+    assert final["expired"] is True and final["owner"] not in owners, final

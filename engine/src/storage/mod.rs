@@ -302,6 +302,14 @@ fn process_memory_store() -> Arc<InMemory> {
     STORE.get_or_init(|| Arc::new(InMemory::new())).clone()
 }
 
+/// The version of an object as the store gives it (an ETag, a generation): what a
+/// conditional overwrite names ([`Storage::put_versioned`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Versioned {
+    e_tag: Option<String>,
+    version: Option<String>,
+}
+
 impl Storage {
     /// Opens the store for `uri` with `settings` (credentials, retries; see [`access`]).
     /// Opening does no I/O.
@@ -487,6 +495,48 @@ impl Storage {
                 Err(e) if self.resends.again(attempt, started, &e) => attempt += 1,
                 Err(e) => return Err(Error::from(e).context(format!("creating {}/{}", self.uri, relative))),
             }
+        }
+    }
+
+    /// Reads a whole object and its version, `None` when there is none.
+    pub async fn get_versioned(&self, relative: &str) -> Result<Option<(Bytes, Versioned)>> {
+        let path = self.path(relative);
+        let read = async {
+            let result = self.store.get(&path).await?;
+            let version = Versioned { e_tag: result.meta.e_tag.clone(), version: result.meta.version.clone() };
+            Ok::<_, object_store::Error>((result.bytes().await?, version))
+        };
+        match read.await {
+            Ok(read) => Ok(Some(read)),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(Error::from(e).context(format!("reading {}/{}", self.uri, relative))),
+        }
+    }
+
+    /// Writes `bytes` at `relative` if the object is still at version `previous` (with
+    /// `None`, if there is none): its new version, or `None` when another writer changed it
+    /// first. A write that a retry may have sent twice is recognised by its bytes, as in
+    /// [`Self::put_if_absent`].
+    pub async fn put_versioned(&self, relative: &str, bytes: Bytes, previous: Option<&Versioned>) -> Result<Option<Versioned>> {
+        let path = self.path(relative);
+        let mode = match previous {
+            None => object_store::PutMode::Create,
+            Some(v) => object_store::PutMode::Update(object_store::UpdateVersion { e_tag: v.e_tag.clone(), version: v.version.clone() }),
+        };
+        let options = object_store::PutOptions { mode, ..Default::default() };
+        match self.store.put_opts(&path, bytes.clone().into(), options).await {
+            Ok(put) => Ok(Some(Versioned { e_tag: put.e_tag, version: put.version })),
+            Err(object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. } | object_store::Error::NotFound { .. }) => {
+                match self.get_versioned(relative).await? {
+                    Some((existing, version)) if existing == bytes => Ok(Some(version)),
+                    _ => Ok(None),
+                }
+            }
+            Err(object_store::Error::NotImplemented) => Err(Error::new(
+                ErrorKind::Unsupported,
+                format!("{} cannot overwrite objects conditionally, which Hudi's storage-based lock needs", self.uri),
+            )),
+            Err(e) => Err(Error::from(e).context(format!("writing {}/{}", self.uri, relative))),
         }
     }
 

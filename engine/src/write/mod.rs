@@ -8,6 +8,7 @@ pub mod heartbeat;
 pub mod prepared;
 pub mod rows;
 pub mod schema;
+pub mod storage_lock;
 pub mod time;
 pub mod table;
 pub mod transaction;

@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, ErrorKind, Result};
 use crate::storage::Storage;
 use crate::write::epochs::Epochs;
+use crate::write::storage_lock::{StorageLock, StorageLockSettings};
 
 /// The folder of the lock's epochs, relative to the table's base path.
 pub const LOCK_DIR: &str = ".hoodie/.locks/epochs";
@@ -40,6 +41,9 @@ pub struct LockOptions {
     /// Crash tests only: how long a commit waits, holding the lock, between taking its
     /// completion time and creating the completed instant.
     pub pause_before_completing: Duration,
+    /// Hudi's storage-based lock, taken too when the table's other writers (Spark, Flink) use
+    /// it ([`crate::write::storage_lock`]): before this engine's, by every holder.
+    pub storage_lock: StorageLockUse,
 }
 
 impl Default for LockOptions {
@@ -49,6 +53,7 @@ impl Default for LockOptions {
             timeout: Duration::from_secs(120),
             max_clock_skew: Duration::ZERO,
             pause_before_completing: Duration::ZERO,
+            storage_lock: StorageLockUse::Off,
         }
     }
 }
@@ -59,6 +64,17 @@ impl LockOptions {
     fn margin(&self) -> u128 {
         (self.lease.as_millis() / 4).max(1)
     }
+}
+
+/// When a writer takes Hudi's storage-based lock too (`hudi.storage_lock`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StorageLockUse {
+    Off,
+    /// Where a writer took it before (its lock object exists): Spark or Flink writers of the
+    /// table are configured with it.
+    IfInUse(StorageLockSettings),
+    /// Always, creating its lock object (before the table's other writers first take it).
+    Always(StorageLockSettings),
 }
 
 /// The content of an epoch.
@@ -114,6 +130,8 @@ pub struct TableLock<'a> {
     margin_ms: u128,
     /// The last time issued in this epoch, or the epoch's floor.
     last_ms: std::cell::Cell<i64>,
+    /// Hudi's storage-based lock, held with this one ([`LockOptions::storage_lock`]).
+    hudi: Option<StorageLock>,
 }
 
 impl<'a> TableLock<'a> {
@@ -126,7 +144,24 @@ impl<'a> TableLock<'a> {
         options: &LockOptions,
         body: impl AsyncFnOnce(&TableLock<'a>) -> Result<T>,
     ) -> Result<T> {
-        let lock = TableLock::acquire(storage, owner, options).await?;
+        let hudi = match options.storage_lock {
+            StorageLockUse::Off => None,
+            StorageLockUse::IfInUse(settings) => StorageLock::acquire(storage, settings, options.timeout, false).await?,
+            StorageLockUse::Always(settings) => StorageLock::acquire(storage, settings, options.timeout, true).await?,
+        };
+        let lock = match TableLock::acquire(storage, owner, options).await {
+            Ok(mut lock) => {
+                lock.hudi = hudi;
+                lock
+            }
+            Err(e) => {
+                if let Some(hudi) = hudi {
+                    // Best effort: its lease runs out otherwise.
+                    let _ = hudi.release().await;
+                }
+                return Err(e);
+            }
+        };
         let result = body(&lock).await;
         let released = lock.release().await;
         let value = result?;
@@ -196,7 +231,7 @@ impl<'a> TableLock<'a> {
         let bytes = Bytes::from(serde_json::to_vec(&content).unwrap_or_default());
         let Some(epoch) = EPOCHS.create_next(storage, &names, latest, bytes).await? else { return Ok(None) };
         HELD.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        Ok(Some(TableLock { storage, epoch, expires_at_ms, margin_ms: options.margin(), last_ms: std::cell::Cell::new(floor_ms) }))
+        Ok(Some(TableLock { storage, epoch, expires_at_ms, margin_ms: options.margin(), last_ms: std::cell::Cell::new(floor_ms), hudi: None }))
     }
 
     /// Fails unless this holder still holds the lock with enough lease left to act: called
@@ -210,6 +245,9 @@ impl<'a> TableLock<'a> {
         };
         if now_ms() + self.margin_ms > self.expires_at_ms {
             return lost("its lease ran out");
+        }
+        if let Some(hudi) = &self.hudi {
+            hudi.check(Duration::from_millis(self.margin_ms as u64)).await?;
         }
         match Epochs::latest(&EPOCHS.list(self.storage).await?) {
             Some((latest, _)) if latest > self.epoch => lost("another writer took it after the lease ran out"),
@@ -231,9 +269,13 @@ impl<'a> TableLock<'a> {
     /// Releases the lock, recording the last time issued for the next holder. Writing the
     /// mark after the lease ran out is harmless: it holds the last time this holder issued,
     /// and once a later epoch exists nobody reads it.
-    async fn release(self) -> Result<()> {
+    async fn release(mut self) -> Result<()> {
         let last = Bytes::from(self.last_ms.get().to_string());
-        EPOCHS.release(self.storage, self.epoch, last).await
+        let released = EPOCHS.release(self.storage, self.epoch, last).await;
+        if let Some(hudi) = self.hudi.take() {
+            hudi.release().await?;
+        }
+        released
     }
 }
 
@@ -251,7 +293,7 @@ static HELD: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::ne
 /// its lease), nor stop a storage write already on its way, which could land after a later
 /// holder's completion time.
 pub fn holding_a_lock() -> bool {
-    HELD.load(std::sync::atomic::Ordering::SeqCst) > 0
+    HELD.load(std::sync::atomic::Ordering::SeqCst) > 0 || crate::write::storage_lock::holding()
 }
 
 #[cfg(test)]
@@ -261,6 +303,39 @@ mod tests {
 
     fn storage(name: &str) -> Storage {
         Storage::open(&StorageUri::parse(&format!("memory:///{name}")).unwrap(), &Default::default()).unwrap()
+    }
+
+    /// With `hudi.storage_lock`, the table lock is held inside Hudi's storage-based lock: where
+    /// the table's writers use it (its object exists) or always; a writer holding it (a Java
+    /// one) keeps this engine's writers out until it releases it or its lease lapses.
+    #[tokio::test]
+    async fn hudis_storage_lock_is_held_with_the_table_lock_where_it_is_in_use() {
+        use crate::write::storage_lock::LOCK_OBJECT;
+        let s = storage(&format!("hudi-storage-lock-{}", random_nonce()));
+        let settings = StorageLockSettings::default();
+        let if_in_use = LockOptions { storage_lock: StorageLockUse::IfInUse(settings), timeout: Duration::from_millis(300), ..Default::default() };
+        let object = |s: Storage| async move { s.get_if_exists(LOCK_OBJECT).await.unwrap().map(|b| serde_json::from_slice::<serde_json::Value>(&b).unwrap()) };
+        TableLock::hold(&s, "w", &if_in_use, async |_| Ok(())).await.unwrap();
+        assert_eq!(object(s.clone()).await, None, "not used by the table's writers: not created");
+        let always = LockOptions { storage_lock: StorageLockUse::Always(settings), ..if_in_use.clone() };
+        let inside = TableLock::hold(&s, "w", &always, async |lock| {
+            lock.check().await?;
+            Ok(object(s.clone()).await.unwrap())
+        })
+        .await
+        .unwrap();
+        assert_eq!(inside["expired"], false);
+        let after = object(s.clone()).await.unwrap();
+        assert_eq!((after["expired"].clone(), after["owner"].clone()), (serde_json::Value::Bool(true), inside["owner"].clone()));
+        // A Java writer holds it: this engine's writers wait, then give up.
+        let java = |valid_until: u128| Bytes::from(format!(r#"{{"expired":false,"validUntil":{valid_until},"owner":"java"}}"#));
+        s.put(LOCK_OBJECT, java(now_ms() + 60_000)).await.unwrap();
+        let waited = TableLock::hold(&s, "w", &if_in_use, async |_| Ok(())).await.unwrap_err();
+        assert!(waited.to_string().contains("storage-based lock"), "{waited}");
+        assert_eq!(EPOCHS.list(&s).await.unwrap().len(), 4, "the table lock was not taken meanwhile");
+        s.put(LOCK_OBJECT, java(now_ms() - 1_000)).await.unwrap();
+        TableLock::hold(&s, "w", &if_in_use, async |_| Ok(())).await.unwrap();
+        assert_ne!(object(s.clone()).await.unwrap()["owner"], "java");
     }
 
     #[test]
