@@ -152,3 +152,36 @@ async fn writes_and_compactions_refuse_a_table_listing_its_files_in_a_metadata_t
     let refused = engine::services::compaction::schedule_compaction(&storage, &writer, &LockOptions::default()).await.unwrap_err();
     assert_eq!(refused.kind(), ErrorKind::Unsupported, "{name}: {refused}");
 }
+
+/// The metadata table commits before its data table: a data write that failed after that
+/// (still pending on the data timeline) has a completed block in the files partition. Its
+/// files are not listed; completed once more, they are.
+#[tokio::test]
+async fn a_block_of_a_data_write_still_pending_is_not_listed() {
+    let (name, _dir, base) = with_files_partition().into_iter().find(|(n, _, _)| n.contains("v9_txns_simple_meta")).expect("the fixture");
+    let storage = storage(&base);
+    let config = engine::table::load_config(&storage).await.unwrap();
+    let timeline_dir = base.join(&config.timeline_dir);
+    let completed: Vec<std::path::PathBuf> = std::fs::read_dir(&timeline_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().contains("_") && p.extension().is_some_and(|e| e == "commit" || e == "deltacommit"))
+        .collect();
+    let latest = completed.iter().max().expect("a completed write").clone();
+    let instant = latest.file_name().unwrap().to_string_lossy().split('_').next().unwrap().to_owned();
+    let listed = |timeline: Timeline| {
+        let storage = storage.clone();
+        async move { listing(&storage, &timeline).await.unwrap().unwrap().files }
+    };
+    let before = listed(Timeline::load(&storage, &config).await.unwrap()).await;
+    let written: Vec<&(String, u64)> = before.iter().filter(|(path, _)| path.contains(&instant)).collect();
+    assert!(!written.is_empty(), "{name}: files of {instant}");
+    // The data write's completion undone: pending again.
+    let kept = std::fs::read(&latest).unwrap();
+    std::fs::remove_file(&latest).unwrap();
+    let pending = listed(Timeline::load(&storage, &config).await.unwrap()).await;
+    assert!(pending.iter().all(|(path, _)| !path.contains(&instant)), "{name}: {instant} is pending: {pending:?}");
+    assert_eq!(pending.len(), before.len() - written.len(), "{name}");
+    std::fs::write(&latest, kept).unwrap();
+    assert_eq!(listed(Timeline::load(&storage, &config).await.unwrap()).await, before);
+}
