@@ -11,3 +11,9 @@ use pgrx::prelude::*;
 pub(crate) fn read_one<T: FromDatum + IntoDatum>(sql: &str, args: &[DatumWithOid]) -> Result<Option<T>, pgrx::spi::SpiError> {
     Spi::connect(|client| client.select(sql, Some(1), args)?.first().get_one::<T>())
 }
+
+/// Whether the read-only query `sql` (`SELECT EXISTS (...)`) says so; an SPI failure is an
+/// ERROR, not a no.
+pub(crate) fn exists(sql: &str, args: &[DatumWithOid]) -> bool {
+    read_one::<bool>(sql, args).unwrap_or_else(|e| crate::error::spi_failed("a catalog check", e)).unwrap_or(false)
+}

@@ -107,8 +107,7 @@ fn subscribe(hudi_table: Option<RegClass>, heap_table: Option<RegClass>) -> i64 
         }
     }
     let args: Vec<DatumWithOid> = vec![target.into()];
-    let subscribed = as_pg_hudi(|| crate::spi::read_one::<bool>("SELECT EXISTS (SELECT 1 FROM hudi.subscription_targets WHERE target = $1)", &args));
-    if subscribed.ok().flatten().unwrap_or(false) {
+    if as_pg_hudi(|| crate::spi::exists("SELECT EXISTS (SELECT 1 FROM hudi.subscription_targets WHERE target = $1)", &args)) {
         raise(
             PgSqlErrorCode::ERRCODE_DUPLICATE_OBJECT,
             format!("table {target_name} is subscribed already"),
@@ -116,8 +115,7 @@ fn subscribe(hudi_table: Option<RegClass>, heap_table: Option<RegClass>) -> i64 
         );
     }
     // Its applied changes would be mirrored into a Hudi table, and could come round again.
-    let mirrored = as_pg_hudi(|| crate::spi::read_one::<bool>("SELECT EXISTS (SELECT 1 FROM hudi.mirror_targets WHERE heap = $1)", &args));
-    if mirrored.ok().flatten().unwrap_or(false) {
+    if as_pg_hudi(|| crate::spi::exists("SELECT EXISTS (SELECT 1 FROM hudi.mirror_targets WHERE heap = $1)", &args)) {
         raise(
             PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             format!("table {target_name} is mirrored into a Hudi table (hudi.mirror), so it cannot be subscribed"),

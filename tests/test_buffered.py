@@ -188,6 +188,28 @@ def test_rows_buffered_in_each_schema_of_a_table_reach_the_lake_in_it(lake, clus
     assert reference_rows_at(str(table), columns=("id", "name", "email")) == [tuple(r) for r in expected]
 
 
+def test_a_schema_id_that_names_another_schema_is_refused(lake, cluster):
+    """A chunk names its schema by id. If another schema were registered under a table's id (a
+    collision a role could aim at, had the id been a plain hash of names it chooses), the
+    table's rows would be decoded in that schema's columns: a writer checks the registered
+    schema is its own, and refuses (XX001, nothing written) when it is not."""
+    conn, table = lake
+    conn.execute("ALTER FOREIGN TABLE customers OPTIONS (ADD write_mode 'buffered', ADD flush_interval '1h')")
+    conn.execute("CREATE FOREIGN TABLE other (x text) SERVER lake OPTIONS (path 'other', primary_key 'x', buckets '1', merge_mode 'commit_time', "
+                 "write_mode 'buffered', flush_interval '1h')")
+    conn.execute("SELECT hudi.create_table('other')")
+    conn.execute("INSERT INTO customers VALUES (1, 'a', 'nl', 1, '2026-01-01')")
+    conn.execute("INSERT INTO other VALUES ('x')")
+    ids = [r[0] for r in conn.execute("SELECT id FROM hudi.buffer_schemas ORDER BY octet_length(schema) DESC")]
+    assert len(ids) == 2
+    # The customers schema's row made to hold the other's bytes (as a colliding id would).
+    conn.execute("UPDATE hudi.buffer_schemas SET schema = (SELECT schema FROM hudi.buffer_schemas WHERE id = %s) "
+                 "WHERE id = %s", (ids[1], ids[0]))
+    with cluster.connect() as fresh:  # a backend that has not registered it itself
+        assert refused(fresh, "INSERT INTO customers VALUES (2, 'b', 'nl', 2, '2026-01-01')") == "XX001"
+    assert _buffered_rows(conn) == 2
+
+
 def test_a_flush_killed_before_its_commit_is_done_again_exactly_once(lake, cluster):
     """kill -9 of the worker while its flush is prepared (commit intent recorded, the write
     marked prepared in the lake) but not committed: the rows stay in the buffer, and after the
@@ -500,17 +522,23 @@ def test_rows_are_flushed_only_where_they_were_written(lake, cluster):
     wait_for("the rows flushed where they were written", lambda: reference_rows(table) == [(1, "here", "nl", 1)])
 
 
+def _wal_mirror_of_ten_rows(conn, table):
+    """The heap table `heap` with ten rows, mirrored (from the WAL) into the buffered Hudi
+    table `customers` at `table` by the worker, and the rows in the lake."""
+    _buffered(conn)
+    conn.execute("INSERT INTO heap SELECT g, 'n', 'nl', g, '2026-01-01' FROM generate_series(1, 10) g")
+    serve_databases(conn)
+    conn.execute("SELECT hudi.mirror('heap', 'customers')")
+    wait_for("the mirrored rows in the lake", lambda: reference_rows(table) == _heap_rows(conn))
+
+
 def test_a_failing_truncate_of_a_wal_mirror_is_recorded_and_tried_again(lake, cluster):
     """A TRUNCATE of a heap table mirrored from the WAL whose Hudi table cannot take it (its
     timeline is read-only): hudi.mirrors shows the error, the capturing worker keeps running
     (its round used to end by the ERROR, recording nothing), and once the timeline is writable
     again the truncate and the rows after it reach the lake."""
     conn, table = lake
-    _buffered(conn)
-    conn.execute("INSERT INTO heap SELECT g, 'n', 'nl', g, '2026-01-01' FROM generate_series(1, 10) g")
-    serve_databases(conn)
-    conn.execute("SELECT hudi.mirror('heap', 'customers')")
-    wait_for("the mirrored rows in the lake", lambda: reference_rows(table) == _heap_rows(conn))
+    _wal_mirror_of_ten_rows(conn, table)
     pid = wait_for_value("the capturing worker", lambda: cluster.worker_pid("(write buffer)"))
     timeline = table / ".hoodie/timeline"
     timeline.chmod(0o555)
@@ -553,11 +581,7 @@ def test_a_wal_mirror_restored_from_a_dump_starts_over_from_a_new_slot(lake, clu
     the lake then holds the restored heap table's rows, with its later changes."""
     from conftest import dump_and_restore
     conn, table = lake
-    _buffered(conn)
-    conn.execute("INSERT INTO heap SELECT g, 'n', 'nl', g, '2026-01-01' FROM generate_series(1, 10) g")
-    serve_databases(conn)
-    conn.execute("SELECT hudi.mirror('heap', 'customers')")
-    wait_for("the mirrored rows in the lake", lambda: reference_rows(table) == _heap_rows(conn))
+    _wal_mirror_of_ten_rows(conn, table)
     dump_and_restore(cluster, "restored")
     # The original stops mirroring (its slot goes); its later rows stay out of the lake.
     conn.execute("SELECT hudi.unmirror('heap')")

@@ -58,13 +58,22 @@ pub(super) fn encode(rows: &RecordBatch) -> Vec<u8> {
     let known = REGISTERED.with(|r| r.borrow().contains(&id)) || REGISTERING.with(|r| r.borrow().contains(&id));
     if !known {
         let args: Vec<DatumWithOid> = vec![id.into(), encoder.schema_bytes().into()];
-        as_pg_hudi(|| {
+        let same = as_pg_hudi(|| {
             Spi::connect_mut(|client| {
                 client
                     .update("INSERT INTO hudi.buffer_schemas (id, schema) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING", None, &args)
-                    .unwrap_or_else(|e| crate::error::spi_failed("the write buffer", e));
+                    .and_then(|_| client.select("SELECT schema OPERATOR(pg_catalog.=) $2 FROM hudi.buffer_schemas WHERE id OPERATOR(pg_catalog.=) $1", None, &args)?.first().get_one::<bool>())
+                    .unwrap_or_else(|e| crate::error::spi_failed("the write buffer", e))
             })
         });
+        // Another schema under this id would decode these rows in its columns.
+        if same != Some(true) {
+            crate::error::raise(
+                pgrx::PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
+                format!("another schema is registered in hudi.buffer_schemas under this table's schema id {id}"),
+                None,
+            );
+        }
         REGISTERING.with(|r| r.borrow_mut().push(id));
     }
     encoder.encode(rows).or_report()

@@ -187,15 +187,11 @@ fn mirror(heap: Option<RegClass>, target: Option<RegClass>, capture: default!(Op
     let capture = Capture::of_argument(capture);
     let args: Vec<DatumWithOid> = vec![heap_oid.into()];
     // Read-only (crate::spi): a slot is made only before the transaction has an xid.
-    let mirrored = as_pg_hudi(|| crate::spi::read_one::<bool>("SELECT EXISTS (SELECT 1 FROM hudi.mirror_targets WHERE heap = $1)", &args));
-    if mirrored.ok().flatten().unwrap_or(false) {
+    if as_pg_hudi(|| crate::spi::exists("SELECT EXISTS (SELECT 1 FROM hudi.mirror_targets WHERE heap = $1)", &args)) {
         raise(PgSqlErrorCode::ERRCODE_DUPLICATE_OBJECT, format!("table {} is mirrored already", regclass_text(heap_oid)), Some("hudi.unmirror it first.".into()));
     }
     // A subscribed table's changes come from a Hudi table: mirrored, they could come round.
-    let subscribed = as_pg_hudi(|| {
-        crate::spi::read_one::<bool>("SELECT EXISTS (SELECT 1 FROM hudi.subscription_targets WHERE target = $1)", &args)
-    });
-    if subscribed.ok().flatten().unwrap_or(false) {
+    if as_pg_hudi(|| crate::spi::exists("SELECT EXISTS (SELECT 1 FROM hudi.subscription_targets WHERE target = $1)", &args)) {
         raise(
             PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             format!("table {} follows a Hudi table (hudi.subscribe), so it cannot be mirrored", regclass_text(heap_oid)),

@@ -90,7 +90,7 @@ pub struct FilesListing {
 /// timeline `data`: blocks written for data instants that are still pending (the metadata table
 /// commits first) or that failed are left out. `None` when the table has no metadata table.
 pub async fn listing(storage: &Storage, data: &Timeline) -> Result<Option<FilesListing>> {
-    let metadata = storage.child(METADATA_TABLE_PATH);
+    let metadata = storage.child(METADATA_TABLE_PATH)?;
     let config = match crate::table::load_config(&metadata).await {
         Ok(config) => config,
         Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
@@ -175,7 +175,8 @@ fn merge_hfile(records: &mut BTreeMap<String, FilesRecord>, bytes: &Bytes, schem
     let schema = crate::avro::parse_schema(&schema).map_err(|e| corrupt("an unusable schema").with_source(e))?;
     for (row, value) in file.cells()? {
         let key = String::from_utf8(row.to_vec()).map_err(|_| corrupt("a record key that is not UTF-8"))?;
-        let record = files_record(&schema, &value)?;
+        // apache-avro trusts more of damaged bytes than it should.
+        let record = crate::error::corrupt_on_panic("damaged metadata table record", || files_record(&schema, &value))?;
         if record.kind != PARTITION_LIST && record.kind != FILE_LIST {
             continue;
         }

@@ -360,9 +360,9 @@ impl Storage {
 
     /// The location `relative` below this one, through the same store (a table's metadata
     /// table).
-    pub fn child(&self, relative: &str) -> Storage {
-        let uri = self.uri.resolve(relative).unwrap_or_else(|_| self.uri.clone());
-        Storage { uri, store: self.store.clone(), prefix: self.path(relative), ..*self }
+    pub fn child(&self, relative: &str) -> Result<Storage> {
+        let uri = self.uri.resolve(relative)?;
+        Ok(Storage { uri, store: self.store.clone(), prefix: self.path(relative), ..*self })
     }
 
     /// The full object path of `relative` (slash-separated, relative to this location). Names

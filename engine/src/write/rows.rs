@@ -5,7 +5,6 @@
 //! name ([`crate::read::schema::align_batch`]).
 
 use std::collections::HashMap;
-use std::hash::Hasher;
 use std::sync::{Arc, Mutex};
 
 use arrow::datatypes::{Schema, SchemaRef};
@@ -87,11 +86,13 @@ fn plain(schema: &Schema) -> SchemaRef {
     Arc::new(Schema::new(schema.fields().iter().map(|f| f.as_ref().clone().with_metadata(Default::default())).collect::<Vec<_>>()))
 }
 
-/// The id of a chunk schema: FNV-1a of its bytes, stable across processes and versions.
+/// The id of a chunk schema: the first 8 bytes of the SHA-256 of its bytes — stable across
+/// processes and versions, and not one a role can make another table's schema have by choosing
+/// its own table's names (as with a plain hash it could, to have that table's rows decoded in
+/// its schema). The writer also checks the registered schema is its own.
 fn schema_id(bytes: &[u8]) -> u64 {
-    let mut hasher = fnv::FnvHasher::default();
-    hasher.write(bytes);
-    hasher.finish()
+    use sha2::Digest;
+    u64::from_be_bytes(sha2::Sha256::digest(bytes)[..8].try_into().expect("8 bytes"))
 }
 
 /// The bytes an Avro stream writer writes, shared with its owner (the writer keeps its sink).

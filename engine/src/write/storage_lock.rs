@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::storage::{Storage, Versioned};
-use crate::write::time::{now_ms, random_nonce};
+use crate::write::time::now_ms;
 
 /// Where the lock object is, relative to the table.
 pub const LOCK_OBJECT: &str = ".hoodie/.locks/table_lock.json";
@@ -82,16 +82,9 @@ impl LockData {
     }
 }
 
-/// A random owner id in UUID form (version 4 layout), new for each acquisition as Java's are.
+/// A random owner id, new for each acquisition as Java's are.
 fn new_owner() -> String {
-    let (a, b) = (random_nonce(), random_nonce().rotate_left(17) ^ u64::from(std::process::id()));
-    let bytes: Vec<u8> = a.to_be_bytes().into_iter().chain(b.to_be_bytes()).collect();
-    let hex: String = bytes.iter().enumerate().map(|(i, b)| match i {
-        6 => format!("{:02x}", (b & 0x0f) | 0x40),
-        8 => format!("{:02x}", (b & 0x3f) | 0x80),
-        _ => format!("{b:02x}"),
-    }).collect();
-    format!("{}-{}-{}-{}-{}", &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..])
+    uuid::Uuid::new_v4().to_string()
 }
 
 fn damaged(storage: &Storage, e: serde_json::Error) -> Error {
@@ -261,6 +254,7 @@ async fn renew(storage: Storage, settings: StorageLockSettings, held: Arc<tokio:
 mod tests {
     use super::*;
     use crate::storage::StorageUri;
+    use crate::write::time::random_nonce;
 
     fn memory(name: &str) -> Storage {
         let uri = StorageUri::parse(&format!("memory:///storage-lock-tests/{name}-{}", random_nonce())).unwrap();
