@@ -22,7 +22,7 @@ def writer_binary():
     return target / "debug" / "examples" / "interop_writer"
 
 
-@pytest.mark.parametrize("scenario", ["partitioned", "composite", "flat"])
+@pytest.mark.parametrize("scenario", ["partitioned", "composite", "flat", "partitioned_metadata", "flat_metadata"])
 def test_reference_reader_reads_what_the_engine_wrote(tmp_path, writer_binary, scenario):
     table = tmp_path / scenario
     out = subprocess.run([writer_binary, str(table), scenario], check=True, capture_output=True, text=True)
@@ -38,10 +38,14 @@ def test_reference_reader_reads_what_the_engine_wrote(tmp_path, writer_binary, s
     by_id = {r["id"]: r["name"] for r in theirs}
     assert by_id[1] == "v3" and by_id[2] == "v1" and by_id[4] == "v2"  # stale update lost
     assert 5 not in by_id and 6 not in by_id
-    # The table is what the design says: MOR, version 8, bucket index, no metadata table.
+    # The table is what the design says: MOR, version 8, bucket index, a metadata table (which
+    # the reference reader lists the table through) only when asked for.
     props = dict(line.split("=", 1) for line in (table / ".hoodie/hoodie.properties").read_text().splitlines()
                  if "=" in line and not line.startswith("#"))
     assert props["hoodie.table.type"] == "MERGE_ON_READ" and props["hoodie.table.version"] == "8"
-    assert props["hoodie.index.type"] == "BUCKET" and "hoodie.table.metadata.partitions" not in props
+    assert props["hoodie.index.type"] == "BUCKET"
+    metadata = scenario.endswith("_metadata")
+    assert props.get("hoodie.table.metadata.partitions") == ("files" if metadata else None)
+    assert (table / ".hoodie/metadata/.hoodie/hoodie.properties").exists() == metadata
     logs = [p.name for p in table.rglob(".0000000*-0000-0000-0000-000000000000-0_*.log.1_*")]
     assert logs, "log files of fixed bucket file groups"

@@ -132,11 +132,11 @@ async fn a_table_with_a_metadata_table_is_read_through_it_and_a_stray_file_is_no
     }
 }
 
-/// Writes and compactions do not update a metadata table yet: on a table that lists its files
-/// in one they are refused (their files would be invisible to every reader listing through
-/// it), not done. The fixtures have no bucket index; one is declared for the write.
+/// A write and a compaction of a table Spark wrote with a metadata table are recorded in it:
+/// listed through it afterwards, exactly as storage holds them. The fixtures have no bucket
+/// index; one is declared for the write, which writes a row the snapshot reads back.
 #[tokio::test]
-async fn writes_and_compactions_refuse_a_table_listing_its_files_in_a_metadata_table() {
+async fn writes_and_compactions_of_a_spark_table_are_recorded_in_its_metadata_table() {
     use engine::write::time::LockOptions;
     use engine::write::Transaction;
     let (name, _dir, base) = with_files_partition().into_iter().find(|(n, _, _)| n.contains("mor")).expect("a merge-on-read fixture");
@@ -145,12 +145,40 @@ async fn writes_and_compactions_refuse_a_table_listing_its_files_in_a_metadata_t
     std::fs::write(&properties, format!("{text}hoodie.bucket.index.num.buckets=4\n")).unwrap();
     let storage = storage(&base);
     let config = engine::table::load_config(&storage).await.unwrap();
+    let reader = engine::read::TableReader::open(storage.clone()).await.unwrap();
+    let rows: usize = reader.read_snapshot(None).await.unwrap().iter().map(|b| b.num_rows()).sum();
+    let batch = reader.read_snapshot(None).await.unwrap().into_iter().find(|b| b.num_rows() > 0).unwrap();
+    let data_columns: Vec<usize> = (0..batch.num_columns()).filter(|&i| !batch.schema().field(i).name().starts_with("_hoodie_")).collect();
+    let batch = batch.project(&data_columns).unwrap().slice(0, 1);
+    // A new key (the fixture's is text): the table has no bucket index, so a key written again
+    // would land in a bucket's file group beside Spark's.
+    let key = batch.schema().index_of(&config.record_key_fields[0]).unwrap();
+    let old: &arrow::array::StringArray = arrow::array::AsArray::as_string(batch.column(key));
+    let mut columns = batch.columns().to_vec();
+    columns[key] = std::sync::Arc::new(arrow::array::StringArray::from(vec![format!("{}-pg_hudi", old.value(0))]));
+    let batch = arrow::array::RecordBatch::try_new(batch.schema(), columns).unwrap();
     let writer = common::customers::writer(1);
-    let refused = Transaction::begin(storage.clone(), config, writer.clone(), LockOptions::default()).await.map(|_| ()).unwrap_err();
-    assert_eq!(refused.kind(), ErrorKind::Unsupported, "{name}: {refused}");
-    assert!(refused.to_string().contains("metadata table"), "{refused}");
-    let refused = engine::services::compaction::schedule_compaction(&storage, &writer, &LockOptions::default()).await.unwrap_err();
-    assert_eq!(refused.kind(), ErrorKind::Unsupported, "{name}: {refused}");
+    let mut tx = Transaction::begin(storage.clone(), config, writer.clone(), LockOptions::default()).await.unwrap();
+    tx.upsert(&batch).await.unwrap();
+    let instant = tx.instant().to_owned();
+    tx.commit().await.unwrap();
+    let listed = |storage: Storage| async move {
+        let config = engine::table::load_config(&storage).await.unwrap();
+        let timeline = Timeline::load(&storage, &config).await.unwrap();
+        let mut files = listing(&storage, &timeline).await.unwrap().unwrap().files;
+        files.sort();
+        let mut stored = FileSystemView::load(&storage).await.unwrap().listing();
+        stored.sort();
+        (files, stored)
+    };
+    let (through_metadata, in_storage) = listed(storage.clone()).await;
+    assert!(through_metadata.iter().any(|(p, _)| p.contains(&instant)), "{name}: the write's log is listed");
+    assert_eq!(through_metadata, in_storage, "{name}");
+    engine::services::compaction::compact(&storage, &writer, &LockOptions::default(), std::time::Duration::from_secs(60)).await.unwrap();
+    let (through_metadata, in_storage) = listed(storage.clone()).await;
+    assert_eq!(through_metadata, in_storage, "{name}: after a compaction");
+    let after: usize = engine::read::TableReader::open(storage.clone()).await.unwrap().read_snapshot(None).await.unwrap().iter().map(|b| b.num_rows()).sum();
+    assert_eq!(after, rows + 1, "{name}: one row written");
 }
 
 /// The metadata table commits before its data table: a data write that failed after that

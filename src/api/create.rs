@@ -21,7 +21,8 @@ fn list(value: Option<&String>) -> Vec<String> {
 
 /// Creates the merge-on-read table (version 8, simple bucket index) that `table` declares
 /// with its columns and the options `primary_key`, `ordering_field`, `partition_by` (columns
-/// that are also in `primary_key`, so that a key has one row), `buckets` and `merge_mode`;
+/// that are also in `primary_key`, so that a key has one row), `buckets`, `merge_mode` and
+/// `metadata_table` (`on`: a metadata table lists its files, as Hudi 1.x writers make them);
 /// returns its location. An existing table with the same keys,
 /// partitioning, buckets and columns is accepted; a different one is an error. Writing a
 /// table's `hoodie.properties` is for the foreign table's owner. A foreign table without the
@@ -92,6 +93,7 @@ fn create_table(table: Option<RegClass>) -> String {
         partition_fields,
         buckets: options.get("buckets").and_then(|b| b.parse().ok()).unwrap_or(16),
         merge_mode,
+        metadata_table: options.get("metadata_table").is_some_and(|v| v == "on"),
     };
     block_on(create(&foreign.storage(), &spec)).or_report();
     if !options.contains_key("services") {

@@ -35,6 +35,7 @@ pub const TABLE_OPTIONS: &[&str] = &[
     "partition_by",
     "buckets",
     "merge_mode",
+    "metadata_table",
     "clean_retain_commits",
     "clean_max_retain",
     "clean_retain",
@@ -55,6 +56,8 @@ pub const LOOKUP_ON_STALE: &[&str] = &["wait", "error", "scan"];
 pub const SERVICES: &[&str] = &["auto", "off"];
 pub const QUERY_TYPES: &[&str] = &["snapshot", "read_optimized", "incremental"];
 pub const MERGE_MODES: &[&str] = &["event_time", "commit_time", "partial_update"];
+/// Whether `hudi.create_table` gives the table a metadata table listing its files.
+pub const METADATA_TABLE: &[&str] = &["on", "off"];
 /// Upper bound for `buckets`: Hudi's bucket file ids have eight digits, but a table with more
 /// file groups than this is a configuration mistake rather than a design.
 pub const MAX_BUCKETS: u32 = 65_536;
@@ -289,6 +292,9 @@ fn validate_table(options: &[(String, String)]) {
             "merge_mode" if !MERGE_MODES.contains(&value.as_str()) => {
                 bad_value(name, value, format_args!("expected one of {}", MERGE_MODES.join(", ")))
             }
+            "metadata_table" if !METADATA_TABLE.contains(&value.as_str()) => {
+                bad_value(name, value, format_args!("expected one of {}", METADATA_TABLE.join(", ")))
+            }
             "clean_max_retain" | "clean_retain" | "compaction_max_delay" | "lookup_max_lag" => validate_interval(name, value),
             "lookup_on_stale" if !LOOKUP_ON_STALE.contains(&value.as_str()) => {
                 bad_value(name, value, format_args!("expected one of {}", LOOKUP_ON_STALE.join(", ")))
@@ -309,7 +315,7 @@ fn validate_table(options: &[(String, String)]) {
                 Ok(n) if n >= 1 => {}
                 _ => bad_value(name, value, "expected a positive integer"),
             },
-            "query_type" | "merge_mode" | "services" | "lookup_on_stale" | "write_mode" | "flush_interval" => {}
+            "query_type" | "merge_mode" | "metadata_table" | "services" | "lookup_on_stale" | "write_mode" | "flush_interval" => {}
             _ => unknown_option(name, OptionTarget::ForeignTable, TABLE_OPTIONS),
         }
     }

@@ -21,19 +21,19 @@ use crate::mdt::hfile::HFile;
 use crate::storage::Storage;
 use crate::table::files::path_in_partition;
 use crate::timeline::{ReadBound, Timeline};
-use crate::view::FileSystemView;
+use crate::view::{FileSlice, FileSystemView};
 
 /// Where a table's metadata table is, relative to the table.
 pub const METADATA_TABLE_PATH: &str = ".hoodie/metadata";
 /// The record key of the list of partitions.
-const ALL_PARTITIONS: &str = "__all_partitions__";
+pub(super) const ALL_PARTITIONS: &str = "__all_partitions__";
 /// The record key standing for the one partition of a table without partitions.
-const NON_PARTITIONED: &str = ".";
+pub(super) const NON_PARTITIONED: &str = ".";
 /// Initialising a metadata table partition writes instants of these 14 zeros and a suffix.
-const INITIALISING: &str = "00000000000000";
+pub(super) const INITIALISING: &str = "00000000000000";
 /// `HoodieMetadataRecord.type` of the partition list and of one partition's files.
-const PARTITION_LIST: i32 = 1;
-const FILE_LIST: i32 = 2;
+pub(super) const PARTITION_LIST: i32 = 1;
+pub(super) const FILE_LIST: i32 = 2;
 
 fn corrupt(what: impl std::fmt::Display) -> Error {
     Error::new(ErrorKind::Corrupt, format!("damaged metadata table: {what}"))
@@ -41,21 +41,21 @@ fn corrupt(what: impl std::fmt::Display) -> Error {
 
 /// One file's entry in a file list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct FileInfo {
-    size: u64,
-    deleted: bool,
+pub(super) struct FileInfo {
+    pub size: u64,
+    pub deleted: bool,
 }
 
 /// One record of the `files` partition: its type and its entries.
-#[derive(Debug, Clone, Default)]
-struct FilesRecord {
-    kind: i32,
-    entries: BTreeMap<String, FileInfo>,
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(super) struct FilesRecord {
+    pub kind: i32,
+    pub entries: BTreeMap<String, FileInfo>,
 }
 
 impl FilesRecord {
     /// This record with `newer` merged over it.
-    fn merge(&mut self, newer: FilesRecord) {
+    pub fn merge(&mut self, newer: FilesRecord) {
         self.kind = newer.kind;
         for (name, info) in newer.entries {
             match self.entries.get(&name) {
@@ -91,27 +91,46 @@ pub struct FilesListing {
 /// commits first) or that failed are left out. `None` when the table has no metadata table.
 pub async fn listing(storage: &Storage, data: &Timeline) -> Result<Option<FilesListing>> {
     let metadata = storage.child(METADATA_TABLE_PATH)?;
-    let config = match crate::table::load_config(&metadata).await {
+    let Some(merged) = merged(&metadata, data).await? else { return Ok(None) };
+    Ok(Some(FilesListing { files: files_of(&merged.records), as_of: merged.as_of }))
+}
+
+/// The `files` partition's latest slice, its records merged.
+pub(super) struct Merged {
+    pub records: BTreeMap<String, FilesRecord>,
+    /// The metadata table's latest completed instant (empty when none is).
+    pub as_of: String,
+    pub timeline: Timeline,
+    pub slice: Option<FileSlice>,
+    /// Whether a block was left out because its data instant is still pending.
+    pub skipped_pending: bool,
+}
+
+/// The records of the `files` partition of the metadata table at `metadata`, merged as of its
+/// latest completed instant, for the data table's timeline `data`. `None` when there is no
+/// metadata table.
+pub(super) async fn merged(metadata: &Storage, data: &Timeline) -> Result<Option<Merged>> {
+    let config = match crate::table::load_config(metadata).await {
         Ok(config) => config,
         Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),
     };
-    let timeline = Timeline::load(&metadata, &config).await?;
-    let Some(as_of) = timeline.latest_completion().map(str::to_owned) else {
-        return Ok(Some(FilesListing { files: Vec::new(), as_of: String::new() }));
-    };
+    let timeline = Timeline::load(metadata, &config).await?;
+    let mut merged = Merged { records: BTreeMap::new(), as_of: String::new(), timeline, slice: None, skipped_pending: false };
+    let Some(as_of) = merged.timeline.latest_completion().map(str::to_owned) else { return Ok(Some(merged)) };
+    merged.as_of = as_of;
     let view = FileSystemView::from_listing(metadata.list_dir("files").await?.into_iter().map(|(name, size)| (format!("files/{name}"), size)));
     let groups: Vec<(String, String)> = view.file_groups().map(|(p, f)| (p.to_owned(), f.to_owned())).collect();
     if groups.len() != 1 {
         return Err(corrupt(format!("its files partition has {} file groups, not one", groups.len())));
     }
     let (partition, file_id) = &groups[0];
-    let Some(slice) = view.group_slices(partition, file_id, &timeline, &ReadBound::Latest).pop() else {
-        return Ok(Some(FilesListing { files: Vec::new(), as_of }));
+    let Some(slice) = view.group_slices(partition, file_id, &merged.timeline, &ReadBound::Latest).pop() else {
+        return Ok(Some(merged));
     };
-    let mut records: BTreeMap<String, FilesRecord> = BTreeMap::new();
+    let records = &mut merged.records;
     if let Some(path) = slice.base_path() {
-        merge_hfile(&mut records, &metadata.get(&path).await?, None)?;
+        merge_hfile(records, &metadata.get(&path).await?, None)?;
     }
     // A rollback command block cancels the blocks of its target instant before it.
     for log in &slice.log_files {
@@ -120,11 +139,15 @@ pub async fn listing(storage: &Storage, data: &Timeline) -> Result<Option<FilesL
         let cancelled: BTreeSet<&str> = blocks.iter().filter_map(|b| b.rollback_target()).collect();
         for block in &blocks {
             let instant = block.instant().unwrap_or_default();
-            if cancelled.contains(instant) || !counts(instant, data) {
+            if cancelled.contains(instant) {
+                continue;
+            }
+            if !counts(instant, data) {
+                merged.skipped_pending = true;
                 continue;
             }
             match block.block_type {
-                BlockType::HFileData => merge_hfile(&mut records, &block.content, block.schema())?,
+                BlockType::HFileData => merge_hfile(records, &block.content, block.schema())?,
                 BlockType::Delete => {
                     for deleted in crate::log::data::decode_deletes(block)? {
                         records.remove(&deleted.record_key);
@@ -135,7 +158,8 @@ pub async fn listing(storage: &Storage, data: &Timeline) -> Result<Option<FilesL
             }
         }
     }
-    Ok(Some(FilesListing { files: files_of(&records), as_of }))
+    merged.slice = Some(slice);
+    Ok(Some(merged))
 }
 
 /// Whether a block the metadata table wrote at `instant` counts for the data table of
@@ -147,7 +171,7 @@ fn counts(instant: &str, data: &Timeline) -> bool {
 
 /// The data files `records` list: `(path, size)` of each live entry of each partition's file
 /// list (not of partitions the partition list marks deleted).
-fn files_of(records: &BTreeMap<String, FilesRecord>) -> Vec<(String, u64)> {
+pub(super) fn files_of(records: &BTreeMap<String, FilesRecord>) -> Vec<(String, u64)> {
     let deleted: BTreeSet<&str> = records
         .get(ALL_PARTITIONS)
         .map(|all| all.entries.iter().filter(|(_, i)| i.deleted).map(|(p, _)| p.as_str()).collect())
@@ -165,7 +189,7 @@ fn files_of(records: &BTreeMap<String, FilesRecord>) -> Vec<(String, u64)> {
 
 /// Merges the records of the HFile `bytes` into `records`; their values are in the Avro
 /// schema `schema`, or the one the file's info gives.
-fn merge_hfile(records: &mut BTreeMap<String, FilesRecord>, bytes: &Bytes, schema: Option<&str>) -> Result<()> {
+pub(super) fn merge_hfile(records: &mut BTreeMap<String, FilesRecord>, bytes: &Bytes, schema: Option<&str>) -> Result<()> {
     let file = HFile::parse(bytes.clone())?;
     let schema = match schema {
         Some(schema) => schema.to_owned(),
@@ -188,6 +212,47 @@ fn merge_hfile(records: &mut BTreeMap<String, FilesRecord>, bytes: &Bytes, schem
         }
     }
     Ok(())
+}
+
+/// The writer schema of `HoodieMetadataRecord` (as Hudi 1.0 writes it for table version 8,
+/// with the meta fields, which the metadata table leaves null).
+pub(super) const RECORD_SCHEMA: &str = include_str!("HoodieMetadataRecord.avsc");
+
+pub(super) fn record_schema() -> &'static apache_avro::Schema {
+    static SCHEMA: std::sync::OnceLock<apache_avro::Schema> = std::sync::OnceLock::new();
+    SCHEMA.get_or_init(|| crate::avro::parse_schema(RECORD_SCHEMA).expect("valid built-in schema"))
+}
+
+impl FilesRecord {
+    /// The record's value in an HFile: Avro `HoodieMetadataRecord` with an empty `key` (the
+    /// cell's row is the key) and every other index's metadata null.
+    pub fn encode(&self) -> Result<Vec<u8>> {
+        let schema = record_schema();
+        let apache_avro::Schema::Record(record) = schema else { unreachable!("a record schema") };
+        let entries: std::collections::HashMap<String, Value> = self
+            .entries
+            .iter()
+            .map(|(name, info)| {
+                let info = Value::Record(vec![("size".into(), Value::Long(info.size as i64)), ("isDeleted".into(), Value::Boolean(info.deleted))]);
+                (name.clone(), info)
+            })
+            .collect();
+        let fields = record
+            .fields
+            .iter()
+            .map(|field| {
+                let value = match field.name.as_str() {
+                    "key" => Value::String(String::new()),
+                    "type" => Value::Int(self.kind),
+                    "filesystemMetadata" => Value::Union(1, Box::new(Value::Map(entries.clone()))),
+                    _ => Value::Union(0, Box::new(Value::Null)),
+                };
+                (field.name.clone(), value)
+            })
+            .collect();
+        apache_avro::to_avro_datum(schema, Value::Record(fields))
+            .map_err(|e| Error::new(ErrorKind::Internal, "cannot encode a metadata table record").with_source(e))
+    }
 }
 
 /// The type and file list of one `HoodieMetadataRecord`.

@@ -21,14 +21,14 @@ use bytes::Bytes;
 
 use crate::error::{Error, ErrorKind, Result};
 
-const TRAILER_SIZE: usize = 4096;
-const TRAILER_MAGIC: &[u8; 8] = b"TRABLK\"$";
-const HEADER_SIZE: usize = 33;
-const DATA_MAGIC: &[u8; 8] = b"DATABLK*";
-const ROOT_INDEX_MAGIC: &[u8; 8] = b"IDXROOT2";
+pub(super) const TRAILER_SIZE: usize = 4096;
+pub(super) const TRAILER_MAGIC: &[u8; 8] = b"TRABLK\"$";
+pub(super) const HEADER_SIZE: usize = 33;
+pub(super) const DATA_MAGIC: &[u8; 8] = b"DATABLK*";
+pub(super) const ROOT_INDEX_MAGIC: &[u8; 8] = b"IDXROOT2";
 const INTERMEDIATE_INDEX_MAGIC: &[u8; 8] = b"IDXINTE2";
 const LEAF_INDEX_MAGIC: &[u8; 8] = b"IDXLEAF2";
-const FILE_INFO_MAGIC: &[u8; 8] = b"FILEINF2";
+pub(super) const FILE_INFO_MAGIC: &[u8; 8] = b"FILEINF2";
 /// The most a block may inflate to: a metadata table block is at most a few MiB.
 const MAX_BLOCK_SIZE: usize = 256 << 20;
 

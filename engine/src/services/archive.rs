@@ -78,6 +78,11 @@ struct Limits {
     /// The earliest commit to retain of the cleans: what is older may have been cleaned, and
     /// what is newer is still needed by time travel and change reads (§2.7 (f)).
     retained_by_clean: Option<String>,
+    /// The metadata table's latest compaction, when the table has a metadata table (empty when
+    /// it has none yet): Java reads the metadata table's log blocks of a data instant only while
+    /// the instant is on the active timeline, so it archives only what a compaction folded into
+    /// the metadata table's base file.
+    metadata_table_compacted: Option<String>,
 }
 
 /// What archival may not pass, at an instant (archival stops before it).
@@ -89,6 +94,7 @@ enum Bound {
     Savepoint,
     LatestSlices,
     CleanRetention,
+    MetadataTableCompaction,
 }
 
 impl Bound {
@@ -104,6 +110,8 @@ impl Bound {
                  compaction, or that nobody wrote since; readers of the active timeline alone drop files of archived commits)"
             ),
             Bound::CleanRetention => format!("the latest clean's earliest commit to retain, {at}"),
+            Bound::MetadataTableCompaction if at.is_empty() => "every commit: the metadata table has no compaction yet".to_owned(),
+            Bound::MetadataTableCompaction => format!("the metadata table's latest compaction, {at}"),
         }
     }
 }
@@ -140,6 +148,7 @@ fn bounds<'t>(timeline: &'t Timeline, commits: &[&'t Instant], options: &Archive
     }
     bounds.extend(limits.latest_slices_from.as_deref().map(|b| (b, Bound::LatestSlices)));
     bounds.extend(limits.retained_by_clean.as_deref().map(|b| (b, Bound::CleanRetention)));
+    bounds.extend(limits.metadata_table_compacted.as_deref().map(|b| (b, Bound::MetadataTableCompaction)));
     bounds
 }
 
@@ -224,12 +233,6 @@ pub async fn archive(storage: &Storage, writer: &WriterId, lock_options: &LockOp
             format!("archival is implemented for table version 8 and later; {} is version {}", storage.uri(), config.version),
         ));
     }
-    if config.lists_files_in_metadata_table() {
-        return Err(Error::new(
-            ErrorKind::Unsupported,
-            format!("{} has a metadata table, whose compactions bound archival and which archival does not read yet", storage.uri()),
-        ));
-    }
     let dir = config.timeline_dir.clone();
     TableLock::hold(storage, &writer.owner(), lock_options, async |lock| {
         let listing = storage.list_dir(&dir).await?;
@@ -242,6 +245,10 @@ pub async fn archive(storage: &Storage, writer: &WriterId, lock_options: &LockOp
         let limits = Limits {
             latest_slices_from: latest_slices_from(storage, &timeline).await?,
             retained_by_clean: metadata::retained_by_clean(storage, &timeline).await?.map(|(_, earliest)| earliest),
+            metadata_table_compacted: match config.lists_files_in_metadata_table() {
+                true => Some(crate::mdt::writer::latest_compaction(storage).await?.unwrap_or_default()),
+                false => None,
+            },
         };
         let chosen = choose(&timeline, options, &limits);
         let held_back = held_back(&timeline, options, &limits);

@@ -78,6 +78,16 @@ fn internal(what: &'static str) -> impl FnOnce(apache_avro::Error) -> Error {
 }
 
 impl CleanPlan {
+    /// What the clean deletes, as the metadata table records it.
+    fn files_change(&self) -> crate::mdt::writer::FilesChange {
+        let mut change = crate::mdt::writer::FilesChange::default();
+        for file in &self.files {
+            let name = file.path.rsplit('/').next().unwrap_or(&file.path);
+            change.deleted.entry(file.partition.clone()).or_default().insert(name.to_owned());
+        }
+        change
+    }
+
     fn to_avro(&self, base_uri: &str) -> Result<Vec<u8>> {
         use apache_avro::types::Value as Avro;
         let schema = crate::avro::parse_schema(PLAN_SCHEMA).map_err(internal("cannot parse the cleaner plan schema"))?;
@@ -328,6 +338,7 @@ async fn execute(storage: &Storage, config: &TableConfig, owner: &str, lock_opti
         if let Some(done) = completion_in(names.iter().map(|(n, _)| n.as_str()), instant, "clean") {
             return Ok(done);
         }
+        crate::mdt::writer::record(storage, config, instant, &plan.files_change(), lock, lock_options).await?;
         let completion = lock.next_time(lock_options).await?;
         lock.check().await?;
         storage.put_if_absent(&format!("{dir}/{instant}_{completion}.clean"), metadata).await?;
@@ -340,12 +351,6 @@ async fn execute(storage: &Storage, config: &TableConfig, owner: &str, lock_opti
 /// nothing may be deleted (no clean instant is written then, as in Hudi).
 pub async fn clean(storage: &Storage, writer: &WriterId, lock_options: &LockOptions, options: &CleanOptions) -> Result<Option<Cleaned>> {
     let config = crate::table::load_config(storage).await?;
-    if config.lists_files_in_metadata_table() {
-        return Err(Error::new(
-            ErrorKind::Unsupported,
-            format!("{} has a metadata table listing its files, which cleaning does not update yet", storage.uri()),
-        ));
-    }
     if config.timeline_layout < 2 {
         return Err(Error::new(
             ErrorKind::Unsupported,

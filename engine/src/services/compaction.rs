@@ -23,6 +23,7 @@ use crate::services::progress;
 use crate::error::{Error, ErrorKind, Result, ResultExt};
 use crate::read::schema::{FILE_NAME_COLUMN, RECORD_KEY_COLUMN};
 use crate::read::{ScanOptions, ScanStats, TableReader};
+use crate::mdt::writer::FilesChange;
 use crate::storage::Storage;
 use crate::table::files::{path_in_partition, BaseFile, DataFile, LogFile};
 use crate::table::TableConfig;
@@ -196,7 +197,6 @@ pub async fn schedule_due_compaction(storage: &Storage, writer: &WriterId, lock_
         // Listed after taking the instant: every write that completed before it is visible now.
         let reader = TableReader::open(storage.clone()).await?;
         let config = reader.config();
-        config.refuse_metadata_table("a compaction")?;
         // A truncate in flight starts new slices at an earlier instant than this one: a base
         // written here would be newer and hold the rows it removes. It is planned after.
         if reader.timeline().pending_writes().any(|i| i.requested_action == "replacecommit") {
@@ -395,6 +395,7 @@ async fn execute(
                 format!("compaction {instant} was taken over by another executor (this one's heartbeat had expired)"),
             ));
         }
+        crate::mdt::writer::record(storage, reader.config(), instant, &FilesChange::of_commit(&bytes)?, lock, lock_options).await?;
         let completion = lock.next_time(lock_options).await?;
         if !lock_options.pause_before_completing.is_zero() {
             tokio::time::sleep(lock_options.pause_before_completing).await;

@@ -211,6 +211,9 @@ async fn execute(storage: &Storage, config: &TableConfig, rollback: &str, plan: 
         if completion_in(names.iter().map(|(n, _)| n.as_str()), rollback, "rollback").is_some() {
             return Ok(());
         }
+        // The metadata table's deltacommit of the write, if it got one (its writer stopped
+        // between the two completions), goes first: then no reader lists its files.
+        crate::mdt::writer::roll_back(storage, config, &plan.instant).await?;
         storage.delete(&format!("{dir}/{}.{}.inflight", plan.instant, plan.action)).await?;
         storage.delete(&format!("{dir}/{}.{}.requested", plan.instant, plan.action)).await?;
         let completion = lock.next_time(lock_options).await?;

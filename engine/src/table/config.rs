@@ -129,16 +129,6 @@ impl TableConfig {
         self.version >= 8 && self.metadata_partitions.iter().any(|p| p == "files")
     }
 
-    /// An error when the table lists its files in a metadata table, which `what` (a write, a
-    /// compaction) would not update: its files would be invisible to the readers that list
-    /// through it.
-    pub fn refuse_metadata_table(&self, what: &str) -> Result<()> {
-        if self.lists_files_in_metadata_table() {
-            return Err(Error::new(ErrorKind::Unsupported, format!("the table lists its files in a metadata table, which {what} does not update yet")));
-        }
-        Ok(())
-    }
-
     /// Whether this engine created the table ([`keys::CREATED_BY`]).
     pub fn created_here(&self) -> bool {
         self.properties.get(keys::CREATED_BY) == Some(CREATOR)

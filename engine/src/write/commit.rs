@@ -235,6 +235,12 @@ impl PreparedCommit {
                     format!("write {} was rolled back after its heartbeat expired; nothing was committed", self.instant),
                 ));
             };
+            // The metadata table, where the table has one, lists the write's files first.
+            let config = crate::table::load_config(storage).await?;
+            if config.lists_files_in_metadata_table() {
+                let change = crate::mdt::writer::FilesChange::of_commit(&self.metadata)?;
+                crate::mdt::writer::record(storage, &config, &self.instant, &change, lock, lock_options).await?;
+            }
             let completion = lock.next_time(lock_options).await?;
             if !lock_options.pause_before_completing.is_zero() {
                 tokio::time::sleep(lock_options.pause_before_completing).await;

@@ -1,5 +1,6 @@
 //! Creating tables: `hoodie.properties` of a merge-on-read table of version 8 (timeline layout
-//! 2) with the simple bucket index and no metadata table (hudi-format.md §1.3, §1.4, §9).
+//! 2) with the simple bucket index, and, when asked for, a metadata table listing its files
+//! (hudi-format.md §1.3, §1.4, §9; docs/metadata-table.md).
 
 use arrow::datatypes::Schema;
 use bytes::Bytes;
@@ -22,6 +23,8 @@ pub struct NewTable {
     pub partition_fields: Vec<String>,
     pub buckets: u32,
     pub merge_mode: MergeMode,
+    /// Whether the table lists its files in a metadata table ([`crate::mdt::writer`]).
+    pub metadata_table: bool,
 }
 
 /// Merge strategy ids Hudi 1.x records with the merge mode.
@@ -193,6 +196,16 @@ pub async fn create_table(storage: &Storage, spec: &NewTable) -> Result<TableCon
         })?;
         return Ok(existing);
     }
+    let config = table::load_config(storage).await?;
+    if !spec.metadata_table {
+        return Ok(config);
+    }
+    // The table exists (and is ours) before its metadata table does, and declares it once it
+    // exists: a creation that stops midway leaves a table without one.
+    crate::mdt::writer::create(storage, &config).await?;
+    let mut properties = properties;
+    crate::mdt::writer::declare(&mut properties);
+    storage.put(PROPERTIES_FILE, Bytes::from(properties.to_text(&["Created by pg_hudi"]))).await?;
     table::load_config(storage).await
 }
 
@@ -222,6 +235,7 @@ impl TestTable {
             partition_fields: vec![],
             buckets,
             merge_mode: MergeMode::CommitTimeOrdering,
+            metadata_table: false,
         };
         let config = create_table(&storage, &spec).await.unwrap();
         TestTable { _dir: dir, storage, config, schema }
@@ -279,6 +293,7 @@ mod tests {
             partition_fields: vec![],
             buckets: 2,
             merge_mode: MergeMode::EventTimeOrdering,
+            metadata_table: false,
         }
     }
 

@@ -29,6 +29,7 @@ pub fn spec() -> NewTable {
         partition_fields: vec!["country".into()],
         buckets: 4,
         merge_mode: MergeMode::EventTimeOrdering,
+        metadata_table: false,
     }
 }
 
