@@ -452,6 +452,36 @@ def test_requests_a_query_and_its_repetition_make(cluster, s3_server):
         assert measured("SELECT v FROM t WHERE id IN (42, 43) ORDER BY id")[0] == [("changed",), ("v43",)]
 
 
+def test_a_table_listed_through_its_metadata_table_costs_no_listing_of_its_partitions(cluster, s3_server):
+    """A table of 100 partitions with a metadata table (`metadata_table 'on'`): a new backend's
+    first query lists only the two timelines and the metadata table's files partition (a
+    storage listing would list the table's every directory), and reads the same rows as the
+    reference reader, which lists through the metadata table too."""
+    s3 = s3_server
+    with cluster.connect() as conn:
+        create_lake_on(conn, s3)
+        conn.execute("""CREATE FOREIGN TABLE t (id bigint, p int, v text) SERVER lake
+                        OPTIONS (path 't', primary_key 'id,p', partition_by 'p', buckets '1', merge_mode 'commit_time',
+                                 metadata_table 'on')""")
+        conn.execute("SELECT hudi.create_table('t')")
+        conn.execute("INSERT INTO t SELECT g, g % 100, 'v' || g FROM generate_series(1, 1000) g")
+        conn.execute("SELECT * FROM hudi.compact('t')")
+        conn.execute("UPDATE t SET v = v || '+' WHERE id % 7 = 0")
+    with cluster.connect() as session:
+        s3.record_requests()
+        rows = session.execute("SELECT count(*), count(*) FILTER (WHERE v LIKE '%+'), count(DISTINCT p) FROM t").fetchone()
+        requests = s3.recorded_requests()
+    assert rows == (1000, 142, 100)
+    listings = [r for r in requests if r[0] == "GET" and "list-type=2" in r[2]]
+    assert len(listings) <= 3, listings
+    assert all("delimiter=/" in r[2] for r in listings), "no recursive listing of the table"
+    prefixes = sorted(r[2].split("prefix=")[1].split("&")[0] for r in listings)
+    assert all("hoodie" in prefix for prefix in prefixes), prefixes
+    print(len(requests), "requests:", len(listings), "listings:", prefixes)
+    reference = reference_rows_at(f"{s3.base_uri}/t", s3.storage_options(), ("id", "p", "v"))
+    assert len(reference) == 1000 and sum(1 for _, _, v in reference if v.endswith("+")) == 142
+
+
 def test_hudis_storage_lock_excludes_a_contender_following_javas_rules(cluster, s3_server):
     """Where a writer took Hudi's storage-based lock before (its lock object exists), pg_hudi's
     writers take it too (hudi.storage_lock 'auto'): contenders following the Java provider's

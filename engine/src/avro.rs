@@ -53,3 +53,15 @@ mod tests {
         assert_eq!(AnyName.validate("").unwrap(), (String::new(), None));
     }
 }
+
+/// An Avro decimal's unscaled value: big-endian two's complement bytes (at most 16),
+/// sign-extended to 128 bits.
+pub(crate) fn unscaled_decimal(bytes: &[u8]) -> Option<i128> {
+    if bytes.len() > 16 {
+        return None;
+    }
+    let fill = if bytes.first().is_some_and(|x| x & 0x80 != 0) { 0xff } else { 0 };
+    let mut wide = [fill; 16];
+    wide[16 - bytes.len()..].copy_from_slice(bytes);
+    Some(i128::from_be_bytes(wide))
+}

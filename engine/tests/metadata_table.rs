@@ -133,7 +133,8 @@ async fn a_table_with_a_metadata_table_is_read_through_it_and_a_stray_file_is_no
 }
 
 /// A write and a compaction of a table Spark wrote with a metadata table are recorded in it:
-/// listed through it afterwards, exactly as storage holds them. The fixtures have no bucket
+/// listed through it afterwards, exactly as storage holds them; its other indexes are declared
+/// unavailable. The fixtures have no bucket
 /// index; one is declared for the write, which writes a row the snapshot reads back.
 #[tokio::test]
 async fn writes_and_compactions_of_a_spark_table_are_recorded_in_its_metadata_table() {
@@ -173,6 +174,10 @@ async fn writes_and_compactions_of_a_spark_table_are_recorded_in_its_metadata_ta
     };
     let (through_metadata, in_storage) = listed(storage.clone()).await;
     assert!(through_metadata.iter().any(|(p, _)| p.contains(&instant)), "{name}: the write's log is listed");
+    // The indexes this engine does not keep (column statistics, the record index) are no
+    // longer declared: none of them misses the write's files and keys.
+    let declared = engine::table::load_config(&storage).await.unwrap().metadata_partitions;
+    assert_eq!(declared, ["files"], "{name}");
     assert_eq!(through_metadata, in_storage, "{name}");
     engine::services::compaction::compact(&storage, &writer, &LockOptions::default(), std::time::Duration::from_secs(60)).await.unwrap();
     let (through_metadata, in_storage) = listed(storage.clone()).await;
@@ -212,4 +217,69 @@ async fn a_block_of_a_data_write_still_pending_is_not_listed() {
     assert_eq!(pending.len(), before.len() - written.len(), "{name}");
     std::fs::write(&latest, kept).unwrap();
     assert_eq!(listed(Timeline::load(&storage, &config).await.unwrap()).await, before);
+}
+
+/// The column statistics of Spark's metadata tables prune file slices: a filter on a column
+/// keeps only the slices whose files' bounds admit it, and those slices hold every row the
+/// filter matches in the whole table.
+#[tokio::test]
+async fn column_statistics_prune_slices_and_never_lose_a_row() {
+    use arrow::array::{Array, AsArray};
+    use arrow::datatypes::DataType;
+    use engine::read::filter::{Op, Predicate, Scalar, ScanFilter};
+    use engine::read::{ScanOptions, ScanStats, TableReader};
+    use engine::timeline::ReadBound;
+    let mut pruned = 0;
+    let mut fixtures = 0;
+    for (name, _dir, base) in with_files_partition() {
+        let storage = storage(&base);
+        let config = engine::table::load_config(&storage).await.unwrap();
+        if !config.metadata_partitions.iter().any(|p| p == "column_stats") {
+            continue;
+        }
+        fixtures += 1;
+        let reader = TableReader::open(storage.clone()).await.unwrap();
+        let all = reader.slices(&ReadBound::Latest).await.unwrap();
+        let mut slice_rows = Vec::new();
+        for slice in &all {
+            let batch = reader.read_slice(slice, &ReadBound::Latest, &ScanOptions::default(), &mut ScanStats::default()).await.unwrap();
+            slice_rows.push((slice.file_id.clone(), batch));
+        }
+        let schema = reader.schema().clone();
+        for field in schema.fields().iter().filter(|f| !f.name().starts_with("_hoodie_")) {
+            let as_scalar = |text: &str| match field.data_type() {
+                DataType::Utf8 => Some(Scalar::String(text.to_owned())),
+                DataType::Int32 | DataType::Int64 => text.parse().ok().map(Scalar::Int),
+                _ => None,
+            };
+            // A few values the column holds, and one it does not.
+            let mut values: Vec<String> = Vec::new();
+            for (_, batch) in &slice_rows {
+                let Some(batch) = batch else { continue };
+                let column = arrow::compute::cast(batch.column_by_name(field.name()).unwrap(), &DataType::Utf8).unwrap();
+                let column = column.as_string::<i32>();
+                values.extend((0..column.len()).filter(|&i| !column.is_null(i)).take(1).map(|i| column.value(i).to_owned()));
+            }
+            values.push("999999999".into());
+            for value in values.iter().take(4) {
+                let Some(scalar) = as_scalar(value) else { continue };
+                let predicate = Predicate::Compare { column: field.name().clone(), op: Op::Eq, value: scalar };
+                let options = ScanOptions { filter: ScanFilter { predicates: vec![predicate] }, ..Default::default() };
+                let (kept, stats) = reader.pruned_slices(&ReadBound::Latest, &options).await.unwrap();
+                let kept_ids: Vec<&str> = kept.iter().map(|s| s.file_id.as_str()).collect();
+                for (file_id, batch) in &slice_rows {
+                    let Some(batch) = batch else { continue };
+                    let column = arrow::compute::cast(batch.column_by_name(field.name()).unwrap(), &DataType::Utf8).unwrap();
+                    let column = column.as_string::<i32>();
+                    let matches = (0..column.len()).any(|i| !column.is_null(i) && column.value(i) == value);
+                    assert!(!matches || kept_ids.contains(&file_id.as_str()), "{name}: {} = {value} pruned slice {file_id}", field.name());
+                }
+                if stats.slices_kept < stats.slices_total {
+                    pruned += 1;
+                }
+            }
+        }
+    }
+    assert!(fixtures >= 3, "{fixtures} fixtures with column statistics");
+    assert!(pruned > 0, "no filter pruned a slice by column statistics");
 }

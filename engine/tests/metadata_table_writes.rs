@@ -91,7 +91,14 @@ async fn every_action_keeps_the_files_partition_listing_what_storage_holds() {
         let expected: Vec<(i64, String)> = model.iter().map(|(k, v)| (*k, v.clone())).collect();
         assert_eq!(snapshot(&storage).await, expected, "seed {seed}, step {step}");
     }
-    assert!(metadata_instants(dir.path(), "commit") >= 3, "the metadata table compacts every ten deltacommits");
+    // The metadata table compacts every ten deltacommits, then cleans its old slices and
+    // archives its timeline.
+    assert!(metadata_instants(dir.path(), "commit") >= 1, "compacted");
+    let files_partition = dir.path().join(METADATA_TABLE_PATH).join("files");
+    assert!(!files_partition.join("files-0000-0_0-0-0_00000000000000000.hfile").exists(), "its first slice is cleaned");
+    assert!(metadata_instants(dir.path(), "clean") >= 1);
+    assert!(dir.path().join(METADATA_TABLE_PATH).join(".hoodie/timeline/history/_version_").exists(), "its timeline is archived");
+    assert!(metadata_instants(dir.path(), "deltacommit") <= 31, "archived down to at most 31 commits");
     // Archival passes only what the metadata table's compactions folded into its base file.
     let archived = archive(&storage, &writer(4), &options, &ArchiveOptions { min_commits: 5, max_commits: 8, start_above: None, compaction_delta_commits: 0 })
         .await
@@ -142,4 +149,57 @@ async fn a_rollback_takes_the_metadata_deltacommit_of_its_write() {
     assert!(leftovers.is_empty(), "{leftovers:?}");
     assert_eq!(listed(&storage).await, stored(&storage).await);
     assert_eq!(snapshot(&storage).await, [(1, "kept".to_owned())]);
+}
+
+/// The same stop, then the write completed again (PostgreSQL finishes a committed
+/// transaction's write from its commit intent): the metadata table is caught up already, its
+/// deltacommit not written twice, and the write is listed.
+#[tokio::test]
+async fn a_write_completed_again_after_its_metadata_commit_is_listed_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = local(dir.path());
+    let config = create_table(&storage, &NewTable { metadata_table: true, ..spec() }).await.unwrap();
+    let options = LockOptions::default();
+    let mut tx = Transaction::begin(storage.clone(), config.clone(), writer(1), options.clone()).await.unwrap();
+    tx.upsert(&rows(&[(1, "ann", "nl", 1), (2, "bob", "be", 1)])).await.unwrap();
+    let prepared = tx.prepare().await.unwrap();
+    let first = prepared.complete(&storage, "test", &options).await.unwrap();
+    assert!(first.created);
+    let completed = dir.path().join(".hoodie/timeline").join(format!("{}_{}.deltacommit", prepared.instant, first.completion));
+    std::fs::remove_file(completed).unwrap();
+    assert_eq!(listed(&storage).await, [], "pending again: not listed");
+    let again = prepared.complete(&storage, "test", &options).await.unwrap();
+    assert!(again.created && again.completion > first.completion);
+    assert_eq!(metadata_instants(dir.path(), "deltacommit"), 2, "the metadata table's creation and the write, once");
+    assert_eq!(listed(&storage).await, stored(&storage).await);
+    assert_eq!(snapshot(&storage).await, [(1, "ann".to_owned()), (2, "bob".to_owned())]);
+}
+
+/// A compaction of the metadata table that stopped midway (requested, inflight, its base file
+/// written) is undone by the next one that is due; its base file was never read.
+#[tokio::test]
+async fn a_metadata_compaction_that_stopped_midway_is_undone() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = local(dir.path());
+    let config = create_table(&storage, &NewTable { metadata_table: true, ..spec() }).await.unwrap();
+    let options = LockOptions::default();
+    let metadata = dir.path().join(METADATA_TABLE_PATH);
+    let stopped = "20200101000000000";
+    let planted = [
+        metadata.join(format!(".hoodie/timeline/{stopped}.compaction.requested")),
+        metadata.join(format!(".hoodie/timeline/{stopped}.compaction.inflight")),
+        metadata.join(format!("files/files-0000-0_0-0-0_{stopped}.hfile")),
+    ];
+    for (i, path) in planted.iter().enumerate() {
+        std::fs::write(path, if i == 2 { &b"not an hfile"[..] } else { &b""[..] }).unwrap();
+    }
+    for id in 0..12 {
+        let mut tx = Transaction::begin(storage.clone(), config.clone(), writer(1), options.clone()).await.unwrap();
+        tx.upsert(&rows(&[(id, "x", "nl", id)])).await.unwrap();
+        tx.commit().await.unwrap();
+        assert_eq!(listed(&storage).await, stored(&storage).await, "after write {id}");
+    }
+    assert!(planted.iter().all(|p| !p.exists()), "undone");
+    assert!(metadata_instants(dir.path(), "commit") >= 1, "compacted since");
+    assert_eq!(snapshot(&storage).await.len(), 12);
 }

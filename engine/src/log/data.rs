@@ -237,13 +237,10 @@ fn ordering_from_wrapper(value: apache_avro::types::Value) -> OrderingValue {
         (5, Avro::Double(d)) => OrderingValue::Float(d),
         (6, Avro::Bytes(b)) => OrderingValue::Bytes(b),
         (7, Avro::String(s)) => OrderingValue::String(s),
-        (9, Avro::Bytes(b)) if b.len() <= 16 => {
-            // Big-endian two's complement, sign-extended to 128 bits.
-            let fill = if b.first().is_some_and(|x| x & 0x80 != 0) { 0xff } else { 0 };
-            let mut wide = [fill; 16];
-            wide[16 - b.len()..].copy_from_slice(&b);
-            OrderingValue::Decimal(i128::from_be_bytes(wide), DELETE_DECIMAL_SCALE)
-        }
+        (9, Avro::Bytes(b)) => match crate::avro::unscaled_decimal(&b) {
+            Some(unscaled) => OrderingValue::Decimal(unscaled, DELETE_DECIMAL_SCALE),
+            None => OrderingValue::Null,
+        },
         _ => OrderingValue::Null,
     }
 }

@@ -13,15 +13,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use apache_avro::types::Value;
-use bytes::Bytes;
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::log::block::{read_blocks, BlockType};
-use crate::mdt::hfile::HFile;
+use crate::mdt::partition::{self, corrupt, Record};
 use crate::storage::Storage;
 use crate::table::files::path_in_partition;
-use crate::timeline::{ReadBound, Timeline};
-use crate::view::{FileSlice, FileSystemView};
+use crate::timeline::Timeline;
+use crate::view::FileSlice;
 
 /// Where a table's metadata table is, relative to the table.
 pub const METADATA_TABLE_PATH: &str = ".hoodie/metadata";
@@ -29,15 +27,9 @@ pub const METADATA_TABLE_PATH: &str = ".hoodie/metadata";
 pub(super) const ALL_PARTITIONS: &str = "__all_partitions__";
 /// The record key standing for the one partition of a table without partitions.
 pub(super) const NON_PARTITIONED: &str = ".";
-/// Initialising a metadata table partition writes instants of these 14 zeros and a suffix.
-pub(super) const INITIALISING: &str = "00000000000000";
 /// `HoodieMetadataRecord.type` of the partition list and of one partition's files.
 pub(super) const PARTITION_LIST: i32 = 1;
 pub(super) const FILE_LIST: i32 = 2;
-
-fn corrupt(what: impl std::fmt::Display) -> Error {
-    Error::new(ErrorKind::Corrupt, format!("damaged metadata table: {what}"))
-}
 
 /// One file's entry in a file list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,7 +92,6 @@ pub(super) struct Merged {
     pub records: BTreeMap<String, FilesRecord>,
     /// The metadata table's latest completed instant (empty when none is).
     pub as_of: String,
-    pub timeline: Timeline,
     pub slice: Option<FileSlice>,
     /// Whether a block was left out because its data instant is still pending.
     pub skipped_pending: bool,
@@ -116,57 +107,32 @@ pub(super) async fn merged(metadata: &Storage, data: &Timeline) -> Result<Option
         Err(e) => return Err(e),
     };
     let timeline = Timeline::load(metadata, &config).await?;
-    let mut merged = Merged { records: BTreeMap::new(), as_of: String::new(), timeline, slice: None, skipped_pending: false };
-    let Some(as_of) = merged.timeline.latest_completion().map(str::to_owned) else { return Ok(Some(merged)) };
-    merged.as_of = as_of;
-    let view = FileSystemView::from_listing(metadata.list_dir("files").await?.into_iter().map(|(name, size)| (format!("files/{name}"), size)));
-    let groups: Vec<(String, String)> = view.file_groups().map(|(p, f)| (p.to_owned(), f.to_owned())).collect();
-    if groups.len() != 1 {
-        return Err(corrupt(format!("its files partition has {} file groups, not one", groups.len())));
+    let as_of = timeline.latest_completion().unwrap_or_default().to_owned();
+    let read = partition::read(metadata, &timeline, "files", data).await?;
+    if read.slices.len() > 1 {
+        return Err(corrupt(format!("its files partition has {} file groups, not one", read.slices.len())));
     }
-    let (partition, file_id) = &groups[0];
-    let Some(slice) = view.group_slices(partition, file_id, &merged.timeline, &ReadBound::Latest).pop() else {
-        return Ok(Some(merged));
-    };
-    let records = &mut merged.records;
-    if let Some(path) = slice.base_path() {
-        merge_hfile(records, &metadata.get(&path).await?, None)?;
-    }
-    // A rollback command block cancels the blocks of its target instant before it.
-    for log in &slice.log_files {
-        let bytes = metadata.get(&slice.log_path(log)).await?;
-        let blocks = read_blocks(&bytes);
-        let cancelled: BTreeSet<&str> = blocks.iter().filter_map(|b| b.rollback_target()).collect();
-        for block in &blocks {
-            let instant = block.instant().unwrap_or_default();
-            if cancelled.contains(instant) {
-                continue;
-            }
-            if !counts(instant, data) {
-                merged.skipped_pending = true;
-                continue;
-            }
-            match block.block_type {
-                BlockType::HFileData => merge_hfile(records, &block.content, block.schema())?,
-                BlockType::Delete => {
-                    for deleted in crate::log::data::decode_deletes(block)? {
-                        records.remove(&deleted.record_key);
+    let mut records: BTreeMap<String, FilesRecord> = BTreeMap::new();
+    for record in read.records {
+        match record {
+            Record::Put { key, value, schema } => {
+                let record = files_record(&schema, &value)?;
+                if record.kind != PARTITION_LIST && record.kind != FILE_LIST {
+                    continue;
+                }
+                match records.get_mut(&key) {
+                    Some(older) => older.merge(record),
+                    None => {
+                        records.insert(key, record);
                     }
                 }
-                BlockType::Corrupt => return Err(corrupt(format!("a damaged block in {}", log.name))),
-                _ => {}
+            }
+            Record::Delete { key } => {
+                records.remove(&key);
             }
         }
     }
-    merged.slice = Some(slice);
-    Ok(Some(merged))
-}
-
-/// Whether a block the metadata table wrote at `instant` counts for the data table of
-/// timeline `data`: not for a data instant that is still pending or failed (its files are not
-/// the table's); yes for completed (or archived) ones, and for the metadata table's own.
-fn counts(instant: &str, data: &Timeline) -> bool {
-    instant.starts_with(INITIALISING) || data.get(instant).is_none_or(|i| i.is_completed())
+    Ok(Some(Merged { records, as_of, slice: read.slices.into_iter().next(), skipped_pending: read.skipped_pending }))
 }
 
 /// The data files `records` list: `(path, size)` of each live entry of each partition's file
@@ -185,33 +151,6 @@ pub(super) fn files_of(records: &BTreeMap<String, FilesRecord>) -> Vec<(String, 
         files.extend(record.live().map(|(name, info)| (path_in_partition(partition, name), info.size)));
     }
     files
-}
-
-/// Merges the records of the HFile `bytes` into `records`; their values are in the Avro
-/// schema `schema`, or the one the file's info gives.
-pub(super) fn merge_hfile(records: &mut BTreeMap<String, FilesRecord>, bytes: &Bytes, schema: Option<&str>) -> Result<()> {
-    let file = HFile::parse(bytes.clone())?;
-    let schema = match schema {
-        Some(schema) => schema.to_owned(),
-        None => String::from_utf8(file.file_info("schema").ok_or_else(|| corrupt("an HFile without its schema"))?.to_vec())
-            .map_err(|_| corrupt("a schema that is not UTF-8"))?,
-    };
-    let schema = crate::avro::parse_schema(&schema).map_err(|e| corrupt("an unusable schema").with_source(e))?;
-    for (row, value) in file.cells()? {
-        let key = String::from_utf8(row.to_vec()).map_err(|_| corrupt("a record key that is not UTF-8"))?;
-        // apache-avro trusts more of damaged bytes than it should.
-        let record = crate::error::corrupt_on_panic("damaged metadata table record", || files_record(&schema, &value))?;
-        if record.kind != PARTITION_LIST && record.kind != FILE_LIST {
-            continue;
-        }
-        match records.get_mut(&key) {
-            Some(older) => older.merge(record),
-            None => {
-                records.insert(key, record);
-            }
-        }
-    }
-    Ok(())
 }
 
 /// The writer schema of `HoodieMetadataRecord` (as Hudi 1.0 writes it for table version 8,
@@ -256,11 +195,9 @@ impl FilesRecord {
 }
 
 /// The type and file list of one `HoodieMetadataRecord`.
-fn files_record(schema: &apache_avro::Schema, value: &[u8]) -> Result<FilesRecord> {
-    let decoded = apache_avro::from_avro_datum(schema, &mut std::io::Cursor::new(value), None).map_err(|e| corrupt("an undecodable record").with_source(e))?;
-    let Value::Record(fields) = decoded else { return Err(corrupt("a record that is not a record")) };
+pub(super) fn files_record(schema: &apache_avro::Schema, value: &[u8]) -> Result<FilesRecord> {
     let mut record = FilesRecord::default();
-    for (name, field) in fields {
+    for (name, field) in partition::decode(schema, value)? {
         match (name.as_str(), field) {
             ("type", Value::Int(kind)) => record.kind = kind,
             ("filesystemMetadata", Value::Union(_, inner)) => {

@@ -6,7 +6,8 @@
 //! reader that lists through the metadata table sees exactly the completed actions' files: the
 //! metadata table's blocks of a data instant that is still pending are skipped by every reader.
 //! A rolled-back data instant takes its metadata deltacommit with it; every tenth deltacommit
-//! the metadata table's log files are compacted into a new base file.
+//! the metadata table's log files are compacted into a new base file, after which its old
+//! slices are cleaned and its timeline archived.
 //!
 //! Everything here runs under the data table's lock ([`TableLock`]), which orders the metadata
 //! table's instants as it orders the data table's.
@@ -15,10 +16,13 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
 
-use super::files::{self, FileInfo, FilesRecord, ALL_PARTITIONS, FILE_LIST, INITIALISING, METADATA_TABLE_PATH, NON_PARTITIONED, PARTITION_LIST};
+use super::files::{self, FileInfo, FilesRecord, ALL_PARTITIONS, FILE_LIST, METADATA_TABLE_PATH, NON_PARTITIONED, PARTITION_LIST};
+use super::partition::INITIALISING;
 use super::hfile_write::write_hfile;
 use crate::error::{Error, ErrorKind, Result};
 use crate::log::block::{encode_block, header, BlockType};
+use crate::services::archive::{archive, ArchiveOptions};
+use crate::services::clean::{clean, CleanOptions};
 use crate::services::compaction::{CompactionOperation, CompactionPlan};
 use crate::storage::Storage;
 use crate::table::config::{keys, table_checksum};
@@ -26,6 +30,7 @@ use crate::table::{Properties, TableConfig, PROPERTIES_FILE};
 use crate::timeline::Timeline;
 use crate::write::commit::{CommitMetadata, WriteStat};
 use crate::write::time::{format_instant, LockOptions, TableLock};
+use crate::write::WriterId;
 
 /// The `files` partition's one file group.
 const FILE_GROUP: &str = "files-0000-0";
@@ -36,6 +41,11 @@ const WRITE_TOKEN: &str = "0-0-0";
 /// Deltacommits after which the metadata table is compacted (Hudi's
 /// `hoodie.metadata.compact.max.delta.commits`).
 const DELTACOMMITS_PER_COMPACTION: usize = 10;
+/// The metadata table's commits whose slices its cleans keep (Hudi: at least 20).
+const RETAINED_COMMITS: usize = 20;
+/// Its archival keeps between these many commits active (Hudi: the data table's defaults, + 1).
+const ARCHIVE_MIN_COMMITS: usize = 21;
+const ARCHIVE_MAX_COMMITS: usize = 31;
 
 /// The record schema without its meta fields: what a metadata commit's `extraMetadata.schema`
 /// holds.
@@ -193,6 +203,17 @@ pub fn declare(properties: &mut Properties) {
     properties.set("hoodie.table.metadata.partitions.inflight", "");
 }
 
+/// Declares the metadata table's partitions other than `files` (column statistics, the record
+/// index, secondary indexes, which this engine does not keep) unavailable, as dropping an index
+/// does: no reader then prunes files or looks keys up by an index that misses this engine's
+/// writes, and a Hudi writer with the index enabled builds it again.
+async fn keep_only_files_partition(storage: &Storage, config: &TableConfig) -> Result<()> {
+    let mut properties = config.properties.clone();
+    properties.set("hoodie.table.metadata.partitions", "files");
+    properties.set("hoodie.table.metadata.partitions.inflight", "");
+    storage.put(PROPERTIES_FILE, Bytes::from(properties.to_text(&["Updated by pg_hudi"]))).await
+}
+
 /// Records in the metadata table of the table at `storage` (configured `config`) that the
 /// data-table action `instant` made `change`: a deltacommit of the same instant, completed —
 /// before the caller completes `instant` on the data table. Once: a retry finds it completed.
@@ -201,6 +222,9 @@ pub async fn record(storage: &Storage, config: &TableConfig, instant: &str, chan
     if !config.lists_files_in_metadata_table() {
         return Ok(());
     }
+    if config.metadata_partitions.iter().any(|p| p != "files") {
+        keep_only_files_partition(storage, config).await?;
+    }
     let metadata = metadata_storage(storage)?;
     let mconfig = crate::table::load_config(&metadata).await.map_err(|e| e.context("loading the table's metadata table"))?;
     let dir = &mconfig.timeline_dir;
@@ -208,7 +232,8 @@ pub async fn record(storage: &Storage, config: &TableConfig, instant: &str, chan
     if timeline.is_completed(instant) {
         return Ok(());
     }
-    compact_if_due(storage, &metadata, &mconfig, &timeline, lock, options).await?;
+    // Boxed: the compaction cleans the metadata table, and a clean records itself here.
+    Box::pin(compact_if_due(storage, &metadata, &mconfig, &timeline, lock, options)).await?;
     let records = change.records();
     if records.is_empty() {
         return Ok(());
@@ -240,6 +265,16 @@ pub async fn record(storage: &Storage, config: &TableConfig, instant: &str, chan
 /// data instant that is still pending (a failed writer's, until rolled back) is among the logs:
 /// merged into a base file it could not be told apart any more.
 async fn compact_if_due(storage: &Storage, metadata: &Storage, mconfig: &TableConfig, timeline: &Timeline, lock: &TableLock<'_>, options: &LockOptions) -> Result<()> {
+    let dir = &mconfig.timeline_dir;
+    // A compaction that stopped midway (its writer held the data table's lock, which it no
+    // longer does) is undone: its base file was never read, and a pending compaction would
+    // hold the metadata table's cleaning and archival back for good.
+    for pending in timeline.instants().iter().filter(|i| i.requested_action == "compaction" && !i.is_completed()) {
+        let instant = &pending.timestamp;
+        metadata.delete(&format!("files/{FILE_GROUP}_{WRITE_TOKEN}_{instant}.hfile")).await?;
+        metadata.delete(&format!("{dir}/{instant}.compaction.inflight")).await?;
+        metadata.delete(&format!("{dir}/{instant}.compaction.requested")).await?;
+    }
     let latest_base = timeline.instants().iter().filter(|i| i.is_completed() && i.action == "commit").map(|i| i.timestamp.as_str()).max().unwrap_or(INIT_INSTANT);
     let since = timeline.instants().iter().filter(|i| i.is_completed() && i.action == "deltacommit" && i.completion.as_deref() > Some(latest_base)).count();
     if since < DELTACOMMITS_PER_COMPACTION {
@@ -255,7 +290,6 @@ async fn compact_if_due(storage: &Storage, metadata: &Storage, mconfig: &TableCo
         record.entries.retain(|_, info| !info.deleted);
     }
     let instant = lock.next_time(options).await?;
-    let dir = &mconfig.timeline_dir;
     let plan = CompactionPlan {
         operations: vec![CompactionOperation {
             partition: "files".into(),
@@ -279,6 +313,14 @@ async fn compact_if_due(storage: &Storage, metadata: &Storage, mconfig: &TableCo
     let completion = lock.next_time(options).await?;
     lock.check().await?;
     metadata.put_if_absent(&format!("{dir}/{instant}_{completion}.commit"), completed).await?;
+    // As Hudi's writer does after compacting it, the metadata table's old slices are cleaned
+    // and its timeline archived (under its own lock; every writer of it holds the data
+    // table's, so nothing else writes it meanwhile).
+    let maintainer = WriterId { node: 0, process: std::process::id() };
+    let retain = CleanOptions { retain_commits: RETAINED_COMMITS, ..Default::default() };
+    clean(metadata, &maintainer, options, &retain).await.map_err(|e| e.context("cleaning the metadata table"))?;
+    let archival = ArchiveOptions { min_commits: ARCHIVE_MIN_COMMITS, max_commits: ARCHIVE_MAX_COMMITS, start_above: None, compaction_delta_commits: 0 };
+    archive(metadata, &maintainer, options, &archival).await.map_err(|e| e.context("archiving the metadata table"))?;
     Ok(())
 }
 
@@ -334,9 +376,14 @@ mod tests {
         assert_eq!(records["p=1"].entries[".a_1.log.1_0-1-0"], FileInfo { size: 10, deleted: false });
         assert_eq!(records["."].entries[".c_1.log.1_0-1-0"].size, 5);
         // Encoded and read back through an HFile.
-        let bytes = hfile_of(&records).unwrap();
-        let mut read = BTreeMap::new();
-        files::merge_hfile(&mut read, &Bytes::from(bytes), None).unwrap();
+        let file = crate::mdt::hfile::HFile::parse(Bytes::from(hfile_of(&records).unwrap())).unwrap();
+        let schema = crate::avro::parse_schema(std::str::from_utf8(file.file_info("schema").unwrap()).unwrap()).unwrap();
+        let read: BTreeMap<String, FilesRecord> = file
+            .cells()
+            .unwrap()
+            .into_iter()
+            .map(|(key, value)| (String::from_utf8(key.to_vec()).unwrap(), files::files_record(&schema, &value).unwrap()))
+            .collect();
         assert_eq!(read, records);
     }
 }

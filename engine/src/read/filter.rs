@@ -335,6 +335,18 @@ impl ScanFilter {
         self.predicates.is_empty()
     }
 
+    /// Whether values within the bounds `bounds(column, its type)` gives (a file's statistics;
+    /// `None` where unknown) may satisfy every predicate on a column of `schema`.
+    pub fn may_match_bounds(&self, schema: &Schema, bounds: impl Fn(&str, &DataType) -> Option<(OrderingValue, OrderingValue)>) -> bool {
+        self.predicates.iter().all(|predicate| {
+            let Ok(field) = schema.field_with_name(predicate.column()) else { return true };
+            match bounds(predicate.column(), field.data_type()) {
+                Some((min, max)) => predicate.may_match(field.data_type(), &min, &max, false),
+                None => true,
+            }
+        })
+    }
+
     /// Whether the partition at `partition_path` may hold matching rows.
     pub fn may_match_partition(&self, config: &TableConfig, schema: &Schema, partition_path: &str) -> bool {
         let Some(values) = partition_values(config, partition_path) else { return true };

@@ -23,6 +23,7 @@ pub mod reading;
 pub mod schema;
 pub mod slice;
 
+use crate::mdt::column_stats::ColumnStats;
 use std::collections::HashSet;
 use std::ops::Range;
 use std::sync::Arc;
@@ -205,6 +206,9 @@ pub struct TableReader {
     /// clones of one load (a backend's table state answers every query of an unchanged table
     /// with such a clone), anew for a reader that sees other files or writes.
     latest_slices: Arc<std::sync::OnceLock<Arc<Vec<FileSlice>>>>,
+    /// The metadata table's column statistics, where the table declares them: read the first
+    /// time a filter could use them, for the clones of one load.
+    column_stats: Arc<std::sync::OnceLock<Option<Arc<ColumnStats>>>>,
     /// Log files that exist only in memory, by path: rows buffered outside the lake
     /// ([`Self::with_buffered`]).
     buffered: Arc<std::collections::HashMap<String, bytes::Bytes>>,
@@ -359,6 +363,7 @@ impl TableReader {
             nulls: Default::default(),
             retained_by_clean: Default::default(),
             latest_slices: Default::default(),
+            column_stats: Default::default(),
             buffered: Default::default(),
         })
     }
@@ -513,8 +518,24 @@ impl TableReader {
         Some((keys * slices * crate::write::BASE_PAGE_ROWS) as f64)
     }
 
-    /// The slices within `bound` that `options.filter` does not rule out, and how many of the
-    /// table's partitions and slices that is.
+    /// The metadata table's column statistics, when the table lists its files there and
+    /// declares them (Spark's tables; this engine's writes stop declaring them).
+    async fn column_stats(&self) -> Result<Option<Arc<ColumnStats>>> {
+        if let Some(stats) = self.column_stats.get() {
+            return Ok(stats.clone());
+        }
+        let declared = matches!(self.listed_from, ListedFrom::MetadataTable { .. })
+            && self.config.metadata_partitions.iter().any(|p| p == crate::mdt::column_stats::PARTITION);
+        let stats = match declared {
+            true => Some(Arc::new(ColumnStats::load(&self.storage, &self.timeline).await.map_err(|e| e.context("reading the metadata table's column statistics"))?)),
+            false => None,
+        };
+        Ok(self.column_stats.get_or_init(|| stats).clone())
+    }
+
+    /// The slices within `bound` that `options.filter` does not rule out (by partition, bucket
+    /// and the metadata table's column statistics), and how many of the table's partitions and
+    /// slices that is.
     pub async fn pruned_slices(&self, bound: &ReadBound, options: &ScanOptions) -> Result<(Vec<FileSlice>, ScanStats)> {
         let all = match bound {
             ReadBound::Latest => self.shared_latest_slices().await?,
@@ -529,10 +550,12 @@ impl TableReader {
             .collect();
         stats.partitions_kept = kept_partitions.len();
         let bucket = self.bucket_count().and_then(|n| options.filter.bucket(&self.config, n));
+        let column_stats = if options.filter.is_empty() { None } else { self.column_stats().await? };
         let kept: Vec<FileSlice> = all
             .iter()
             .filter(|s| kept_partitions.contains(s.partition.as_str()))
             .filter(|s| bucket.is_none_or(|b| crate::table::bucket::bucket_of_file_id(&s.file_id) == Some(b)))
+            .filter(|s| column_stats.as_deref().is_none_or(|stats| stats.may_match(s, &options.filter, &self.schema)))
             .cloned()
             .collect();
         stats.slices_kept = kept.len();
