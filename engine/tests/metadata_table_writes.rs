@@ -23,6 +23,21 @@ use rand::{Rng, SeedableRng};
 
 const EXPIRY: Duration = Duration::from_secs(60);
 
+/// A new table with a metadata table, in a temporary directory.
+async fn new_table() -> (tempfile::TempDir, Storage, engine::table::TableConfig) {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = local(dir.path());
+    let config = create_table(&storage, &NewTable { metadata_table: true, ..spec() }).await.unwrap();
+    (dir, storage, config)
+}
+
+/// A transaction of writer `process` that upserted `data`.
+async fn upserting(storage: &Storage, config: &engine::table::TableConfig, process: u32, data: &[(i64, &str, &str, i64)]) -> Transaction {
+    let mut tx = Transaction::begin(storage.clone(), config.clone(), writer(process), LockOptions::default()).await.unwrap();
+    tx.upsert(&rows(data)).await.unwrap();
+    tx
+}
+
 /// `(path, size)` of every data file the metadata table lists, sorted.
 async fn listed(storage: &Storage) -> Vec<(String, u64)> {
     let config = engine::table::load_config(storage).await.unwrap();
@@ -51,9 +66,7 @@ fn metadata_instants(base: &std::path::Path, action: &str) -> usize {
 async fn every_action_keeps_the_files_partition_listing_what_storage_holds() {
     let seed = common::seed();
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let dir = tempfile::tempdir().unwrap();
-    let storage = local(dir.path());
-    let config = create_table(&storage, &NewTable { metadata_table: true, ..spec() }).await.unwrap();
+    let (dir, storage, config) = new_table().await;
     assert!(config.lists_files_in_metadata_table());
     assert_eq!(listed(&storage).await, [], "a new table lists nothing");
     let options = LockOptions::default();
@@ -116,16 +129,11 @@ async fn every_action_keeps_the_files_partition_listing_what_storage_holds() {
 /// the metadata deltacommit and its log away.
 #[tokio::test]
 async fn a_rollback_takes_the_metadata_deltacommit_of_its_write() {
-    let dir = tempfile::tempdir().unwrap();
-    let storage = local(dir.path());
-    let config = create_table(&storage, &NewTable { metadata_table: true, ..spec() }).await.unwrap();
+    let (dir, storage, config) = new_table().await;
     let options = LockOptions::default();
-    let mut tx = Transaction::begin(storage.clone(), config.clone(), writer(1), options.clone()).await.unwrap();
-    tx.upsert(&rows(&[(1, "kept", "nl", 1)])).await.unwrap();
-    tx.commit().await.unwrap();
+    upserting(&storage, &config, 1, &[(1, "kept", "nl", 1)]).await.commit().await.unwrap();
     let kept = listed(&storage).await;
-    let mut tx = Transaction::begin(storage.clone(), config.clone(), writer(2), options.clone()).await.unwrap();
-    tx.upsert(&rows(&[(2, "lost", "be", 1)])).await.unwrap();
+    let tx = upserting(&storage, &config, 2, &[(2, "lost", "be", 1)]).await;
     let instant = tx.instant().to_owned();
     tx.commit().await.unwrap();
     let timeline = dir.path().join(".hoodie/timeline");
@@ -156,12 +164,9 @@ async fn a_rollback_takes_the_metadata_deltacommit_of_its_write() {
 /// deltacommit not written twice, and the write is listed.
 #[tokio::test]
 async fn a_write_completed_again_after_its_metadata_commit_is_listed_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let storage = local(dir.path());
-    let config = create_table(&storage, &NewTable { metadata_table: true, ..spec() }).await.unwrap();
+    let (dir, storage, config) = new_table().await;
     let options = LockOptions::default();
-    let mut tx = Transaction::begin(storage.clone(), config.clone(), writer(1), options.clone()).await.unwrap();
-    tx.upsert(&rows(&[(1, "ann", "nl", 1), (2, "bob", "be", 1)])).await.unwrap();
+    let tx = upserting(&storage, &config, 1, &[(1, "ann", "nl", 1), (2, "bob", "be", 1)]).await;
     let prepared = tx.prepare().await.unwrap();
     let first = prepared.complete(&storage, "test", &options).await.unwrap();
     assert!(first.created);
@@ -179,10 +184,7 @@ async fn a_write_completed_again_after_its_metadata_commit_is_listed_once() {
 /// written) is undone by the next one that is due; its base file was never read.
 #[tokio::test]
 async fn a_metadata_compaction_that_stopped_midway_is_undone() {
-    let dir = tempfile::tempdir().unwrap();
-    let storage = local(dir.path());
-    let config = create_table(&storage, &NewTable { metadata_table: true, ..spec() }).await.unwrap();
-    let options = LockOptions::default();
+    let (dir, storage, config) = new_table().await;
     let metadata = dir.path().join(METADATA_TABLE_PATH);
     let stopped = "20200101000000000";
     let planted = [
@@ -194,9 +196,7 @@ async fn a_metadata_compaction_that_stopped_midway_is_undone() {
         std::fs::write(path, if i == 2 { &b"not an hfile"[..] } else { &b""[..] }).unwrap();
     }
     for id in 0..12 {
-        let mut tx = Transaction::begin(storage.clone(), config.clone(), writer(1), options.clone()).await.unwrap();
-        tx.upsert(&rows(&[(id, "x", "nl", id)])).await.unwrap();
-        tx.commit().await.unwrap();
+        upserting(&storage, &config, 1, &[(id, "x", "nl", id)]).await.commit().await.unwrap();
         assert_eq!(listed(&storage).await, stored(&storage).await, "after write {id}");
     }
     assert!(planted.iter().all(|p| !p.exists()), "undone");
