@@ -472,9 +472,11 @@ unsafe extern "C-unwind" fn on_transaction_event(event: pg_sys::XactEvent::Type,
             let holdoff = pg_sys::InterruptHoldoffCount;
             pg_sys::InterruptHoldoffCount += 1;
             let wake_worker = prepared.iter().any(|p| p.write.wakes_worker);
-            // A database with lookup caches on this server: their refresh follows the commit
-            // (a cache of another foreign table on the same Hudi table needs it too).
-            let refresh_caches = crate::services::lookup_cache::database_has_caches();
+            // A database with lookup caches on this server: their refresh follows a commit that
+            // completed writes (a cache of another foreign table on the same Hudi table needs
+            // it too). Buffered rows reach the caches with their flush, whose commit this is for
+            // the worker: a buffered commit does not look (a directory read per commit).
+            let refresh_caches = !prepared.is_empty() && crate::services::lookup_cache::database_has_caches();
             for write in prepared {
                 let instant = write.intent.commit.instant.clone();
                 let location = write.intent.location.clone();

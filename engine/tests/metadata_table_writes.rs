@@ -203,3 +203,37 @@ async fn a_metadata_compaction_that_stopped_midway_is_undone() {
     assert!(metadata_instants(dir.path(), "commit") >= 1, "compacted since");
     assert_eq!(snapshot(&storage).await.len(), 12);
 }
+
+/// An existing table given a metadata table (created again with `metadata_table`): it lists the
+/// files of the completed actions, and a write pending meanwhile records its own when it
+/// completes.
+#[tokio::test]
+async fn an_existing_table_gets_a_metadata_table_listing_its_completed_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = local(dir.path());
+    let config = create_table(&storage, &spec()).await.unwrap();
+    assert!(!config.lists_files_in_metadata_table());
+    for round in 0..3 {
+        upserting(&storage, &config, 1, &[(round, "a", "nl", round), (round + 10, "b", "be", round)]).await.commit().await.unwrap();
+    }
+    compact(&storage, &writer(2), &LockOptions::default(), EXPIRY).await.unwrap();
+    upserting(&storage, &config, 1, &[(0, "a2", "nl", 5)]).await.commit().await.unwrap();
+    let pending = upserting(&storage, &config, 3, &[(20, "pending", "fr", 1)]).await;
+    let before = stored(&storage).await;
+
+    let config = create_table(&storage, &NewTable { metadata_table: true, ..spec() }).await.unwrap();
+    assert!(config.lists_files_in_metadata_table());
+    let through_metadata = listed(&storage).await;
+    let pending_files: Vec<&(String, u64)> = before.iter().filter(|(p, _)| p.contains(pending.instant())).collect();
+    assert!(!pending_files.is_empty());
+    assert_eq!(through_metadata, before.iter().filter(|f| !pending_files.contains(f)).cloned().collect::<Vec<_>>());
+    pending.commit().await.unwrap();
+    assert_eq!(listed(&storage).await, stored(&storage).await);
+    let names: Vec<(i64, String)> = snapshot(&storage).await;
+    assert_eq!(names.len(), 7);
+    assert!(names.contains(&(20, "pending".to_owned())) && names.contains(&(0, "a2".to_owned())));
+    // Created again, nothing changes.
+    let again = create_table(&storage, &NewTable { metadata_table: true, ..spec() }).await.unwrap();
+    assert!(again.lists_files_in_metadata_table());
+    assert_eq!(listed(&storage).await, stored(&storage).await);
+}

@@ -27,7 +27,9 @@ use crate::services::compaction::{CompactionOperation, CompactionPlan};
 use crate::storage::Storage;
 use crate::table::config::{keys, table_checksum};
 use crate::table::{Properties, TableConfig, PROPERTIES_FILE};
+use crate::table::files::DataFile;
 use crate::timeline::Timeline;
+use crate::view::FileSystemView;
 use crate::write::commit::{CommitMetadata, WriteStat};
 use crate::write::time::{format_instant, LockOptions, TableLock};
 use crate::write::WriterId;
@@ -144,10 +146,11 @@ fn file_stat(path: String, size: u64, records: usize, prev_commit: &str) -> Writ
     }
 }
 
-/// Creates the metadata table of the new, empty table `data` at `storage`: its properties, and
-/// its `files` partition as of the instant that creates it — a base file listing no partition.
-/// The caller then declares it in the data table's properties ([`declare`]).
-pub async fn create(storage: &Storage, data: &TableConfig) -> Result<()> {
+/// Creates the metadata table of the table `data` at `storage`, whose completed actions wrote
+/// `files`: its properties, and its `files` partition as of the instant that creates it — a
+/// base file listing them. The caller then declares it in the data table's properties
+/// ([`declare`]).
+async fn create(storage: &Storage, data: &TableConfig, files: &FilesChange) -> Result<()> {
     let metadata = metadata_storage(storage)?;
     // What a failed creation left is not a metadata table yet (the data table does not
     // declare it): it is replaced.
@@ -182,8 +185,8 @@ pub async fn create(storage: &Storage, data: &TableConfig) -> Result<()> {
     let created = chrono::Utc::now().format("%a %b %d %H:%M:%S UTC %Y");
     let partition_metadata = format!("#partition metadata\n#{created}\ncommitTime={INIT_INSTANT}\npartitionDepth=1\n");
     metadata.put("files/.hoodie_partition_metadata", Bytes::from(partition_metadata)).await?;
-    let mut records = BTreeMap::new();
-    records.insert(ALL_PARTITIONS.to_owned(), FilesRecord { kind: PARTITION_LIST, entries: BTreeMap::new() });
+    let mut records = files.records();
+    records.entry(ALL_PARTITIONS.to_owned()).or_insert_with(|| FilesRecord { kind: PARTITION_LIST, entries: BTreeMap::new() });
     let base = Bytes::from(hfile_of(&records)?);
     let base_path = format!("files/{FILE_GROUP}_{WRITE_TOKEN}_{INIT_INSTANT}.hfile");
     let size = base.len() as u64;
@@ -197,8 +200,45 @@ pub async fn create(storage: &Storage, data: &TableConfig) -> Result<()> {
     Ok(())
 }
 
+/// Gives the table at `storage` a metadata table, under the table lock (for `owner`):
+/// one listing the files of its completed actions (those still pending record their files when
+/// they complete, which is after the declaration), then declared. Nothing when it has one.
+pub async fn create_for_existing(storage: &Storage, owner: &str, options: &LockOptions) -> Result<TableConfig> {
+    TableLock::hold(storage, owner, options, async |_lock| {
+        let config = crate::table::load_config(storage).await?;
+        if config.lists_files_in_metadata_table() {
+            return Ok(config);
+        }
+        if config.version < 8 {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                format!("a metadata table needs table version 8 or later; {} is version {}", storage.uri(), config.version),
+            ));
+        }
+        let timeline = Timeline::load(storage, &config).await?;
+        let mut files = FilesChange::default();
+        for (path, size) in FileSystemView::load(storage).await?.listing() {
+            let (partition, name) = path.rsplit_once('/').unwrap_or(("", &path));
+            let instant = match DataFile::parse(name, size) {
+                Some(DataFile::Base(base)) => base.instant,
+                Some(DataFile::Log(log)) => log.instant,
+                None => continue,
+            };
+            if timeline.is_completed(&instant) || timeline.is_archived(&instant) {
+                files.written.entry(partition.to_owned()).or_default().insert(name.to_owned(), size);
+            }
+        }
+        create(storage, &config, &files).await?;
+        let mut properties = config.properties.clone();
+        declare(&mut properties);
+        storage.put(PROPERTIES_FILE, Bytes::from(properties.to_text(&["Updated by pg_hudi"]))).await?;
+        crate::table::load_config(storage).await
+    })
+    .await
+}
+
 /// `properties` of a data table whose metadata table was created: it lists its files there.
-pub fn declare(properties: &mut Properties) {
+fn declare(properties: &mut Properties) {
     properties.set("hoodie.table.metadata.partitions", "files");
     properties.set("hoodie.table.metadata.partitions.inflight", "");
 }

@@ -11,6 +11,7 @@ use crate::table::bucket::MAX_BUCKETS;
 use crate::table::config::{keys, table_checksum};
 use crate::table::{self, MergeMode, Properties, TableConfig, TableType, PROPERTIES_FILE};
 use crate::write::schema::avro_record_schema;
+use crate::write::time::LockOptions;
 
 /// What a new table looks like.
 #[derive(Debug, Clone)]
@@ -194,19 +195,15 @@ pub async fn create_table(storage: &Storage, spec: &NewTable) -> Result<TableCon
                 format!("a different Hudi table exists at {}: {why}", storage.uri()),
             )
         })?;
-        return Ok(existing);
     }
     let config = table::load_config(storage).await?;
-    if !spec.metadata_table {
-        return Ok(config);
+    // The table exists before its metadata table does, and declares it once it exists: a
+    // creation that stops midway leaves a table without one. (Not only for a table created
+    // here: a create that finds the same properties takes them as its own.)
+    if spec.metadata_table && !config.lists_files_in_metadata_table() {
+        return crate::mdt::writer::create_for_existing(storage, "create_table", &LockOptions::default()).await;
     }
-    // The table exists (and is ours) before its metadata table does, and declares it once it
-    // exists: a creation that stops midway leaves a table without one.
-    crate::mdt::writer::create(storage, &config).await?;
-    let mut properties = properties;
-    crate::mdt::writer::declare(&mut properties);
-    storage.put(PROPERTIES_FILE, Bytes::from(properties.to_text(&["Created by pg_hudi"]))).await?;
-    table::load_config(storage).await
+    Ok(config)
 }
 
 /// A table for tests: `(id bigint key, name text)`, commit-time merging, no partitions, in a
