@@ -489,12 +489,15 @@ def test_hudis_storage_lock_excludes_a_contender_following_javas_rules(cluster, 
     release it in a loop while two sessions insert. While a contender holds it no instant of
     the table completes (pg_hudi completes instants only under it), no two contenders hold it at
     once, and every insert commits; the last holder, pg_hudi, left it released.
-    PG_HUDI_LOCK_CONTENDERS and PG_HUDI_LOCK_ROUNDS make the run longer."""
+    PG_HUDI_LOCK_CONTENDERS and PG_HUDI_LOCK_ROUNDS make the run longer; PG_HUDI_LOCK_WRITER_PAUSE
+    (seconds between a session's inserts) keeps a long run's timeline, which every round lists,
+    from growing with thousands of instants."""
     import re
     import threading
     import time
     from hudi_storage_lock import JavaRulesLock
     contenders, rounds = int(os.environ.get("PG_HUDI_LOCK_CONTENDERS", "3")), int(os.environ.get("PG_HUDI_LOCK_ROUNDS", "40"))
+    pause = float(os.environ.get("PG_HUDI_LOCK_WRITER_PAUSE", "0"))
     s3 = s3_server
     with cluster.connect() as conn:
         create_lake_on(conn, s3)
@@ -535,6 +538,8 @@ def test_hudis_storage_lock_excludes_a_contender_following_javas_rules(cluster, 
             while not stop.is_set() or i < 3:
                 c.execute("INSERT INTO customers VALUES (%s, 'w', 'nl', 1, now())", (n * 100_000 + i,))
                 i += 1
+                if pause:
+                    stop.wait(pause)
             written.append(i)
 
     writers = [threading.Thread(target=writer, args=(n,)) for n in range(2)]

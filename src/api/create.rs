@@ -5,7 +5,7 @@ use std::ffi::CStr;
 use arrow::datatypes::{Field, Schema};
 use engine::read::schema::is_reader_column;
 use engine::table::MergeMode;
-use engine::write::{create_table as create, NewTable};
+use engine::write::{create_table_locking as create, NewTable};
 use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
 
@@ -95,7 +95,7 @@ fn create_table(table: Option<RegClass>) -> String {
         merge_mode,
         metadata_table: options.get("metadata_table").is_some_and(|v| v == "on"),
     };
-    block_on(create(&foreign.storage(), &spec)).or_report();
+    block_on(create(&foreign.storage(), &spec, &crate::guc::lock_options())).or_report();
     if !options.contains_key("services") {
         // ALTER refuses a relation this session still has open.
         drop(table);

@@ -357,6 +357,8 @@ async fn compact_if_due(storage: &Storage, metadata: &Storage, mconfig: &TableCo
     // and its timeline archived (under its own lock; every writer of it holds the data
     // table's, so nothing else writes it meanwhile).
     let maintainer = WriterId { node: 0, process: std::process::id() };
+    // Hudi's storage-based lock is the data table's alone: nothing takes the metadata table's.
+    let options = &LockOptions { storage_lock: crate::write::time::StorageLockUse::Off, ..options.clone() };
     let retain = CleanOptions { retain_commits: RETAINED_COMMITS, ..Default::default() };
     clean(metadata, &maintainer, options, &retain).await.map_err(|e| e.context("cleaning the metadata table"))?;
     let archival = ArchiveOptions { min_commits: ARCHIVE_MIN_COMMITS, max_commits: ARCHIVE_MAX_COMMITS, start_above: None, compaction_delta_commits: 0 };

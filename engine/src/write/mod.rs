@@ -17,7 +17,7 @@ mod evolution_tests;
 #[cfg(test)]
 mod truncate_tests;
 
-pub use table::{create_table, NewTable};
+pub use table::{create_table, create_table_locking, NewTable};
 pub use commit::{Completed, PreparedCommit};
 pub use blocks::{Change, PendingBlocks};
 pub use transaction::{BaseFileRef, BaseRow, KeyToDelete, Transaction, WriteAction, WriterId};

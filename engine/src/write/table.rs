@@ -176,6 +176,12 @@ impl NewTable {
 
 /// Creates the table at `storage`, or accepts an existing one that matches `spec`.
 pub async fn create_table(storage: &Storage, spec: &NewTable) -> Result<TableConfig> {
+    create_table_locking(storage, spec, &LockOptions::default()).await
+}
+
+/// [`create_table`], taking the table lock as `lock_options` say to give the table a metadata
+/// table.
+pub async fn create_table_locking(storage: &Storage, spec: &NewTable, lock_options: &LockOptions) -> Result<TableConfig> {
     let properties = spec.properties()?;
     // The location, as its segments decode (a raw control character is no URI at all):
     // every file of the table is named below it.
@@ -201,7 +207,7 @@ pub async fn create_table(storage: &Storage, spec: &NewTable) -> Result<TableCon
     // creation that stops midway leaves a table without one. (Not only for a table created
     // here: a create that finds the same properties takes them as its own.)
     if spec.metadata_table && !config.lists_files_in_metadata_table() {
-        return crate::mdt::writer::create_for_existing(storage, "create_table", &LockOptions::default()).await;
+        return crate::mdt::writer::create_for_existing(storage, "create_table", lock_options).await;
     }
     Ok(config)
 }
