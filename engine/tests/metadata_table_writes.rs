@@ -220,9 +220,14 @@ async fn an_existing_table_gets_a_metadata_table_listing_its_completed_files() {
     upserting(&storage, &config, 1, &[(0, "a2", "nl", 5)]).await.commit().await.unwrap();
     let pending = upserting(&storage, &config, 3, &[(20, "pending", "fr", 1)]).await;
     let before = stored(&storage).await;
+    // What a creation that stopped midway left: not declared, so replaced, timeline and all.
+    let leftover = dir.path().join(METADATA_TABLE_PATH).join(".hoodie/timeline/00000000000000000_20200101000000000.deltacommit");
+    std::fs::create_dir_all(leftover.parent().unwrap()).unwrap();
+    std::fs::write(&leftover, b"").unwrap();
 
     let config = create_table(&storage, &NewTable { metadata_table: true, ..spec() }).await.unwrap();
     assert!(config.lists_files_in_metadata_table());
+    assert!(!leftover.exists());
     let through_metadata = listed(&storage).await;
     let pending_files: Vec<&(String, u64)> = before.iter().filter(|(p, _)| p.contains(pending.instant())).collect();
     assert!(!pending_files.is_empty());

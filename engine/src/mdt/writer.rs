@@ -1,6 +1,7 @@
 //! Keeping a table's metadata table in step with its writes, as Hudi 1.x's writers do
 //! (`HoodieBackedTableMetadataWriter`; facts in docs/metadata-table.md): the `files` partition
-//! is created with the table, and every action that completes on the data table — a
+//! is created with the table (or for an existing one, listing the files of its completed
+//! actions), and every action that completes on the data table — a
 //! deltacommit, a replacecommit, a compaction, a clean — first completes a deltacommit of the
 //! same instant on the metadata table, which lists the files the action wrote or deleted. So a
 //! reader that lists through the metadata table sees exactly the completed actions' files: the
@@ -153,9 +154,9 @@ fn file_stat(path: String, size: u64, records: usize, prev_commit: &str) -> Writ
 async fn create(storage: &Storage, data: &TableConfig, files: &FilesChange) -> Result<()> {
     let metadata = metadata_storage(storage)?;
     // What a failed creation left is not a metadata table yet (the data table does not
-    // declare it): it is replaced.
-    for (name, _) in metadata.list_dir("files").await.unwrap_or_default() {
-        metadata.delete(&format!("files/{name}")).await?;
+    // declare it): it is replaced, timeline and all.
+    for (path, _) in metadata.list_recursive("").await? {
+        metadata.delete(&path).await?;
     }
     let name = format!("{}_metadata", data.name);
     let mut properties = Properties::new();

@@ -193,16 +193,16 @@ pub async fn create_table_locking(storage: &Storage, spec: &NewTable, lock_optio
         ));
     }
     let text = properties.to_text(&["Created by pg_hudi"]);
-    if !storage.put_if_absent(PROPERTIES_FILE, Bytes::from(text)).await? {
-        let existing = table::load_config(storage).await?;
-        spec.matches(&existing).map_err(|why| {
+    let created = storage.put_if_absent(PROPERTIES_FILE, Bytes::from(text)).await?;
+    let config = table::load_config(storage).await?;
+    if !created {
+        spec.matches(&config).map_err(|why| {
             Error::new(
                 ErrorKind::InvalidArgument,
                 format!("a different Hudi table exists at {}: {why}", storage.uri()),
             )
         })?;
     }
-    let config = table::load_config(storage).await?;
     // The table exists before its metadata table does, and declares it once it exists: a
     // creation that stops midway leaves a table without one. (Not only for a table created
     // here: a create that finds the same properties takes them as its own.)
