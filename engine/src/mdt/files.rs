@@ -107,8 +107,13 @@ pub(super) async fn merged(metadata: &Storage, data: &Timeline) -> Result<Option
         Err(e) => return Err(e),
     };
     let timeline = Timeline::load(metadata, &config).await?;
+    merged_as_of(metadata, &timeline, data).await.map(Some)
+}
+
+/// [`merged`], for the metadata table's timeline `timeline`, loaded already.
+pub(super) async fn merged_as_of(metadata: &Storage, timeline: &Timeline, data: &Timeline) -> Result<Merged> {
     let as_of = timeline.latest_completion().unwrap_or_default().to_owned();
-    let read = partition::read(metadata, &timeline, "files", data).await?;
+    let read = partition::read(metadata, timeline, "files", data).await?;
     if read.slices.len() > 1 {
         return Err(corrupt(format!("its files partition has {} file groups, not one", read.slices.len())));
     }
@@ -132,7 +137,7 @@ pub(super) async fn merged(metadata: &Storage, data: &Timeline) -> Result<Option
             }
         }
     }
-    Ok(Some(Merged { records, as_of, slice: read.slices.into_iter().next(), skipped_pending: read.skipped_pending }))
+    Ok(Merged { records, as_of, slice: read.slices.into_iter().next(), skipped_pending: read.skipped_pending })
 }
 
 /// The data files `records` list: `(path, size)` of each live entry of each partition's file

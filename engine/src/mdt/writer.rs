@@ -230,25 +230,19 @@ pub async fn create_for_existing(storage: &Storage, owner: &str, options: &LockO
             }
         }
         create(storage, &config, &files).await?;
-        let mut properties = config.properties.clone();
-        declare(&mut properties);
-        storage.put(PROPERTIES_FILE, Bytes::from(properties.to_text(&["Updated by pg_hudi"]))).await?;
+        declare_files_only(storage, &config).await?;
         crate::table::load_config(storage).await
     })
     .await
 }
 
-/// `properties` of a data table whose metadata table was created: it lists its files there.
-fn declare(properties: &mut Properties) {
-    properties.set("hoodie.table.metadata.partitions", "files");
-    properties.set("hoodie.table.metadata.partitions.inflight", "");
-}
-
-/// Declares the metadata table's partitions other than `files` (column statistics, the record
-/// index, secondary indexes, which this engine does not keep) unavailable, as dropping an index
-/// does: no reader then prunes files or looks keys up by an index that misses this engine's
+/// Declares `files` the only partition of the metadata table of the table at `storage`
+/// (configured `config`): for a metadata table just created, that the table lists its files
+/// there; for one with other partitions (column statistics, the record index, secondary
+/// indexes, which this engine does not keep), that those are unavailable, as dropping an index
+/// does — no reader then prunes files or looks keys up by an index that misses this engine's
 /// writes, and a Hudi writer with the index enabled builds it again.
-async fn keep_only_files_partition(storage: &Storage, config: &TableConfig) -> Result<()> {
+async fn declare_files_only(storage: &Storage, config: &TableConfig) -> Result<()> {
     let mut properties = config.properties.clone();
     properties.set("hoodie.table.metadata.partitions", "files");
     properties.set("hoodie.table.metadata.partitions.inflight", "");
@@ -264,7 +258,7 @@ pub async fn record(storage: &Storage, config: &TableConfig, instant: &str, chan
         return Ok(());
     }
     if config.metadata_partitions.iter().any(|p| p != "files") {
-        keep_only_files_partition(storage, config).await?;
+        declare_files_only(storage, config).await?;
     }
     let metadata = metadata_storage(storage)?;
     let mconfig = crate::table::load_config(&metadata).await.map_err(|e| e.context("loading the table's metadata table"))?;
@@ -274,7 +268,7 @@ pub async fn record(storage: &Storage, config: &TableConfig, instant: &str, chan
         return Ok(());
     }
     // Boxed: the compaction cleans the metadata table, and a clean records itself here.
-    Box::pin(compact_if_due(storage, &metadata, &mconfig, &timeline, lock, options)).await?;
+    Box::pin(compact_if_due(storage, config, &metadata, &mconfig, &timeline, lock, options)).await?;
     let records = change.records();
     if records.is_empty() {
         return Ok(());
@@ -305,7 +299,15 @@ pub async fn record(storage: &Storage, config: &TableConfig, instant: &str, chan
 /// a new instant, which every log so far is in (all completed before it). Not while a block of a
 /// data instant that is still pending (a failed writer's, until rolled back) is among the logs:
 /// merged into a base file it could not be told apart any more.
-async fn compact_if_due(storage: &Storage, metadata: &Storage, mconfig: &TableConfig, timeline: &Timeline, lock: &TableLock<'_>, options: &LockOptions) -> Result<()> {
+async fn compact_if_due(
+    storage: &Storage,
+    config: &TableConfig,
+    metadata: &Storage,
+    mconfig: &TableConfig,
+    timeline: &Timeline,
+    lock: &TableLock<'_>,
+    options: &LockOptions,
+) -> Result<()> {
     let dir = &mconfig.timeline_dir;
     // A compaction that stopped midway (its writer held the data table's lock, which it no
     // longer does) is undone: its base file was never read, and a pending compaction would
@@ -321,9 +323,8 @@ async fn compact_if_due(storage: &Storage, metadata: &Storage, mconfig: &TableCo
     if since < DELTACOMMITS_PER_COMPACTION {
         return Ok(());
     }
-    let data_config = crate::table::load_config(storage).await?;
-    let data = Timeline::load(storage, &data_config).await?;
-    let Some(merged) = files::merged(metadata, &data).await? else { return Ok(()) };
+    let data = Timeline::load(storage, config).await?;
+    let merged = files::merged_as_of(metadata, timeline, &data).await?;
     let Some(slice) = merged.slice.filter(|_| !merged.skipped_pending) else { return Ok(()) };
     // Deleted entries have nothing older left to cancel.
     let mut records = merged.records;
