@@ -364,7 +364,9 @@ def test_two_servers_flush_into_one_table_at_once(lake, cluster):
 
 
 def _mirror_slots(conn):
-    return [r[0] for r in conn.execute("SELECT slot_name FROM pg_replication_slots WHERE plugin = 'pg_hudi'")]
+    """pg_hudi's replication slots of `conn`'s database (a restored copy's are its own)."""
+    query = "SELECT slot_name FROM pg_replication_slots WHERE plugin = 'pg_hudi' AND database = current_database()"
+    return [r[0] for r in conn.execute(query)]
 
 
 @pytest.mark.parametrize("capture", ["wal", "trigger"])
