@@ -103,7 +103,8 @@ class StoreServer:
 
 
 class S3Server(StoreServer):
-    """moto's S3-compatible `moto_server`, from the venv."""
+    """moto's S3-compatible server, from the venv, with its conditional writes made atomic
+    (tests/moto_server.py)."""
 
     NAME = "s3"
     ACCESS_KEY, SECRET_KEY, REGION = "pg-hudi-test-key", "pg-hudi-test-secret-do-not-log", "us-east-1"
@@ -114,7 +115,7 @@ class S3Server(StoreServer):
 
     def command(self):
         import sys
-        return [str(pathlib.Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(self.port)]
+        return [sys.executable, str(pathlib.Path(__file__).parent / "moto_server.py"), "-H", "127.0.0.1", "-p", str(self.port)]
 
     def environment(self):
         # moto records requests (when asked to) as it handles them, before it answers.
