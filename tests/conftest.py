@@ -8,7 +8,7 @@ import subprocess
 import psycopg
 import pytest
 
-from servers import REPO, AzureServer, Cluster, S3Server
+from servers import REPO, AzureServer, Cluster, GcsServer, S3Server
 
 
 @pytest.fixture(scope="session")
@@ -285,10 +285,10 @@ def commit_on_a_thread(cluster, settings, statements):
     return session, pid, thread, outcome
 
 
-@pytest.fixture(params=["s3", "azure"])
+@pytest.fixture(params=["s3", "azure", "gcs"])
 def object_store(request, cluster):
-    """A real object-store server of each kind: moto's S3 and Azure's Azurite."""
-    kind = {"s3": S3Server, "azure": AzureServer}[request.param]
+    """A real object-store server of each kind: moto's S3, Azure's Azurite and fake-gcs-server."""
+    kind = {"s3": S3Server, "azure": AzureServer, "gcs": GcsServer}[request.param]
     server = kind(cluster.directory / request.param).start()
     yield server
     server.stop()

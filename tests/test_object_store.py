@@ -149,7 +149,7 @@ def test_secrets_appear_in_no_error_plan_view_or_log(s3_lake, cluster):
     """The user mapping's secret never shows: not in errors (a table that is not there, bad
     rows), EXPLAIN VERBOSE, the hudi.* functions and views, or the server log."""
     conn, store, _ = s3_lake
-    secret = store.storage_options().get("aws_secret_access_key") or store.storage_options()["azure_storage_account_key"]
+    secret = store.SECRET
     conn.execute("INSERT INTO customers VALUES (1, 'a', 'nl', 1, '2026-01-01')")
     conn.execute("CREATE FOREIGN TABLE missing (id bigint) SERVER lake OPTIONS (path 'not-there')")
     seen = []
@@ -172,9 +172,9 @@ def test_secrets_appear_in_no_error_plan_view_or_log(s3_lake, cluster):
 
 
 def test_gcs_options_are_checked_without_a_server(cluster):
-    """No GCS emulator is available here: gs:// is tested as far as it goes without one — the
-    location and the credential options are taken where they belong, refused where they do
-    not, and a key that cannot be used is a clear error that does not show it."""
+    """gs:// options before any request: the location and the credential options are taken
+    where they belong, refused where they do not, and a key that cannot be used is a clear
+    error that does not show it (the emulator's tests are those of the `object_store` fixture)."""
     import psycopg
     with cluster.connect() as conn:
         conn.execute("CREATE EXTENSION pg_hudi")
