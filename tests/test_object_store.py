@@ -531,6 +531,51 @@ def test_the_s3_servers_conditional_writes_have_one_winner():
         server.stop()
 
 
+def test_the_gcs_servers_conditional_writes_have_one_winner(tmp_path):
+    """The tests' GCS server (tests/gcs_server.py) creates an object for one of eight XML-API
+    PUTs with `x-goog-if-generation-match: 0`, and replaces it for one of eight naming its
+    generation, answering the others 412 — as GCS does, and as object_store's creates and
+    updates need (fake-gcs-server's media uploads, which the proxy first used, ignore the
+    precondition: every PUT won)."""
+    import threading
+    import urllib.error
+    import urllib.request
+    from servers import GcsServer
+    server = GcsServer(tmp_path / "gcs").start()
+    try:
+        def put(key, generation, body):
+            request = urllib.request.Request(f"{server.endpoint}/{server.bucket}/{key}", data=body, method="PUT",
+                                             headers={"x-goog-if-generation-match": generation})
+            try:
+                with urllib.request.urlopen(request, timeout=10) as response:
+                    return response.status, response.headers["x-goog-generation"]
+            except urllib.error.HTTPError as e:
+                return e.code, None
+
+        def race(key, generation):
+            outcomes, barrier = [], threading.Barrier(8)
+
+            def one(n):
+                barrier.wait()
+                outcomes.append(put(key, generation, f"{n}".encode()))
+            threads = [threading.Thread(target=one, args=(n,)) for n in range(8)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            return sorted(outcomes, key=lambda o: o[0])
+
+        for round_ in range(10):
+            key = f"lock%2F{round_}"
+            created = race(key, "0")
+            assert [status for status, _ in created] == [200] + [412] * 7, created
+            replaced = race(key, created[0][1])
+            assert [status for status, _ in replaced] == [200] + [412] * 7, replaced
+            assert race(key, created[0][1]) == [(412, None)] * 8, "the old generation is gone"
+    finally:
+        server.stop()
+
+
 def test_hudis_storage_lock_excludes_a_contender_following_javas_rules(cluster, s3_server):
     """Where a writer took Hudi's storage-based lock before (its lock object exists), pg_hudi's
     writers take it too (hudi.storage_lock 'auto'): contenders following the Java provider's
