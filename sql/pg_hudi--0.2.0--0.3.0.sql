@@ -171,6 +171,11 @@ $$;
 COMMENT ON FUNCTION hudi.consume(anyelement, text, text, interval) IS
   'Changes of an incremental hudi_fdw table since the consumer''s position (a new one starts from start_from: earliest, latest, an instant or a timestamp); the position moves in the same transaction; with wait, waits up to that long for changes';
 
+CREATE PROCEDURE hudi.wait_for_changes(changes anyelement, consumer text, wait interval, start_from text DEFAULT 'earliest')
+LANGUAGE c AS 'MODULE_PATHNAME', 'hudi_wait_for_changes';
+COMMENT ON PROCEDURE hudi.wait_for_changes(anyelement, text, interval, text) IS
+  'Waits up to wait until an incremental hudi_fdw table has changes after the consumer''s position (a new one: after start_from), holding no snapshot meanwhile; CALL it on its own, then hudi.consume';
+
 -- Heap tables kept equal to Hudi tables (hudi.subscribe(hudi_table, heap_table)): the heap
 -- table got a copy of the Hudi table's snapshot when it was subscribed, and the worker applies
 -- every later commit to it, in one transaction with `position` (the completion time, on table

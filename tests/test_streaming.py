@@ -7,7 +7,7 @@ statement timeouts end it."""
 import threading
 import time
 
-from conftest import refused, second_server, wait_for
+from conftest import refused, second_server, wait_for, wait_for_value
 
 CHANGES = ("CREATE FOREIGN TABLE customer_changes (id bigint, name text) "
            "SERVER lake OPTIONS (path 'customers', query_type 'incremental')")
@@ -160,3 +160,63 @@ def test_a_compaction_does_not_end_a_wait(lake, cluster):
     conn.execute("INSERT INTO customers VALUES (2, 'c', 'nl', 1, '2026-01-01')")
     waiter.join(30)
     assert waiter.error is None and waiter.rows == [(2, "c")], (waiter.error, waiter.rows)
+
+
+def test_a_consumer_waits_without_a_snapshot_through_the_procedure(lake, cluster):
+    """hudi.consume(..., wait => ...) keeps its statement's snapshot while it waits, as every
+    function does (pg_stat_activity shows its backend_xmin, which holds back vacuum);
+    CALL hudi.wait_for_changes waits holding none, returns as soon as the table has changes after
+    the consumer's position (claiming nothing: hudi.consume then reads them), or when its wait
+    ends, and is cancellable. It refuses where it could not drop its snapshot (a transaction
+    block: 25000) and what hudi.consume refuses."""
+    conn, _ = lake
+    conn.execute(CHANGES)
+    conn.execute("INSERT INTO customers VALUES (1, 'old', 'nl', 1, '2026-01-01')")
+    assert conn.execute("SELECT id FROM hudi.consume(NULL::customer_changes, 'etl')").fetchall() == [(1,)]
+    _check_interval(conn, "1h")
+    call = "CALL hudi.wait_for_changes(NULL::customer_changes, 'etl', '{}')"
+
+    def waiting(query):
+        rows = conn.execute("SELECT pid, backend_xmin IS NOT NULL FROM pg_stat_activity WHERE query LIKE %s "
+                            "AND wait_event_type = 'Extension' AND pid <> pg_backend_pid()", (query + "%",)).fetchall()
+        return rows or None
+
+    calling = cluster.connect()
+    outcome = []
+    thread = threading.Thread(target=lambda: outcome.append(refused(calling, call.format("60 s"))), daemon=True)
+    thread.start()
+    ((pid, holds_xmin),) = wait_for_value("the procedure waiting", lambda: waiting("CALL hudi.wait_for_changes"))
+    assert not holds_xmin, "the procedure waits without a snapshot"
+    consuming = Waiter(cluster, consumer="other", start_from="latest")
+    consuming.start()
+    ((_, consume_holds_xmin),) = wait_for_value("the function waiting", lambda: waiting("SELECT id, name FROM hudi.consume"))
+    assert consume_holds_xmin, "a function's wait keeps its statement's snapshot"
+    assert conn.execute("SELECT backend_xmin FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone() == (None,)
+    conn.execute("INSERT INTO customers VALUES (2, 'new', 'nl', 1, '2026-01-01')")
+    committed = time.monotonic()
+    thread.join(30)
+    consuming.join(30)
+    assert outcome == [None] and time.monotonic() - committed < 5, outcome
+    assert consuming.rows == [(2, "new")]
+    assert conn.execute("SELECT id FROM hudi.consume(NULL::customer_changes, 'etl')").fetchall() == [(2,)]
+    # Nothing new: the wait ends empty, and a cancel ends it.
+    started = time.monotonic()
+    assert refused(calling, call.format("300 ms")) is None and time.monotonic() - started >= 0.3
+    thread = threading.Thread(target=lambda: outcome.append(refused(calling, call.format("60 s"))), daemon=True)
+    thread.start()
+    wait_for_value("the procedure waiting", lambda: waiting("CALL hudi.wait_for_changes"))
+    conn.execute("SELECT pg_cancel_backend(%s)", (pid,))
+    thread.join(30)
+    assert outcome[-1] == "57014"
+    calling.execute("BEGIN")
+    assert refused(calling, call.format("1 s")) == "25000"
+    calling.execute("ROLLBACK")
+    assert refused(calling, "CALL hudi.wait_for_changes(NULL::customers, 'etl', '1 s')") == "42809"
+    assert refused(calling, "CALL hudi.wait_for_changes(1, 'etl', '1 s')") == "42809"
+    assert refused(calling, call.format("-1 s")) == "22023"
+    assert refused(calling, "CALL hudi.wait_for_changes(NULL::customer_changes, 'etl', NULL)") == "22004"
+    conn.execute("CREATE ROLE stranger LOGIN")
+    with cluster.connect(user="stranger") as stranger:
+        assert refused(stranger, call.format("1 s")) == "42501"
+    calling.close()
+

@@ -103,19 +103,103 @@ fn wait_for_commit(changes: Option<RegClass>, after: Option<&str>, until: Option
     let table = ForeignHudiTable::for_function(hudi_table(changes).oid());
     let after = required(after, "after");
     let until = required(until, "until");
+    let found = waiter(&table)(after, until.into_inner());
+    if found {
+        // The rest of the statement reads the table as it is now.
+        crate::fdw::table_state::recheck(&table.uri.to_string());
+    }
+    found
+}
+
+/// What waits for a commit of `table` after a position until a deadline (see
+/// [`crate::stream::wait_for_commit`]): its storage, opened now — waiting needs no catalog.
+fn waiter(table: &ForeignHudiTable) -> impl Fn(&str, i64) -> bool {
     let location = table.uri.to_string();
     let storage = table.storage();
     let config = crate::runtime::block_on(engine::table::load_config(&storage)).or_report();
-    let latest = || {
-        let timeline = crate::runtime::block_on(engine::timeline::Timeline::load(&storage, &config)).or_report();
-        timeline.latest_completion().map(str::to_owned)
-    };
-    let found = crate::stream::wait_for_commit(&location, after, until.into_inner(), latest);
-    if found {
-        // The rest of the statement reads the table as it is now.
-        crate::fdw::table_state::recheck(&location);
+    move |after, deadline| {
+        let latest = || {
+            let timeline = crate::runtime::block_on(engine::timeline::Timeline::load(&storage, &config)).or_report();
+            timeline.latest_completion().map(str::to_owned)
+        };
+        crate::stream::wait_for_commit(&location, after, deadline, latest)
     }
-    found
+}
+
+/// `CALL hudi.wait_for_changes(changes, consumer, wait [, start_from])` (declared in
+/// sql/consume.sql): waits up to `wait` until the table of `changes` (a `NULL::` value of an
+/// incremental `hudi_fdw` table, as `hudi.consume` takes) has a commit after the consumer's
+/// position, holding no snapshot while it waits — so that a consumer that waits long holds
+/// back no vacuum. A function cannot do that (its statement's snapshot is in use); a
+/// procedure called on its own can, as PostgreSQL's `pg_wal_replay_wait` does: the CALL's
+/// snapshot is popped (PortalRunUtility allows it) once the position is read. Hence it must be
+/// called outside a transaction block, and not from a function or another procedure.
+///
+/// # Safety
+/// Called by PostgreSQL's function manager with a valid `fcinfo`.
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn hudi_wait_for_changes(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
+    let context = (*fcinfo).context as *mut pg_sys::CallContext;
+    if context.is_null() || !pgrx::is_a(context.cast(), pg_sys::NodeTag::T_CallContext) || (*context).atomic {
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_TRANSACTION_STATE,
+            "hudi.wait_for_changes must be called on its own: not inside a transaction block, a function or another procedure",
+            Some("It waits without a snapshot, which a transaction block holds; inside one, use hudi.consume(..., wait => ...).".into()),
+        );
+    }
+    let type_oid = pgrx::fcinfo::pg_getarg_type(fcinfo, 0);
+    let relid = pg_sys::get_typ_typrelid(type_oid);
+    if relid == pg_sys::InvalidOid {
+        raise(
+            PgSqlErrorCode::ERRCODE_WRONG_OBJECT_TYPE,
+            "changes must be a row of an incremental hudi_fdw table, such as NULL::my_changes",
+            None,
+        );
+    }
+    let consumer: Option<&str> = pgrx::fcinfo::pg_getarg(fcinfo, 1);
+    let wait: pgrx::datum::Interval = required(pgrx::fcinfo::pg_getarg(fcinfo, 2), "wait");
+    let start_from: Option<&str> = pgrx::fcinfo::pg_getarg(fcinfo, 3);
+    if wait.is_negative() {
+        raise(PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE, "wait must not be negative", None);
+    }
+    let deadline = pg_sys::GetCurrentTimestamp().saturating_add(wait.as_micros().clamp(0, i64::MAX as i128) as i64);
+    let table = ForeignHudiTable::for_function(relid);
+    if table.options.get("query_type").map(String::as_str) != Some("incremental") {
+        raise(
+            PgSqlErrorCode::ERRCODE_WRONG_OBJECT_TYPE,
+            format!(
+                "hudi.wait_for_changes needs a hudi_fdw foreign table with query_type 'incremental', and {} is not one",
+                crate::fdw::table::relation_name(relid)
+            ),
+            None,
+        );
+    }
+    let after = consumer_position(Some(RegClass(relid)), consumer, start_from.or(Some("earliest")));
+    let wait_for = waiter(&table);
+    drop(table);
+    // From here on no catalog or table is read: the CALL's snapshot goes, and the catalog's.
+    if pg_sys::ActiveSnapshotSet() {
+        pg_sys::PopActiveSnapshot();
+    }
+    pg_sys::InvalidateCatalogSnapshot();
+    if pg_sys::HaveRegisteredOrActiveSnapshot() || (*pg_sys::MyProc).xmin != pg_sys::InvalidTransactionId {
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_TRANSACTION_STATE,
+            "hudi.wait_for_changes cannot wait without a snapshot here",
+            Some("Call it on its own, with no cursor open, at isolation level READ COMMITTED.".into()),
+        );
+    }
+    wait_for(&after, deadline);
+    pg_sys::Datum::from(0usize)
+}
+
+/// `fmgr` info record of [`hudi_wait_for_changes`].
+#[unsafe(no_mangle)]
+#[doc(hidden)]
+pub extern "C" fn pg_finfo_hudi_wait_for_changes() -> &'static pg_sys::Pg_finfo_record {
+    const V1: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
+    &V1
 }
 
 /// Where a new consumer of `relid` starts ([`claim_consumer_position`]'s `start_from`).
