@@ -327,15 +327,23 @@ def test_a_store_without_conditional_writes_is_refused_before_anything_changes(c
         conn.execute("""CREATE FOREIGN TABLE customers (id bigint, name text) SERVER lake
                         OPTIONS (path 'customers', primary_key 'id', merge_mode 'commit_time')""")
         conn.execute("SELECT hudi.create_table('customers')")
-        conn.execute("INSERT INTO customers VALUES (1, 'a')")
+        # A session that wrote before keeps the user mapping it read until it changes (in
+        # another session here): the change is what its next statement uses.
+        session = cluster.connect()
+        session.execute("INSERT INTO customers VALUES (1, 'a')")
         keys = s3_server.keys("customers/")
         conn.execute("ALTER USER MAPPING FOR PUBLIC SERVER lake OPTIONS (ADD aws_conditional_put 'disabled')")
-        with pytest.raises(psycopg.Error) as e:
-            conn.execute("INSERT INTO customers VALUES (2, 'b')")
-        assert e.value.sqlstate == "0A000", e.value
-        assert "cannot create objects conditionally" in str(e.value) and "aws_conditional_put" in e.value.diag.message_hint
+        for writer in (conn, session):
+            with pytest.raises(psycopg.Error) as e:
+                writer.execute("INSERT INTO customers VALUES (2, 'b')")
+            assert e.value.sqlstate == "0A000", e.value
+            assert "cannot create objects conditionally" in str(e.value) and "aws_conditional_put" in e.value.diag.message_hint
         assert sorted(s3_server.keys("customers/")) == sorted(keys), "nothing was written"
         assert conn.execute("SELECT id, name FROM customers").fetchall() == [(1, "a")]
+        conn.execute("ALTER USER MAPPING FOR PUBLIC SERVER lake OPTIONS (DROP aws_conditional_put)")
+        session.execute("INSERT INTO customers VALUES (2, 'b')")
+        session.close()
+        assert conn.execute("SELECT id, name FROM customers ORDER BY id").fetchall() == [(1, "a"), (2, "b")]
 
 
 def test_the_servers_own_credentials_only_when_a_superuser_allows_them(cluster, s3_server):

@@ -95,12 +95,8 @@ pub fn counted(rows: i64) {
     with_count(|count| *count = Some((rows, at)));
 }
 
-/// The buffer's row count: the shared one while it is fresh, else counted now.
-fn buffered_rows() -> i64 {
-    let fresh_since = now() - FRESH.as_micros() as i64;
-    if let Some(rows) = with_count(|count| count.filter(|(_, at)| *at >= fresh_since).map(|(rows, _)| rows)) {
-        return rows;
-    }
+/// The buffer's row count, counted now and published.
+fn count_now() -> i64 {
     let rows = as_pg_hudi(|| crate::spi::read_one::<i64>("SELECT COALESCE(pg_catalog.sum(row_count), 0)::int8 FROM hudi.write_buffer", &[]))
         .unwrap_or_else(|e| crate::error::spi_failed("the write buffer", e))
         .unwrap_or(0);
@@ -109,20 +105,44 @@ fn buffered_rows() -> i64 {
 }
 
 /// Refuses `adding` rows more when the buffer holds `hudi.write_buffer_max_rows` already
-/// (flushing has fallen behind), else counts them in.
+/// (flushing has fallen behind), else counts them in — with the shared count while it is
+/// fresh (one look under the lock), else with one counted now.
 pub fn check(adding: usize) {
     let limit = crate::guc::WRITE_BUFFER_MAX_ROWS.get() as i64;
-    let rows = buffered_rows();
-    if adding > 0 && rows + adding as i64 > limit {
+    let adding = adding as i64;
+    let fresh_since = now() - FRESH.as_micros() as i64;
+    // Err: the count that refuses; None: no fresh count.
+    let take = |count: &mut Option<(i64, i64)>| match count {
+        Some((rows, at)) if *at >= fresh_since => {
+            if adding > 0 && *rows + adding > limit {
+                return Some(Err(*rows));
+            }
+            *rows += adding;
+            Some(Ok(()))
+        }
+        _ => None,
+    };
+    let outcome = match with_count(take) {
+        Some(outcome) => outcome,
+        None => {
+            let rows = count_now();
+            if adding > 0 && rows + adding > limit {
+                Err(rows)
+            } else {
+                with_count(|count| {
+                    if let Some((rows, _)) = count {
+                        *rows += adding;
+                    }
+                });
+                Ok(())
+            }
+        }
+    };
+    if let Err(rows) = outcome {
         raise(
             PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
             format!("the write buffer holds {rows} rows, and hudi.write_buffer_max_rows is {limit}"),
             Some("Flushing into Hudi has fallen behind (see hudi.buffered_writes and the server log); retry later.".into()),
         );
     }
-    with_count(|count| {
-        if let Some((rows, _)) = count {
-            *rows += adding as i64;
-        }
-    });
 }

@@ -141,20 +141,33 @@ thread_local! {
 
 /// The columns of `relation` as the shape cache compares them.
 unsafe fn columns_of(relation: pg_sys::Relation) -> Vec<(String, pg_sys::Oid, bool)> {
+    attributes_of(relation).iter().map(|a| (pgrx::name_data_to_str(&a.attname).to_owned(), a.atttypid, a.attisdropped)).collect()
+}
+
+unsafe fn attributes_of<'r>(relation: pg_sys::Relation) -> &'r [pg_sys::FormData_pg_attribute] {
     let tupdesc = (*relation).rd_att;
-    let attributes = (*tupdesc).attrs.as_slice((*tupdesc).natts as usize);
-    attributes.iter().map(|a| (pgrx::name_data_to_str(&a.attname).to_owned(), a.atttypid, a.attisdropped)).collect()
+    (*tupdesc).attrs.as_slice((*tupdesc).natts as usize)
+}
+
+/// Whether `relation` has the columns `columns` (compared in place: this runs for every
+/// statement of a buffered write).
+unsafe fn has_columns(relation: pg_sys::Relation, columns: &[(String, pg_sys::Oid, bool)]) -> bool {
+    let attributes = attributes_of(relation);
+    attributes.len() == columns.len()
+        && attributes.iter().zip(columns).all(|(a, (name, type_oid, dropped))| {
+            a.atttypid == *type_oid && a.attisdropped == *dropped && pgrx::name_data_to_str(&a.attname) == name
+        })
 }
 
 /// The shape of the foreign table `relation` (of `table`), from the cache or loaded.
 unsafe fn shape_of(relation: pg_sys::Relation, table: &ForeignHudiTable) -> Arc<Shape> {
     let relid = (*relation).rd_id.to_u32();
-    let columns = columns_of(relation);
     let location = table.uri.to_string();
-    let cached = SHAPES.with(|s| s.borrow().get(&relid).filter(|s| s.columns == columns && s.location == location).cloned());
+    let cached = SHAPES.with(|s| s.borrow().get(&relid).filter(|s| s.location == location && has_columns(relation, &s.columns)).cloned());
     if let Some(shape) = cached {
         return shape;
     }
+    let columns = columns_of(relation);
     let storage = table.storage();
     let (config, avro) = table.config_and_schema(&storage);
     // Rows written after an ALTER of this transaction are in its schema.
@@ -176,7 +189,7 @@ pub unsafe fn begin(relation: pg_sys::Relation, table: &ForeignHudiTable) -> (Sc
     let relid = (*relation).rd_id;
     let existing = WRITES.with(|w| w.borrow().get(&relid.to_u32()).map(|w| w.shape.clone()));
     let shape = match existing {
-        Some(shape) if shape.columns == columns_of(relation) => shape,
+        Some(shape) if has_columns(relation, &shape.columns) => shape,
         _ => {
             let shape = shape_of(relation, table);
             // Rows held in the columns before an ALTER of this transaction go first, as they

@@ -3,6 +3,8 @@
 
 use std::collections::BTreeMap;
 use std::ffi::CStr;
+use std::rc::Rc;
+use std::sync::Arc;
 
 use engine::read::TableReader;
 use engine::storage::{Scheme, Storage, StorageUri, StoreSettings};
@@ -37,7 +39,75 @@ pub struct ForeignHudiTable {
     /// How its store is reached: the current role's credentials and the server's settings.
     pub store: StoreSettings,
     /// The table's own options (`query_type`, `as_of_instant`, ...).
-    pub options: BTreeMap<String, String>,
+    pub options: Arc<BTreeMap<String, String>>,
+}
+
+/// What the catalog declares of a foreign table: its server, its options and the server's
+/// `base_uri`, read once per backend and kept until the catalog changes ([`Declared::of`]).
+struct Declared {
+    server: pg_sys::Oid,
+    options: Arc<BTreeMap<String, String>>,
+    base_uri: String,
+    /// Where it points, and when that was resolved ([`resolved_location`]).
+    resolved: std::cell::RefCell<Option<(std::time::Instant, StorageUri)>>,
+}
+
+thread_local! {
+    /// Declarations by relation, and store settings by (role, server): every statement on a
+    /// foreign table opens it, and reading the options from the catalog (GetForeignTable and
+    /// GetForeignServer copy them, and each was parsed into a map) was a tenth of a one-row
+    /// buffered INSERT's CPU. Emptied when a foreign table, server or user mapping changes.
+    static DECLARED: std::cell::RefCell<std::collections::HashMap<u32, Rc<Declared>>> = Default::default();
+    static STORE_SETTINGS: std::cell::RefCell<std::collections::HashMap<(u32, u32), StoreSettings>> = Default::default();
+    static INVALIDATION_CALLBACKS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Forgets every kept declaration and store setting (a syscache invalidation callback).
+#[pg_guard]
+unsafe extern "C-unwind" fn forget_declarations(_arg: pg_sys::Datum, _cache: i32, _hash: u32) {
+    DECLARED.with(|d| d.borrow_mut().clear());
+    STORE_SETTINGS.with(|s| s.borrow_mut().clear());
+}
+
+/// Registers [`forget_declarations`] for the catalogs the kept values come from, once.
+fn register_invalidation_callbacks() {
+    if INVALIDATION_CALLBACKS.with(|r| r.replace(true)) {
+        return;
+    }
+    use pg_sys::SysCacheIdentifier::*;
+    for cache in [FOREIGNTABLEREL, FOREIGNSERVEROID, USERMAPPINGOID, USERMAPPINGUSERSERVER] {
+        // SAFETY: registering a callback for the rest of the backend's life, on the main thread.
+        unsafe { pg_sys::CacheRegisterSyscacheCallback(cache as i32, Some(forget_declarations), pg_sys::Datum::from(0usize)) };
+    }
+}
+
+impl Declared {
+    /// The declaration of the foreign table `relid`, kept or read.
+    ///
+    /// # Safety
+    /// `relid` must be a foreign table; on the main thread inside a transaction.
+    unsafe fn of(relid: pg_sys::Oid) -> Rc<Declared> {
+        register_invalidation_callbacks();
+        if let Some(kept) = DECLARED.with(|d| d.borrow().get(&relid.to_u32()).cloned()) {
+            return kept;
+        }
+        let table = pg_sys::GetForeignTable(relid);
+        let server = pg_sys::GetForeignServer((*table).serverid);
+        let declared = Rc::new(Declared {
+            server: (*table).serverid,
+            options: Arc::new(options_of((*table).options)),
+            base_uri: options_of((*server).options).remove("base_uri").unwrap_or_default(),
+            resolved: Default::default(),
+        });
+        DECLARED.with(|d| {
+            let mut kept = d.borrow_mut();
+            if kept.len() >= 1024 {
+                kept.clear();
+            }
+            kept.insert(relid.to_u32(), declared.clone());
+        });
+        declared
+    }
 }
 
 /// How `role` reaches the store of `uri` through `server`: the options of its user mapping
@@ -49,11 +119,24 @@ pub unsafe fn store_settings(role: pg_sys::Oid, server: pg_sys::Oid, uri: &Stora
     if matches!(uri.scheme(), Scheme::File | Scheme::Memory) {
         return StoreSettings::default();
     }
+    register_invalidation_callbacks();
+    let key = (role.to_u32(), server.to_u32());
+    if let Some(kept) = STORE_SETTINGS.with(|s| s.borrow().get(&key).cloned()) {
+        return kept;
+    }
     let server_options = options_of((*pg_sys::GetForeignServer(server)).options);
     let options = PgTryBuilder::new(|| options_of((*pg_sys::GetUserMapping(role, server)).options))
         .catch_others(|_| BTreeMap::new())
         .execute();
-    crate::fdw::options::store_settings(&server_options, options)
+    let settings = crate::fdw::options::store_settings(&server_options, options);
+    STORE_SETTINGS.with(|s| {
+        let mut kept = s.borrow_mut();
+        if kept.len() >= 1024 {
+            kept.clear();
+        }
+        kept.insert(key, settings.clone());
+    });
+    settings
 }
 
 /// The name of relation `relid`, or its number when it has none (dropped).
@@ -73,38 +156,27 @@ pub fn relation_name(relid: pg_sys::Oid) -> String {
 /// # Safety
 /// `relid` must be a foreign table.
 unsafe fn location_of(relid: pg_sys::Oid) -> engine::Result<StorageUri> {
-    let table = pg_sys::GetForeignTable(relid);
-    let server = pg_sys::GetForeignServer((*table).serverid);
-    let base = options_of((*server).options).remove("base_uri").unwrap_or_default();
-    let path = options_of((*table).options).remove("path").unwrap_or_default();
-    let key = (base, path);
-    let resolved = RESOLVED.with(|r| r.borrow().get(&key).filter(|(at, _)| at.elapsed() < RESOLVED_FOR).map(|(_, uri)| uri.clone()));
-    if let Some(uri) = resolved {
-        return Ok(uri);
-    }
-    let uri = StorageUri::parse(&key.0)?.resolve(&key.1)?;
-    RESOLVED.with(|r| {
-        let mut resolved = r.borrow_mut();
-        if resolved.len() >= 256 {
-            resolved.clear();
+    resolved_location(&Declared::of(relid))
+}
+
+/// Where `declared` points (see [`location_of`]), resolved at most [`RESOLVED_FOR`] ago:
+/// resolving a `file://` location asks the file system where its symlinks lead (so that none
+/// leads out of the base), about a fifth of what a statement of a one-row buffered INSERT cost
+/// besides PostgreSQL's own work; a symlink changed since is seen a second later at most.
+fn resolved_location(declared: &Declared) -> engine::Result<StorageUri> {
+    if let Some((at, uri)) = &*declared.resolved.borrow() {
+        if at.elapsed() < RESOLVED_FOR {
+            return Ok(uri.clone());
         }
-        resolved.insert(key, (std::time::Instant::now(), uri.clone()));
-    });
+    }
+    let path = declared.options.get("path").map(String::as_str).unwrap_or_default();
+    let uri = StorageUri::parse(&declared.base_uri)?.resolve(path)?;
+    *declared.resolved.borrow_mut() = Some((std::time::Instant::now(), uri.clone()));
     Ok(uri)
 }
 
 /// How long a resolved location is used again without resolving it anew.
 const RESOLVED_FOR: std::time::Duration = std::time::Duration::from_secs(1);
-
-thread_local! {
-    /// Locations resolved in the last [`RESOLVED_FOR`], by the server's `base_uri` and the
-    /// table's `path`: resolving a `file://` location asks the file system where its symlinks
-    /// lead (so that none leads out of the base), about a fifth of what a statement of a one-row
-    /// buffered INSERT cost besides PostgreSQL's own work; a symlink changed since is seen a
-    /// second later at most.
-    static RESOLVED: std::cell::RefCell<std::collections::HashMap<(String, String), (std::time::Instant, StorageUri)>> =
-        std::cell::RefCell::new(std::collections::HashMap::new());
-}
 
 /// [`location_of`] for any relation: `None` for one that is gone, is not a foreign table, or
 /// whose location does not resolve. Only to compare with a location already checked.
@@ -171,12 +243,11 @@ impl ForeignHudiTable {
     pub fn of_relation(relid: pg_sys::Oid) -> ForeignHudiTable {
         // SAFETY: catalog lookups for an existing foreign table, on the main thread.
         unsafe {
-            let table = pg_sys::GetForeignTable(relid);
-            let options = options_of((*table).options);
-            let uri = location_of(relid).or_report();
+            let declared = Declared::of(relid);
+            let uri = resolved_location(&declared).or_report();
             check_location_access(&uri);
-            let store = store_settings(pg_sys::GetUserId(), (*table).serverid, &uri);
-            ForeignHudiTable { uri, store, options }
+            let store = store_settings(pg_sys::GetUserId(), declared.server, &uri);
+            ForeignHudiTable { uri, store, options: declared.options.clone() }
         }
     }
 
