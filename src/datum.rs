@@ -986,6 +986,17 @@ impl RowBuffer {
 
     /// The buffered rows as a batch; the buffer starts over empty.
     pub fn take(&mut self) -> arrow::record_batch::RecordBatch {
+        self.finish_batch(true)
+    }
+
+    /// The buffered rows as a batch, the buffer's last: its builders are not made again (a
+    /// one-row buffered transaction made them twice).
+    pub fn finish(mut self) -> arrow::record_batch::RecordBatch {
+        self.finish_batch(false)
+    }
+
+    /// The rows as a batch; with `again`, new builders sized for as many rows.
+    fn finish_batch(&mut self, again: bool) -> arrow::record_batch::RecordBatch {
         let rows = self.rows;
         let columns: Vec<arrow::array::ArrayRef> = self
             .builders
@@ -995,10 +1006,12 @@ impl RowBuffer {
                 let array = b.finish();
                 // The next batch is likely as large: size the builder for it up front instead
                 // of growing (and copying) its buffers from nothing again.
-                *b = match array.as_string_opt::<i32>() {
-                    Some(strings) => Box::new(arrow::array::StringBuilder::with_capacity(rows, strings.value_data().len())),
-                    None => arrow::array::make_builder(f.data_type(), rows),
-                };
+                if again {
+                    *b = match array.as_string_opt::<i32>() {
+                        Some(strings) => Box::new(arrow::array::StringBuilder::with_capacity(rows, strings.value_data().len())),
+                        None => arrow::array::make_builder(f.data_type(), rows),
+                    };
+                }
                 // Builders drop timezones; put the column's type back.
                 match array.data_type() == f.data_type() {
                     true => array,

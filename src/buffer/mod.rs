@@ -84,6 +84,15 @@ impl BufferedWrite {
         std::mem::take(&mut self.held).into_iter().map(|(change, rows, _)| (change, rows)).collect()
     }
 
+    /// [`Self::take_all`] of a write that ends here.
+    fn into_batches(self) -> Vec<(Change, RecordBatch)> {
+        let mut held: Vec<(Change, RecordBatch)> = self.held.into_iter().map(|(change, rows, _)| (change, rows)).collect();
+        if self.rows.len() > 0 {
+            held.push((self.change, self.rows.finish()));
+        }
+        held
+    }
+
     fn held_rows(&self) -> usize {
         self.held.iter().map(|(_, rows, _)| rows.num_rows()).sum::<usize>() + self.rows.len()
     }
@@ -318,6 +327,43 @@ unsafe fn nextval_internal(relid: pg_sys::Oid) -> i64 {
     pg_sys::submodules::ffi::pg_guard_ffi_boundary(|| postgres_nextval_internal(relid, false))
 }
 
+thread_local! {
+    /// `hudi.write_buffer` and its position sequence, looked up once and again after any
+    /// relation was renamed, created or dropped (a syscache invalidation of relation names).
+    static BUFFER_RELATIONS: std::cell::Cell<Option<(pg_sys::Oid, pg_sys::Oid)>> = const { std::cell::Cell::new(None) };
+    static BUFFER_RELATIONS_CALLBACK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn forget_buffer_relations(_arg: pg_sys::Datum, _cache: i32, _hash: u32) {
+    BUFFER_RELATIONS.with(|r| r.set(None));
+}
+
+/// The oids of `hudi.write_buffer` and `hudi.write_buffer_position`.
+///
+/// # Safety
+/// Inside a transaction, on the main thread.
+unsafe fn buffer_relations() -> (pg_sys::Oid, pg_sys::Oid) {
+    if !BUFFER_RELATIONS_CALLBACK.with(|r| r.replace(true)) {
+        pg_sys::CacheRegisterSyscacheCallback(
+            pg_sys::SysCacheIdentifier::RELNAMENSP as i32,
+            Some(forget_buffer_relations),
+            pg_sys::Datum::from(0usize),
+        );
+    }
+    if let Some(kept) = BUFFER_RELATIONS.with(|r| r.get()) {
+        return kept;
+    }
+    let schema = pg_sys::get_namespace_oid(c"hudi".as_ptr(), false);
+    let table = pg_sys::get_relname_relid(c"write_buffer".as_ptr(), schema);
+    let sequence = pg_sys::get_relname_relid(c"write_buffer_position".as_ptr(), schema);
+    if table == pg_sys::InvalidOid || sequence == pg_sys::InvalidOid {
+        raise(PgSqlErrorCode::ERRCODE_UNDEFINED_TABLE, "pg_hudi's write buffer does not exist", Some("ALTER EXTENSION pg_hudi UPDATE".into()));
+    }
+    BUFFER_RELATIONS.with(|r| r.set(Some((table, sequence))));
+    (table, sequence)
+}
+
 /// Inserts a row into `hudi.write_buffer` as PostgreSQL inserts a catalog row: the heap tuple
 /// (TOASTed as need be) and its index entries, with the columns' defaults computed here — no
 /// SQL statement, no executor, and no switch to pg_hudi's role (whose table it is). A one-row
@@ -328,12 +374,7 @@ unsafe fn nextval_internal(relid: pg_sys::Oid) -> i64 {
 /// # Safety
 /// Inside a transaction, on the main thread.
 unsafe fn insert_chunk(location: &str, relation: pg_sys::Oid, change: i8, row_count: i32, bytes: &[u8], commits: bool) {
-    let schema = pg_sys::get_namespace_oid(c"hudi".as_ptr(), false);
-    let table = pg_sys::get_relname_relid(c"write_buffer".as_ptr(), schema);
-    let sequence = pg_sys::get_relname_relid(c"write_buffer_position".as_ptr(), schema);
-    if table == pg_sys::InvalidOid || sequence == pg_sys::InvalidOid {
-        raise(PgSqlErrorCode::ERRCODE_UNDEFINED_TABLE, "pg_hudi's write buffer does not exist", Some("ALTER EXTENSION pg_hudi UPDATE".into()));
-    }
+    let (table, sequence) = buffer_relations();
     let rel = pg_sys::table_open(table, pg_sys::RowExclusiveLock as pg_sys::LOCKMODE);
     let tupdesc = (*rel).rd_att;
     let natts = (*tupdesc).natts as usize;
@@ -431,13 +472,13 @@ pub(crate) fn prepare_commit() -> bool {
     }
     for (location, writes) in &mut by_location {
         // Two foreign tables of one location share its commit mark.
+        let (first_relation, first_schema) = (writes[0].relation, writes[0].shape.rows.data_schema().clone());
         let mut chunks: Vec<(pg_sys::Oid, Change, RecordBatch)> = Vec::new();
-        for write in writes.iter_mut() {
+        for write in std::mem::take(writes) {
             let relation = write.relation;
-            chunks.extend(write.take_all().into_iter().map(|(change, rows)| (relation, change, rows)));
+            chunks.extend(write.into_batches().into_iter().map(|(change, rows)| (relation, change, rows)));
         }
-        let first = &writes[0];
-        let last = chunks.pop().unwrap_or_else(|| (first.relation, Change::Upsert, RecordBatch::new_empty(first.shape.rows.data_schema().clone())));
+        let last = chunks.pop().unwrap_or_else(|| (first_relation, Change::Upsert, RecordBatch::new_empty(first_schema)));
         for (relation, change, rows) in chunks {
             write_chunk(location, relation, change, &rows, false);
         }
