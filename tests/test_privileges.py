@@ -104,6 +104,12 @@ def test_locations_are_checked_again_when_servers_and_tables_change(lakes, clust
         conn.execute(f"ALTER SERVER pub OPTIONS (SET base_uri 'file://{root}/pub')")
         conn.execute("ALTER FOREIGN TABLE shared OPTIONS (SET path 'shared')")
         assert alice.execute("SELECT name FROM shared").fetchall() == [("public",)]
+        # A declaration read in a transaction that rolls its ALTER back is not kept after it.
+        with conn.transaction(force_rollback=True):
+            conn.execute(f"ALTER SERVER pub OPTIONS (SET base_uri 'file://{root}/vault')")
+            conn.execute("ALTER FOREIGN TABLE shared OPTIONS (SET path 't')")
+            assert conn.execute("SELECT name FROM shared").fetchall() == [("secret",)]
+        assert conn.execute("SELECT name FROM shared").fetchall() == [("public",)]
         # her own table: ALTER is validated like CREATE
         alice.execute(f"CREATE FOREIGN TABLE mine ({COLUMNS}) SERVER pub OPTIONS (path 'mine', {KEYS})")
         for path in ("%2e%2e/vault/t", f"file://{root}/vault/t"):

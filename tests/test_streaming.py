@@ -215,6 +215,8 @@ def test_a_consumer_waits_without_a_snapshot_through_the_procedure(lake, cluster
     assert refused(calling, "CALL hudi.wait_for_changes(1, 'etl', '1 s')") == "42809"
     assert refused(calling, call.format("-1 s")) == "22023"
     assert refused(calling, "CALL hudi.wait_for_changes(NULL::customer_changes, 'etl', NULL)") == "22004"
+    assert refused(calling, "CALL hudi.wait_for_changes(NULL::customer_changes, 'etl', '1 s', NULL)") == "22004"
+    assert refused(calling, "CALL hudi.wait_for_changes(NULL::customer_changes, NULL, '1 s')") == "22004"
     conn.execute("CREATE ROLE stranger LOGIN")
     with cluster.connect(user="stranger") as stranger:
         assert refused(stranger, call.format("1 s")) == "42501"

@@ -80,6 +80,8 @@ fn claim_consumer_position(
 #[pg_extern(volatile, schema = "hudi_internal")]
 fn consumer_position(changes: Option<RegClass>, consumer: Option<&str>, start_from: default!(Option<&str>, "'earliest'")) -> String {
     let (relid, consumer) = consumer_of(changes, consumer);
+    // Checked whether or not the consumer is new, as claim_consumer_position checks it.
+    let start_from = name(start_from, "start_from").trim();
     // SAFETY: a plain read of the backend's current user.
     let role = unsafe { pg_sys::GetUserId() };
     let args: Vec<DatumWithOid> = vec![relid.into(), role.into(), consumer.as_str().into()];
@@ -91,7 +93,7 @@ fn consumer_position(changes: Option<RegClass>, consumer: Option<&str>, start_fr
         )
     })
     .unwrap_or_else(|e| spi_error(e));
-    current.unwrap_or_else(|| start_position(relid, name(start_from, "start_from").trim()))
+    current.unwrap_or_else(|| start_position(relid, start_from))
 }
 
 /// Waits until the Hudi table of `changes` has a commit completed after `after` (a position),
@@ -175,7 +177,8 @@ pub unsafe extern "C-unwind" fn hudi_wait_for_changes(fcinfo: pg_sys::FunctionCa
             None,
         );
     }
-    let after = consumer_position(Some(RegClass(relid)), consumer, start_from.or(Some("earliest")));
+    // An omitted start_from is the declared default; an explicit NULL is refused, as by consume.
+    let after = consumer_position(Some(RegClass(relid)), consumer, start_from);
     let wait_for = waiter(&table);
     drop(table);
     // From here on no catalog or table is read: the CALL's snapshot goes, and the catalog's.
