@@ -117,6 +117,37 @@ def test_column_statistics_of_a_metadata_table_prune_slices(cluster, lake):
         assert pruned, "no filter skipped a slice"
 
 
+def test_damaged_column_statistics_are_not_used_and_said_so_once(cluster, lake):
+    """A metadata table whose column statistics cannot be read (their latest log cut short) does
+    not fail filtered reads, as it did with XX001: as Hudi's readers do by default
+    (`hoodie.fileIndex.dataSkippingFailureMode` fallback), the filter reads every file slice —
+    the rows of an OFFSET 0 fence — and the first read of the table state warns once why."""
+    root = cluster.directory / "lake"
+    source = next(root / z.parent / z.stem for z in lake if z.stem == "v9_txns_simple_meta")
+    shutil.copytree(source, root / "damaged_stats")
+    give_to_postgres(root / "damaged_stats")
+    log = max((root / "damaged_stats" / ".hoodie" / "metadata" / "column_stats").glob(".col-stats-*.log.*"))
+    log.write_bytes(log.read_bytes()[:-100])
+    with cluster.connect() as conn:
+        notices = []
+        conn.add_notice_handler(lambda n: notices.append((n.severity_nonlocalized, n.message_primary)))
+        conn.execute("CREATE FOREIGN TABLE damaged_stats (txn_id text) SERVER lake OPTIONS (path 'damaged_stats')")
+        ids = [r[0] for r in conn.execute("SELECT DISTINCT txn_id FROM damaged_stats ORDER BY 1")]
+        assert len(ids) > 3 and not notices, notices
+        for value in ids[::max(1, len(ids) // 4)] + ["no such id"]:
+            ours = conn.execute("SELECT txn_id FROM damaged_stats WHERE txn_id = %s", (value,)).fetchall()
+            fenced = conn.execute("SELECT txn_id FROM (SELECT * FROM damaged_stats OFFSET 0) t WHERE txn_id = %s", (value,)).fetchall()
+            assert sorted(ours) == sorted(fenced) and bool(ours) == (value in ids), value
+            plan = plan_text(conn, f"(VERBOSE) SELECT * FROM damaged_stats WHERE txn_id = '{value}'")
+            kept, total = map(int, re.search(r"Hudi File Slices: (\d+) of (\d+)", plan).groups())
+            assert kept == total, plan
+        warned = [m for severity, m in notices if severity == "WARNING"]
+        assert len(warned) == 1, notices
+        assert 'column statistics in the metadata table of Hudi table "' in warned[0] and "cannot be used" in warned[0], warned
+    log = cluster.log()
+    assert "panicked" not in log and "stack backtrace" not in log
+
+
 def test_import_root_finds_every_table_and_disambiguates_names(cluster, lake):
     with cluster.connect() as conn:
         conn.execute("CREATE SCHEMA everything")

@@ -283,6 +283,12 @@ fn latest_reader(table: &ForeignHudiTable, location: &str) -> TableReader {
 
 pub(crate) fn slices_to_read(reader: &TableReader, spec: &ReadSpec, options: &ScanOptions) -> (Vec<FileSlice>, ScanStats) {
     let (mut slices, stats) = block_on(reader.pruned_slices(&spec.bound(reader), options)).or_report();
+    if let Some(problem) = reader.take_column_stats_problem() {
+        pgrx::warning!(
+            "pg_hudi: the column statistics in the metadata table of Hudi table \"{}\" cannot be used ({problem}); filters read its files without skipping any by them",
+            reader.config().name
+        );
+    }
     if let ReadSpec::Snapshot { read_optimized: true, .. } = spec {
         slices.retain_mut(|slice| {
             slice.log_files.clear();

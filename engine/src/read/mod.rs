@@ -130,6 +130,15 @@ impl SlicePart {
 /// Parquet data block.
 type ReusedMerge = (Vec<(String, String, LogBlock)>, Arc<MergeOutcome>, FetchedColumns);
 
+/// A table state's column statistics ([`TableReader::column_stats`]): the statistics, or
+/// why they cannot be used and whether that was told.
+#[derive(Debug, Default)]
+struct LoadedColumnStats {
+    stats: Option<Arc<ColumnStats>>,
+    problem: Option<String>,
+    told: std::sync::atomic::AtomicBool,
+}
+
 /// How much of the table a scan kept, for EXPLAIN.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ScanStats {
@@ -208,7 +217,7 @@ pub struct TableReader {
     latest_slices: Arc<std::sync::OnceLock<Arc<Vec<FileSlice>>>>,
     /// The metadata table's column statistics, where the table declares them: read the first
     /// time a filter could use them, for the clones of one load.
-    column_stats: Arc<std::sync::OnceLock<Option<Arc<ColumnStats>>>>,
+    column_stats: Arc<std::sync::OnceLock<LoadedColumnStats>>,
     /// Log files that exist only in memory, by path: rows buffered outside the lake
     /// ([`Self::with_buffered`]).
     buffered: Arc<std::collections::HashMap<String, bytes::Bytes>>,
@@ -519,18 +528,37 @@ impl TableReader {
     }
 
     /// The metadata table's column statistics, when the table lists its files there and
-    /// declares them (Spark's tables; this engine's writes stop declaring them).
+    /// declares them (Spark's tables; this engine's writes stop declaring them). Statistics
+    /// that cannot be read — damaged, or in a form this engine does not know — are not used:
+    /// reads go on without skipping files by them, as Hudi's own readers do by default
+    /// (`hoodie.fileIndex.dataSkippingFailureMode` `fallback`), and
+    /// [`Self::take_column_stats_problem`] tells why once. A storage error is an error: it is
+    /// not the statistics' fault, and the read would meet it again.
     async fn column_stats(&self) -> Result<Option<Arc<ColumnStats>>> {
-        if let Some(stats) = self.column_stats.get() {
-            return Ok(stats.clone());
+        if let Some(loaded) = self.column_stats.get() {
+            return Ok(loaded.stats.clone());
         }
         let declared = matches!(self.listed_from, ListedFrom::MetadataTable { .. })
             && self.config.metadata_partitions.iter().any(|p| p == crate::mdt::column_stats::PARTITION);
-        let stats = match declared {
-            true => Some(Arc::new(ColumnStats::load(&self.storage, &self.timeline).await.map_err(|e| e.context("reading the metadata table's column statistics"))?)),
-            false => None,
+        let loaded = match declared {
+            false => LoadedColumnStats::default(),
+            true => match ColumnStats::load(&self.storage, &self.timeline).await {
+                Ok(stats) => LoadedColumnStats { stats: Some(Arc::new(stats)), ..Default::default() },
+                Err(e) if matches!(e.kind(), ErrorKind::Storage | ErrorKind::PermissionDenied) => {
+                    return Err(e.context("reading the metadata table's column statistics"));
+                }
+                Err(e) => LoadedColumnStats { problem: Some(e.to_string()), ..Default::default() },
+            },
         };
-        Ok(self.column_stats.get_or_init(|| stats).clone())
+        Ok(self.column_stats.get_or_init(|| loaded).stats.clone())
+    }
+
+    /// Why the metadata table's column statistics of this table state are not used (see
+    /// [`Self::column_stats`]): told to the first caller after a read found it, then `None`.
+    pub fn take_column_stats_problem(&self) -> Option<String> {
+        let loaded = self.column_stats.get()?;
+        let problem = loaded.problem.as_ref()?;
+        (!loaded.told.swap(true, std::sync::atomic::Ordering::Relaxed)).then(|| problem.clone())
     }
 
     /// The slices within `bound` that `options.filter` does not rule out (by partition, bucket
