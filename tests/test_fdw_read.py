@@ -57,6 +57,16 @@ def test_select_star_matches_expected_for_every_fixture(cluster, fixtures_root, 
         assert not failures, "\n".join(failures)
 
 
+def damaged_copy(root, lake, name, partition):
+    """A copy `name` of the fixture v9_txns_simple_meta beside the others, with the latest log
+    file of its metadata table's `partition` cut short by 100 bytes."""
+    source = next(root / z.parent / z.stem for z in lake if z.stem == "v9_txns_simple_meta")
+    shutil.copytree(source, root / name)
+    give_to_postgres(root / name)
+    log = max((root / name / ".hoodie" / "metadata" / partition).glob(".*.log.*"))
+    log.write_bytes(log.read_bytes()[:-100])
+
+
 def test_tables_with_a_metadata_table_are_listed_through_it(cluster, lake):
     """A table version 8+ whose hoodie.properties lists `files` among its metadata partitions
     is listed through its metadata table (EXPLAIN VERBOSE says as of which instant); every
@@ -83,11 +93,7 @@ def test_tables_with_a_metadata_table_are_listed_through_it(cluster, lake):
     assert through_metadata >= 5
     # A damaged metadata table (its latest files log cut short) is a clear XX001, no backtrace;
     # on a copy of a fixture, next to the others.
-    source = next(root / z.parent / z.stem for z in lake if z.stem == "v9_txns_simple_meta")
-    shutil.copytree(source, root / "damaged_meta")
-    give_to_postgres(root / "damaged_meta")
-    log = max((root / "damaged_meta" / ".hoodie" / "metadata" / "files").glob(".files-0000-0_*.log.*"))
-    log.write_bytes(log.read_bytes()[:-100])
+    damaged_copy(root, lake, "damaged_meta", "files")
     with cluster.connect() as conn:
         conn.execute("CREATE FOREIGN TABLE damaged_meta (txn_id text) SERVER lake OPTIONS (path 'damaged_meta')")
         assert refused(conn, "SELECT count(*) FROM damaged_meta") == "XX001"
@@ -122,12 +128,7 @@ def test_damaged_column_statistics_are_not_used_and_said_so_once(cluster, lake):
     not fail filtered reads, as it did with XX001: as Hudi's readers do by default
     (`hoodie.fileIndex.dataSkippingFailureMode` fallback), the filter reads every file slice —
     the rows of an OFFSET 0 fence — and the first read of the table state warns once why."""
-    root = cluster.directory / "lake"
-    source = next(root / z.parent / z.stem for z in lake if z.stem == "v9_txns_simple_meta")
-    shutil.copytree(source, root / "damaged_stats")
-    give_to_postgres(root / "damaged_stats")
-    log = max((root / "damaged_stats" / ".hoodie" / "metadata" / "column_stats").glob(".col-stats-*.log.*"))
-    log.write_bytes(log.read_bytes()[:-100])
+    damaged_copy(cluster.directory / "lake", lake, "damaged_stats", "column_stats")
     with cluster.connect() as conn:
         notices = []
         conn.add_notice_handler(lambda n: notices.append((n.severity_nonlocalized, n.message_primary)))
