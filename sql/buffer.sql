@@ -1,7 +1,8 @@
 -- The write buffer of tables with write_mode 'buffered' (README "Buffered writes"). A
 -- transaction's rows arrive here as chunks (each Avro records of rows upserted or deleted,
--- naming their schema in hudi.buffer_schemas), and its last chunk, written at commit, has `commits`: the order of those rows is
--- the order of commits, and a chunk without one belongs to a transaction not committed (yet).
+-- naming their schema in hudi.buffer_schemas), and its last chunk, written at commit, has
+-- `commits`: the order of those rows is the order of commits, and a chunk without one belongs
+-- to a transaction not committed (yet).
 -- The background worker flushes committed rows into one Hudi deltacommit per flush, deleting
 -- them in the transaction that records its commit intent, so a flush happens exactly once.
 -- Readers on this server merge the rows still here. Only pg_hudi itself reads and writes here.

@@ -95,13 +95,12 @@ pub fn counted(rows: i64) {
     with_count(|count| *count = Some((rows, at)));
 }
 
-/// The buffer's row count, counted now and published.
-fn count_now() -> i64 {
+/// Counts the buffer's rows now and publishes the count.
+fn count_now() {
     let rows = as_pg_hudi(|| crate::spi::read_one::<i64>("SELECT COALESCE(pg_catalog.sum(row_count), 0)::int8 FROM hudi.write_buffer", &[]))
         .unwrap_or_else(|e| crate::error::spi_failed("the write buffer", e))
         .unwrap_or(0);
     counted(rows);
-    rows
 }
 
 /// Refuses `adding` rows more when the buffer holds `hudi.write_buffer_max_rows` already
@@ -122,23 +121,12 @@ pub fn check(adding: usize) {
         }
         _ => None,
     };
-    let outcome = match with_count(take) {
-        Some(outcome) => outcome,
-        None => {
-            let rows = count_now();
-            if adding > 0 && rows + adding > limit {
-                Err(rows)
-            } else {
-                with_count(|count| {
-                    if let Some((rows, _)) = count {
-                        *rows += adding;
-                    }
-                });
-                Ok(())
-            }
-        }
-    };
-    if let Err(rows) = outcome {
+    // A count made now is fresh: the same look then decides.
+    let outcome = with_count(take).or_else(|| {
+        count_now();
+        with_count(take)
+    });
+    if let Some(Err(rows)) = outcome {
         raise(
             PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
             format!("the write buffer holds {rows} rows, and hudi.write_buffer_max_rows is {limit}"),
