@@ -427,6 +427,10 @@ def test_a_mirrored_heap_table_reaches_the_lake_with_every_committed_change(lake
     identity = "SELECT relreplident FROM pg_class WHERE oid = 'heap'::regclass"
     assert conn.execute(identity).fetchone()[0] == ("f" if capture == "wal" else "d")
     assert _mirror_slots(conn) if capture == "wal" else not _mirror_slots(conn)
+    # The capture decodes every 100 ms: PostgreSQL's LOG lines of each decoding (two at its
+    # start, two more for each advance of the slot) are not the server log's.
+    decodings = [line for line in cluster.log().splitlines() if "pg_hudi worker" in line and "logical decoding" in line]
+    assert decodings == [], decodings[:4]
     conn.execute("SELECT hudi.unmirror('heap')")
     assert conn.execute(identity).fetchone()[0] == "d"
     wait_for("the slot dropped", lambda: not _mirror_slots(conn))

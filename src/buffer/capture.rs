@@ -273,6 +273,32 @@ unsafe extern "C-unwind" fn on_commit(ctx: *mut pg_sys::LogicalDecodingContext, 
     pg_sys::OutputPluginWrite(ctx, true);
 }
 
+/// Runs `f` (a decoding or a slot's advance) without the LOG lines PostgreSQL writes at the
+/// start of every decoding: several per mirror every [`POLL`] would fill the server log. Its
+/// errors still reach the caller, which logs them.
+fn quietly<R>(f: impl FnOnce() -> R) -> R {
+    // SAFETY: a setting of this process, on its main thread inside a transaction, restored
+    // below (or by the abort of an ERROR inside `f`); the worker is a superuser.
+    let level = unsafe {
+        let level = pg_sys::NewGUCNestLevel();
+        pg_sys::set_config_option(
+            c"log_min_messages".as_ptr(),
+            c"fatal".as_ptr(),
+            pg_sys::GucContext::PGC_SUSET,
+            pg_sys::GucSource::PGC_S_SESSION,
+            pg_sys::GucAction::GUC_ACTION_SAVE,
+            true,
+            0,
+            false,
+        );
+        level
+    };
+    let out = f();
+    // SAFETY: undoes the nest level made above.
+    unsafe { pg_sys::AtEOXact_GUC(true, level) };
+    out
+}
+
 /// An LSN as PostgreSQL writes it.
 fn lsn_text(lsn: u64) -> String {
     format!("{:X}/{:X}", lsn >> 32, lsn & 0xffff_ffff)
@@ -513,12 +539,12 @@ pub fn capture_all() -> bool {
             Ok(Some(position)) => BackgroundWorker::transaction(|| {
                 let args: Vec<DatumWithOid> = vec![mirror.slot.as_str().into(), lsn_text(position).into()];
                 let advanced = as_pg_hudi(|| {
-                    read_one::<bool>(
+                    quietly(|| read_one::<bool>(
                         "SELECT pg_catalog.pg_replication_slot_advance(s.slot_name, $2::pg_catalog.pg_lsn) IS NOT NULL \
                            FROM pg_catalog.pg_replication_slots s \
                           WHERE s.slot_name OPERATOR(pg_catalog.=) $1 AND s.confirmed_flush_lsn OPERATOR(pg_catalog.<) $2::pg_catalog.pg_lsn",
                         &args,
-                    )
+                    ))
                 });
                 if let Err(e) = advanced {
                     log!("{}: advancing the replication slot {} failed: {e}", crate::worker::WORKER_NAME, mirror.slot);
@@ -645,7 +671,7 @@ fn decode(mirror: &WalMirror) -> Option<Decoded> {
         })
     });
     let args: Vec<DatumWithOid> = vec![mirror.slot.as_str().into(), (MAX_TRANSACTIONS as i32).into()];
-    let commits = as_pg_hudi(|| read_one::<i64>("SELECT pg_catalog.count(*) FROM pg_catalog.pg_logical_slot_peek_changes($1, NULL, $2)", &args))
+    let commits = as_pg_hudi(|| quietly(|| read_one::<i64>("SELECT pg_catalog.count(*) FROM pg_catalog.pg_logical_slot_peek_changes($1, NULL, $2)", &args)))
     .unwrap_or_else(|e| crate::error::spi_failed("decoding the mirror's replication slot", e))
     .unwrap_or(0);
     let mut decoded = DECODING.with(|d| d.borrow_mut().take()).expect("set above");
