@@ -58,11 +58,18 @@ pub(crate) fn as_pg_hudi<R>(f: impl FnOnce() -> R) -> R {
 /// queries in a role's session, whose search path may name schemas that shadow
 /// `pg_catalog`'s operators and functions (a superuser's session included).
 pub(crate) fn pinned_search_path<R>(f: impl FnOnce() -> R) -> R {
+    with_setting(c"search_path", SEARCH_PATH, pg_sys::GucContext::PGC_USERSET, f)
+}
+
+/// Runs `f` with setting `name` at `value` (as a caller of `context` may set it), in a GUC
+/// nest level of its own: undone after `f`, or by the (sub)transaction's abort of an ERROR
+/// inside it.
+pub(crate) fn with_setting<R>(name: &std::ffi::CStr, value: &std::ffi::CStr, context: pg_sys::GucContext::Type, f: impl FnOnce() -> R) -> R {
     // SAFETY: a setting of this backend, on its main thread inside a transaction, restored
-    // below (or by the abort of an ERROR inside `f`).
+    // below.
     let level = unsafe {
         let level = pg_sys::NewGUCNestLevel();
-        set_search_path_here();
+        set_here(name, value, context);
         level
     };
     let out = f();
@@ -76,10 +83,18 @@ pub(crate) fn pinned_search_path<R>(f: impl FnOnce() -> R) -> R {
 /// # Safety
 /// On the main thread inside a transaction, after `NewGUCNestLevel`.
 unsafe fn set_search_path_here() {
+    set_here(c"search_path", SEARCH_PATH, pg_sys::GucContext::PGC_USERSET);
+}
+
+/// Sets `name` to `value` in the current GUC nest level.
+///
+/// # Safety
+/// On the main thread inside a transaction, after `NewGUCNestLevel`.
+unsafe fn set_here(name: &std::ffi::CStr, value: &std::ffi::CStr, context: pg_sys::GucContext::Type) {
     pg_sys::set_config_option(
-        c"search_path".as_ptr(),
-        SEARCH_PATH.as_ptr(),
-        pg_sys::GucContext::PGC_USERSET,
+        name.as_ptr(),
+        value.as_ptr(),
+        context,
         pg_sys::GucSource::PGC_S_SESSION,
         pg_sys::GucAction::GUC_ACTION_SAVE,
         true,

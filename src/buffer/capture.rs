@@ -275,28 +275,9 @@ unsafe extern "C-unwind" fn on_commit(ctx: *mut pg_sys::LogicalDecodingContext, 
 
 /// Runs `f` (a decoding or a slot's advance) without the LOG lines PostgreSQL writes at the
 /// start of every decoding: several per mirror every [`POLL`] would fill the server log. Its
-/// errors still reach the caller, which logs them.
+/// errors still reach the caller, which logs them. (The worker is a superuser.)
 fn quietly<R>(f: impl FnOnce() -> R) -> R {
-    // SAFETY: a setting of this process, on its main thread inside a transaction, restored
-    // below (or by the abort of an ERROR inside `f`); the worker is a superuser.
-    let level = unsafe {
-        let level = pg_sys::NewGUCNestLevel();
-        pg_sys::set_config_option(
-            c"log_min_messages".as_ptr(),
-            c"fatal".as_ptr(),
-            pg_sys::GucContext::PGC_SUSET,
-            pg_sys::GucSource::PGC_S_SESSION,
-            pg_sys::GucAction::GUC_ACTION_SAVE,
-            true,
-            0,
-            false,
-        );
-        level
-    };
-    let out = f();
-    // SAFETY: undoes the nest level made above.
-    unsafe { pg_sys::AtEOXact_GUC(true, level) };
-    out
+    crate::role::with_setting(c"log_min_messages", c"fatal", pg_sys::GucContext::PGC_SUSET, f)
 }
 
 /// An LSN as PostgreSQL writes it.
